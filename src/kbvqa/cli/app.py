@@ -1,0 +1,44 @@
+"""`kbvqa` entry point: one sub-command per job."""
+
+from __future__ import annotations
+
+import typer
+
+from kbvqa import __version__
+from kbvqa.cli import data as data_cmd
+from kbvqa.cli import demo as demo_cmd
+from kbvqa.cli import kb as kb_cmd
+from kbvqa.cli import score as score_cmd
+
+app = typer.Typer(
+    name="kbvqa",
+    help="Audit, repair, augment and evaluate knowledge-seeking VQA benchmarks and the MM-RAG "
+         "pipelines and search agents that answer them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(data_cmd.app, name="data", help="Convert benchmark files between formats; dataset statistics.")
+app.add_typer(kb_cmd.app, name="kb", help="Import a wiki JSON into the SQLite/FTS5 KB store; search it.")
+app.add_typer(score_cmd.app, name="score", help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
+app.command("demo", help="End-to-end offline demo on real photographs shipped in PyPI packages.")(demo_cmd.demo)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kbvqa {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """kbvqa command line."""
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Knowledge-base store (SQLite + FTS5) and vector indexes."""

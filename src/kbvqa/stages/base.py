@@ -1,0 +1,58 @@
+"""The stage contract shared by every pipeline and the runner.
+
+A stage is a name, a version, a pydantic config and `async run(record, ctx) -> record`. Records are
+JSON-ready dicts with a string `id` (usually a dumped Sample or Prediction), so the runner can stream,
+resume and hand them to Ray without knowing their type. Stages never open files or sockets: `ctx`
+gives them the model roles, the KB and a logger.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+
+class Invalid(Exception):
+    """A model reply (or other input) could not be interpreted. The record ends `invalid` with this
+    reason, is retried on resume, and is never given a default label."""
+
+
+class StageConfig(BaseModel):
+    """Base for stage configs; subclasses add typed fields."""
+
+
+@dataclass
+class Context:
+    """What a stage may touch. `roles` maps a role name (verifier, judge, answerer, ...) to a model
+    client; `kb` is a KB store (kb.base.KnowledgeBase) or None."""
+
+    roles: dict[str, Any] = field(default_factory=dict)
+    kb: Any = None
+    config: dict[str, Any] = field(default_factory=dict)
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("kbvqa"))
+
+    def role(self, name: str) -> Any:
+        if name not in self.roles:
+            raise KeyError(f"model role {name!r} is not configured (configured: {sorted(self.roles)})")
+        return self.roles[name]
+
+
+class Stage:
+    """Subclass and implement `run`. `prompt_versions` lists the prompts the stage may send, so the
+    run manifest can record their hashes."""
+
+    name: ClassVar[str] = "stage"
+    version: ClassVar[str] = "1"
+    config_model: ClassVar[type[StageConfig]] = StageConfig
+
+    def __init__(self, config: StageConfig | None = None):
+        self.config = config or self.config_model()
+
+    def prompt_versions(self) -> dict[str, str]:
+        return {}
+
+    async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:  # pragma: no cover
+        raise NotImplementedError
