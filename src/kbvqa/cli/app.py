@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kbvqa import __version__
+from kbvqa.cli import audit as audit_cmd
 from kbvqa.cli import data as data_cmd
 from kbvqa.cli import demo as demo_cmd
 from kbvqa.cli import kb as kb_cmd
@@ -20,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(data_cmd.app, name="data", help="Convert benchmark files between formats; dataset statistics.")
 app.add_typer(kb_cmd.app, name="kb", help="Import a wiki JSON into the SQLite/FTS5 KB store; search it.")
+app.add_typer(audit_cmd.app, name="audit", help="Audit and repair a benchmark against its KB (rules first, LLM roles when configured).")
 app.add_typer(score_cmd.app, name="score", help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
 app.command("demo", help="End-to-end offline demo on real photographs shipped in PyPI packages.")(demo_cmd.demo)
 

@@ -1,0 +1,1 @@
+"""Metrics and scorers (InfoSeek, E-VQA, short-answer judge, retrieval) and studies."""

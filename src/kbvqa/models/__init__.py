@@ -1,0 +1,1 @@
+"""Model roles: OpenAI-compatible client, rules and replay backends, response cache."""

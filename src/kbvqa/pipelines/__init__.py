@@ -1,0 +1,1 @@
+"""Pipelines compose stages into jobs (audit, augment, answer, evaluate)."""

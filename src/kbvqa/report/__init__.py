@@ -1,0 +1,1 @@
+"""Tables, plots and the static HTML report."""

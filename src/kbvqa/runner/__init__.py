@@ -1,0 +1,1 @@
+"""Run stages over records: concurrency, resume, error capture, manifest, progress."""
