@@ -1,5 +1,123 @@
-"""`kbvqa data` commands (placeholder; filled in by the data layer's work)."""
+"""`kbvqa data` commands: convert between benchmark formats; dataset statistics."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Optional
 
 import typer
+from rich.console import Console
+
+from kbvqa.data.errors import DataError, SkipReport
+from kbvqa.data.formats import FORMATS, detect_format, read_samples, write_samples
+from kbvqa.data.generic import parse_mapping
+from kbvqa.data.stats import dataset_stats, render_stats
 
 app = typer.Typer(no_args_is_help=True)
+_FORMATS = ", ".join(sorted(FORMATS))
+_SHOW_SKIPPED = 50
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code=1)
+
+
+def _mapping(text: Optional[str]) -> Optional[dict[str, str]]:
+    try:
+        return parse_mapping(text)
+    except ValueError as e:
+        _fail(f"--mapping: {e}")
+        return None
+
+
+def _report_skipped(console: Console, report: SkipReport) -> None:
+    if not report.count:
+        return
+    console.print(f"skipped {report.count} invalid row(s):")
+    for row, reason in report.skipped[:_SHOW_SKIPPED]:
+        console.print(f"  row {row}: {reason}", markup=False, highlight=False)
+    if report.count > _SHOW_SKIPPED:
+        console.print(f"  ... and {report.count - _SHOW_SKIPPED} more")
+
+
+@app.command("convert")
+def convert(
+    src: Path = typer.Argument(..., help="Input file."),
+    dst: Path = typer.Argument(..., help="Output file."),
+    from_fmt: Optional[str] = typer.Option(None, "--from", help=f"Input format ({_FORMATS}); detected when omitted."),
+    to_fmt: Optional[str] = typer.Option(None, "--to", help=f"Output format ({_FORMATS}); detected from the extension."),
+    qtypes: Optional[Path] = typer.Option(None, "--qtypes", help="InfoSeek question-type JSONL for the input."),
+    qtypes_out: Optional[Path] = typer.Option(None, "--qtypes-out", help="Also write an InfoSeek question-type JSONL."),
+    mapping: Optional[str] = typer.Option(None, "--mapping", help="Generic formats: field=column,... (e.g. id=qid,question=q)."),
+    sep: str = typer.Option("|", "--sep", help="Generic formats: separator for answers/images given as strings."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip (and list) invalid rows instead of stopping."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=0, help="Convert at most N samples."),
+) -> None:
+    """Convert a benchmark file between formats (lossless for same-format round trips)."""
+    console = Console()
+    m = _mapping(mapping)
+    report = SkipReport()
+    try:
+        fin = from_fmt or detect_format(src)
+        fout = to_fmt or _out_format(dst, fin)
+        for name in (fin, fout):
+            if name not in FORMATS:
+                _fail(f"unknown format {name!r}; known: {_FORMATS}")
+        read_opts = {"sep": sep} if fin in ("jsonl", "csv", "parquet") else {}
+        samples = read_samples(src, fin, qtypes=qtypes, mapping=m if fin in ("jsonl", "csv", "parquet") else None,
+                               skip_invalid=skip_invalid, report=report, **read_opts)
+        if limit is not None:
+            samples = itertools.islice(samples, limit)
+        if qtypes_out is not None and fout != "infoseek":
+            _fail("--qtypes-out only applies when writing the infoseek format")
+        write_opts: dict = {"qtypes_out": qtypes_out} if fout == "infoseek" else {}
+        if fout in ("jsonl", "csv", "parquet"):
+            write_opts.update(mapping=m, sep=sep)
+        n = write_samples(samples, dst, fout, **write_opts)
+    except (DataError, ValueError) as e:
+        _fail(str(e))
+        return
+    console.print(f"wrote {n} sample(s) {fin} -> {fout}: {dst}", highlight=False)
+    _report_skipped(console, report)
+
+
+def _out_format(dst: Path, fin: str) -> str:
+    suffix = dst.suffix.lower()
+    if suffix == ".parquet":
+        return "parquet"
+    if suffix in (".jsonl", ".json"):
+        return fin if fin in ("infoseek", "jsonl") else "kbvqa"
+    if suffix == ".csv":
+        return fin if fin in ("evqa", "ara", "csv") else "evqa"
+    raise ValueError(f"cannot tell the output format from {dst.name!r}; pass --to")
+
+
+@app.command("stats")
+def stats(
+    path: Path = typer.Argument(..., help="Benchmark file."),
+    from_fmt: Optional[str] = typer.Option(None, "--from", help=f"Format ({_FORMATS}); detected when omitted."),
+    qtypes: Optional[Path] = typer.Option(None, "--qtypes", help="InfoSeek question-type JSONL."),
+    mapping: Optional[str] = typer.Option(None, "--mapping", help="Generic formats: field=column,..."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip (and count) invalid rows."),
+) -> None:
+    """Counts by type/split/dataset, answer lengths, multi-part/numeric answers, missing fields."""
+    report = SkipReport()
+    try:
+        fmt = from_fmt or detect_format(path)
+        m = _mapping(mapping) if fmt in ("jsonl", "csv", "parquet") else None
+        result = dataset_stats(read_samples(path, fmt, qtypes=qtypes, mapping=m, skip_invalid=skip_invalid,
+                                            report=report))
+    except (DataError, ValueError) as e:
+        _fail(str(e))
+        return
+    result["skipped"] = report.count
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
+        return
+    console = Console()
+    console.print(render_stats(result, title=path.name))
+    _report_skipped(console, report)

@@ -1,5 +1,229 @@
-"""`kbvqa score` commands (placeholder; filled in by the score layer's work)."""
+"""`kbvqa score` commands: InfoSeek (official/strict/reward), E-VQA, retrieval."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
 
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
+
+
+class InfoSeekMode(str, Enum):
+    official = "official"
+    strict = "strict"
+    reward = "reward"
+
+
+class TwoHopPolicy(str, Enum):
+    any = "any"
+    all = "all"
+
+
+def _fail(exc: Exception) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _emit_json(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _write_items(path: Path, items: list[dict[str, Any]]) -> None:
+    from kbvqa.evaluate.io import dumps_line
+
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("".join(dumps_line(it) + "\n" for it in items))
+
+
+def _table(title: str, rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    for h in header:
+        t.add_column(h)
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    Console().print(t)
+
+
+@app.command("infoseek")
+def infoseek(
+    predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
+                                     help="JSONL {data_id, prediction} or kbvqa Prediction {sample_id, answer}."),
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
+                                    help="Official InfoSeek JSONL, kbvqa JSONL, or ARA CSV."),
+    qtypes: Optional[Path] = typer.Option(None, "--qtypes", exists=True, dir_okay=False,
+                                          help="InfoSeek question-type JSONL {data_id, question_type}."),
+    mode: InfoSeekMode = typer.Option(InfoSeekMode.official, "--mode",
+                                      help="official (bit-exact), strict (missing = wrong, coverage, Time "
+                                           "leniency extension) or reward (ARA/ReflectiVA)."),
+    per_item: Optional[Path] = typer.Option(None, "--per-item", dir_okay=False, help="Write one JSON line per item."),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+    no_time_leniency: bool = typer.Option(False, "--no-time-leniency", help="strict mode: disable the Time extension."),
+) -> None:
+    """InfoSeek accuracy (official / strict / reward)."""
+    from kbvqa.evaluate import infoseek as isk
+    from kbvqa.evaluate.io import ScoreInputError, load_infoseek_references, load_predictions
+
+    try:
+        refs = load_infoseek_references(references, qtypes_path=qtypes)
+        preds = load_predictions(predictions)
+        want_items = per_item is not None
+        if mode is InfoSeekMode.official:
+            res = isk.score_official(preds, refs, per_item=want_items)
+        elif mode is InfoSeekMode.strict:
+            res = isk.score_strict(preds, refs, per_item=want_items, time_leniency=not no_time_leniency)
+        else:
+            res = isk.score_reward(preds, refs, per_item=want_items)
+    except (ScoreInputError, ValueError) as exc:
+        _fail(exc)
+        return
+    if per_item is not None:
+        _write_items(per_item, res.items)
+    s = res.summary
+    if mode is InfoSeekMode.official:
+        c = res.counts
+        note = (f"kbvqa: official rules: {c['n_scored']} predictions scored; "
+                f"{c['n_references_without_prediction']} references without a prediction (not counted); "
+                f"{c['n_unknown_ids']} predictions with unknown ids ignored; "
+                f"{c['n_duplicate_predictions']} duplicate predictions counted again")
+        if c["n_references_without_split"]:
+            note += f"; {c['n_references_without_split']} references have no data_split (scored as unseen_entity)"
+        typer.echo(note, err=True)
+    if as_json:
+        _emit_json(s)
+        return
+    if mode is InfoSeekMode.reward:
+        rows = [(qt, v["accuracy"], v["correct"], v["n"]) for qt, v in s["by_question_type"].items()]
+        rows.append(("all", s["accuracy"], s["correct"], s["n"]))
+        _table(f"InfoSeek reward accuracy (coverage {s['coverage']:.2%})", rows, ("type", "accuracy", "correct", "n"))
+        for w in s["warnings"]:
+            typer.echo(f"warning: {w}", err=True)
+        return
+    rows = []
+    for name in ("unseen_question", "unseen_entity"):
+        v = s[f"{name}_score"]
+        rows.append((name, v["score"], v["score_string"], v["score_num"], v["score_time"]))
+    _table(f"InfoSeek {mode.value}: final {s['final_score']}", rows,
+           ("split", "score", "string", "numerical", "time"))
+    if mode is InfoSeekMode.strict:
+        typer.echo(f"coverage {s['coverage']:.2%} ({s['n_predicted']}/{s['n']}); time leniency rescued "
+                   f"{s['extensions']['time_leniency']['n_rescued']} items (kbvqa extension)")
+
+
+def _judge_client(base_url: Optional[str], model: Optional[str], replay: Optional[Path]) -> Any:
+    if replay is not None:
+        from kbvqa.models.replay import ReplayClient
+
+        return ReplayClient(replay)
+    if base_url or model:
+        if not (base_url and model):
+            raise ValueError("an LLM judge needs both --judge-base-url and --judge-model")
+        from kbvqa.models.client import OpenAIChatClient
+
+        return OpenAIChatClient(base_url, model, temperature=0.0)
+    return None
+
+
+@app.command("evqa")
+def evqa(
+    predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
+                                    help="E-VQA CSV with a data_id column, or kbvqa JSONL."),
+    per_item: Optional[Path] = typer.Option(None, "--per-item", dir_okay=False),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+    bem_dir: Optional[Path] = typer.Option(None, "--bem-dir", help="Local BEM model directory (not available yet)."),
+    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
+    judge_replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False,
+                                                help="Answer judge calls from a recorded cassette."),
+    judge_concurrency: int = typer.Option(16, "--judge-concurrency", min=1),
+) -> None:
+    """E-VQA accuracy: exact match, then an optional equivalence backend when EM fails."""
+    from kbvqa.evaluate import evqa as ev
+    from kbvqa.evaluate.io import ScoreInputError, load_predictions
+
+    try:
+        if bem_dir is not None:
+            ev.load_bem(bem_dir)
+        refs = ev.load_evqa_references(references)
+        preds = load_predictions(predictions)
+        client = _judge_client(judge_base_url, judge_model, judge_replay)
+        backend = ev.LLMJudgeBackend(client, concurrency=judge_concurrency) if client is not None else None
+        res = ev.score_evqa(preds, refs, backend=backend, per_item=per_item is not None)
+    except (ScoreInputError, ValueError, RuntimeError, FileNotFoundError) as exc:
+        _fail(exc)
+        return
+    if per_item is not None:
+        _write_items(per_item, res.items)
+    s = res.summary
+    if as_json:
+        _emit_json(s)
+        return
+    rows = [(k, v["accuracy"], v["correct"], v["n"], v["n_predicted"]) for k, v in s["by_question_type"].items()]
+    rows.append(("all", s["accuracy"], s["correct"], s["n"], s["n_predicted"]))
+    _table(f"E-VQA accuracy [{s['scorer']}] coverage {s['coverage']:.2%}", rows,
+           ("question_type", "accuracy", "correct", "n", "predicted"))
+
+
+def _parse_ks(text: str) -> list[int]:
+    try:
+        ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--k must be comma-separated integers, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise typer.BadParameter(f"--k values must be positive, got {text!r}")
+    return ks
+
+
+@app.command("retrieval")
+def retrieval(
+    records: Path = typer.Option(..., "--records", exists=True, dir_okay=False,
+                                 help="JSONL {id, retrieved: [urls], stage: initial|post}."),
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
+                                    help="kbvqa JSONL (entity.url) or CSV with wikipedia_url."),
+    k: str = typer.Option("1,3,5,10,20", "--k", help="Comma-separated K values."),
+    two_hop: TwoHopPolicy = typer.Option(TwoHopPolicy.any, "--two-hop",
+                                         help="Several gold urls: any one in top K, or all of them."),
+    texts: Optional[Path] = typer.Option(None, "--texts", exists=True, dir_okay=False,
+                                         help="JSONL {url, text}: adds answer-in-retrieved-text recall."),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+) -> None:
+    """Recall@K and MRR per retrieval stage (missing records count as misses)."""
+    from kbvqa.data.urls import canonical_url
+    from kbvqa.evaluate import retrieval as rt
+    from kbvqa.evaluate.io import ScoreInputError, read_jsonl
+
+    ks = _parse_ks(k)
+    try:
+        refs = rt.load_retrieval_references(references)
+        recs, dup = rt.load_retrieval_records(records)
+        out = rt.retrieval_metrics(recs, refs, ks=ks, two_hop=two_hop.value)
+        out["n_duplicate_records"] = dup
+        if texts is not None:
+            table: dict[str, str] = {}
+            for ln, obj in read_jsonl(texts):
+                if not isinstance(obj.get("url"), str) or not isinstance(obj.get("text"), str):
+                    raise ScoreInputError(texts, ln, "url/text", "each line needs string url and text")
+                table[canonical_url(obj["url"])] = obj["text"]
+            out["answer_in_text"] = {stage: rt.answer_in_text_recall(r, refs, table.get, ks=ks)
+                                     for stage, r in recs.items()}
+    except (ScoreInputError, ValueError) as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _emit_json(out)
+        return
+    rows = []
+    for stage, m in out["stages"].items():
+        rows.append((stage, *[f"{100 * m['recall'][f'@{kk}']:.2f}" for kk in out["ks"]], f"{m['mrr']:.4f}",
+                     m["n_missing"]))
+    _table(f"Retrieval ({out['n_references']} references, two_hop={two_hop.value})", rows,
+           ("stage", *[f"R@{kk}" for kk in out["ks"]], "MRR", "missing"))

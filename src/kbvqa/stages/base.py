@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
+from kbvqa.data.schema import Usage
+
 
 class Invalid(Exception):
     """A model reply (or other input) could not be interpreted. The record ends `invalid` with this
@@ -27,12 +29,27 @@ class StageConfig(BaseModel):
 @dataclass
 class Context:
     """What a stage may touch. `roles` maps a role name (verifier, judge, answerer, ...) to a model
-    client; `kb` is a KB store (kb.base.KnowledgeBase) or None."""
+    client (or a list of clients); `kb` is a KB store (kb.base.KnowledgeBase) or None. `usage`
+    accumulates tokens, cost and calls over a run so the runner can put them in the manifest."""
 
     roles: dict[str, Any] = field(default_factory=dict)
     kb: Any = None
     config: dict[str, Any] = field(default_factory=dict)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("kbvqa"))
+    usage: Usage = field(default_factory=Usage)
+
+    def add_usage(self, usage: Usage | dict[str, Any] | None) -> Usage:
+        """Add one call's (or one record's) usage to the run total and return the new total.
+
+        Call it from the event-loop thread (stages and async clients do): the update is a plain
+        read-modify-write with no lock, which is safe there because asyncio never switches tasks
+        inside it. A dict is validated as a Usage so a typo'd field fails loudly."""
+        if usage is None:
+            return self.usage
+        if not isinstance(usage, Usage):
+            usage = Usage.model_validate(usage)
+        self.usage = self.usage.add(usage)
+        return self.usage
 
     def role(self, name: str) -> Any:
         if name not in self.roles:

@@ -1,0 +1,124 @@
+"""The one entry point every layer uses to read and write benchmark files.
+
+`read_samples(path, fmt)` streams Samples from any supported format (auto-detected when `fmt` is
+None) and `write_samples(samples, path, fmt)` writes them back. Formats:
+
+- kbvqa    JSONL of Sample.dump() (also runner output; status/reason/attempts -> meta["run"])
+- infoseek official InfoSeek JSONL (+ `qtypes=` question-type JSONL; write `qtypes_out=`)
+- evqa     Encyclopedic-VQA CSV
+- ara      ARA release CSVs (ground truth, or the augmented manifest as anchor/intra/inter samples)
+- jsonl / csv / parquet  generic tables with a field -> column `mapping`
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kbvqa.data import ara, evqa, generic, infoseek, kbvqa_jsonl
+from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
+from kbvqa.data.schema import Sample
+
+__all__ = ["FORMATS", "DataError", "SkipReport", "detect_format", "read_samples", "write_samples"]
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    read: Callable[..., Iterator[Sample]]
+    write: Callable[..., int]
+    help: str
+
+
+FORMATS: dict[str, Format] = {
+    "kbvqa": Format("kbvqa", kbvqa_jsonl.read_kbvqa, kbvqa_jsonl.write_kbvqa, "JSONL of kbvqa Samples"),
+    "infoseek": Format("infoseek", infoseek.read_infoseek, infoseek.write_infoseek, "InfoSeek JSONL"),
+    "evqa": Format("evqa", evqa.read_evqa, evqa.write_evqa, "Encyclopedic-VQA CSV"),
+    "ara": Format("ara", ara.read_ara, ara.write_ara, "ARA ground-truth / augmented CSV"),
+    **{f: Format(f, lambda path, _f=f, **kw: generic.read_generic(path, _f, **kw),
+                 lambda samples, path, _f=f, **kw: generic.write_generic(samples, path, _f, **kw),
+                 f"generic {f.upper()} with a column mapping") for f in generic.GENERIC_FORMATS},
+}
+
+
+def _first_json_object(path: Path) -> dict[str, Any] | None:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    return None
+                return obj if isinstance(obj, dict) else None
+    return None
+
+
+def detect_format(path: str | Path) -> str:
+    """Guess the format from the extension and the first record/header."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError("file not found", file=p)
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        return "parquet"
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        obj = _first_json_object(p)
+        if obj is None:
+            return "jsonl"
+        if "data_id" in obj and ("answer_eval" in obj or "image_id" in obj):
+            return "infoseek"
+        if "id" in obj and "question" in obj:
+            return "kbvqa"
+        return "jsonl"
+    if suffix in (".csv", ".tsv"):
+        with open(p, newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), [])
+        if header and header[0].startswith("\ufeff"):
+            header[0] = header[0][1:]
+        cols = set(header)
+        if "anchor_data_id" in cols or ("data_id" in cols and {"question", "answer"} <= cols):
+            return "ara"
+        if {"question", "answer", "dataset_image_ids"} <= cols or {"question", "answer", "wikipedia_url"} <= cols:
+            return "evqa"
+        return "csv"
+    raise DataError(f"cannot tell the format from the extension {suffix!r}; pass fmt "
+                    f"(one of {sorted(FORMATS)})", file=p)
+
+
+def _format(fmt: str) -> Format:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; known: {sorted(FORMATS)}")
+    return FORMATS[fmt]
+
+
+def read_samples(path: str | Path, fmt: str | None = None, *, qtypes: Path | None = None,
+                 mapping: dict[str, str] | None = None, skip_invalid: bool = False,
+                 report: SkipReport | None = None, **opts: Any) -> Iterator[Sample]:
+    """Stream Samples from `path`. Bad rows raise DataError unless `skip_invalid`, in which case they
+    are counted in `report` (pass one to see them). Extra `opts` go to the adapter (sep=, with_position=)."""
+    fmt = fmt or detect_format(path)
+    f = _format(fmt)
+    if not Path(path).exists():
+        raise DataError("file not found", file=path)
+    policy = ErrorPolicy(skip_invalid=skip_invalid, report=report)
+    kwargs: dict[str, Any] = {"policy": policy, **opts}
+    if qtypes is not None:
+        if fmt != "infoseek":
+            raise ValueError(f"qtypes= only applies to the infoseek format, not {fmt!r}")
+        kwargs["qtypes"] = qtypes
+    if mapping is not None:
+        if fmt not in generic.GENERIC_FORMATS:
+            raise ValueError(f"mapping= only applies to {list(generic.GENERIC_FORMATS)}, not {fmt!r}")
+        kwargs["mapping"] = mapping
+    yield from f.read(path, **kwargs)
+
+
+def write_samples(samples: Iterable[Sample], path: str | Path, fmt: str, **opts: Any) -> int:
+    """Write Samples in `fmt`; returns how many were written. Options: qtypes_out= (infoseek),
+    mapping=/sep= (generic), columns= (evqa/ara)."""
+    opts = {k: v for k, v in opts.items() if v is not None}
+    return _format(fmt).write(samples, path, **opts)

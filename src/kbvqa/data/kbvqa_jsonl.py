@@ -1,0 +1,70 @@
+"""The project's own format: one `Sample.dump()` per JSONL line.
+
+Runner output lines are dumped samples with top-level `status`, `reason` and `attempts`; reading moves
+those into `meta["run"]` so the same file can be audited again or converted to a public format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from kbvqa.data.errors import DataError, ErrorPolicy, from_validation_error
+from kbvqa.data.schema import Sample
+
+RUN_KEYS = ("status", "reason", "attempts")
+
+
+def iter_json_lines(path: str | Path, policy: ErrorPolicy) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, object) for each non-blank line; bad JSON or non-objects go to `policy`."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                policy.handle(DataError(f"invalid JSON: {e.msg} at column {e.colno}", file=path, row=lineno))
+                continue
+            if not isinstance(obj, dict):
+                policy.handle(DataError(f"expected a JSON object, got {type(obj).__name__}", file=path,
+                                        row=lineno))
+                continue
+            yield lineno, obj
+
+
+def sample_from_record(obj: dict[str, Any], *, file: str | Path | None = None,
+                       row: int | None = None) -> Sample:
+    """Validate one dumped sample (or runner record) into a Sample."""
+    obj = dict(obj)
+    run = {k: obj.pop(k) for k in RUN_KEYS if k in obj}
+    if run:
+        meta = dict(obj.get("meta") or {})
+        meta["run"] = {**(meta.get("run") or {}), **run}
+        obj["meta"] = meta
+    try:
+        return Sample.model_validate(obj)
+    except ValidationError as e:
+        raise from_validation_error(e, file=file, row=row) from None
+
+
+def read_kbvqa(path: str | Path, *, policy: ErrorPolicy | None = None, **_: Any) -> Iterator[Sample]:
+    policy = policy or ErrorPolicy()
+    for lineno, obj in iter_json_lines(path, policy):
+        try:
+            yield sample_from_record(obj, file=path, row=lineno)
+        except DataError as e:
+            policy.handle(e)
+
+
+def write_kbvqa(samples: Iterable[Sample], path: str | Path, **_: Any) -> int:
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for s in samples:
+            fh.write(json.dumps(s.dump(), ensure_ascii=False) + "\n")
+            n += 1
+    return n

@@ -1,0 +1,264 @@
+"""Encyclopedic-VQA answer accuracy: the exact-match stage, plus an optional equivalence backend.
+
+Exact match (field-anchors §1.2): both sides pass `evqa_normalize`; single answers must be equal;
+``multi_answer`` references are split on ``&&``, the candidate on ``,`` / `` and `` / `` & ``, and the
+normalised sets must have IoU >= 0.5; the item score is the max over the ``|`` alternatives.
+
+A reference alternative that is empty after normalisation is a loud error naming the file and row
+(the Google scorer raised too, but without saying which row).
+
+``2_hop`` rows: the Google scorer accepts them and scores them with the single-answer rule; the ARA
+scorer filters them out. Here they are scored with the same EM rule, reported under their own
+question type, and the summary also gives ``accuracy_excluding_2_hop`` for comparison with ARA.
+
+When EM fails, an equivalence backend may rescue the item:
+(a) BEM from a local directory – not available in this build (`load_bem` raises a clear error);
+(b) an LLM judge through a model client (`LLMJudgeBackend`, SimpleQA-style prompt from judge.py);
+(c) none – EM only. Every item and the summary carry a ``scorer`` naming what produced the number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kbvqa.evaluate.io import PredictionRecord, ScoreInputError, read_csv, read_jsonl
+from kbvqa.evaluate.judge import PROMPT_VERSION, ChatClient, judge_answer
+from kbvqa.evaluate.normalize import evqa_normalize
+
+__all__ = [
+    "EVQA_QUESTION_TYPES", "EVQARef", "load_evqa_references", "exact_match", "multi_answer_iou",
+    "split_candidate", "LLMJudgeBackend", "load_bem", "score_evqa", "score_evqa_async", "EVQAResult",
+]
+
+EVQA_QUESTION_TYPES = ("templated", "automatic", "multi_answer", "2_hop")
+EM_SCORER = "evqa-em"
+
+
+@dataclass(slots=True)
+class EVQARef:
+    """One E-VQA reference: `alternatives` are the `|`-separated raw answers; `norm` their normalised
+    form (a str for single answers, a frozenset of parts for multi_answer)."""
+
+    data_id: str
+    question: str
+    qtype: str
+    alternatives: list[str]
+    norm: list[Any]
+    line: int
+
+
+def split_candidate(candidate: str) -> list[str]:
+    """Candidate list for multi_answer: split on ',', ' and ', ' & ' (before normalising, as E-VQA)."""
+    return candidate.replace(" and ", ",").replace(" & ", ",").split(",")
+
+
+def multi_answer_iou(reference_parts: frozenset[str] | set[str], candidate: str) -> float:
+    """Set IoU between the normalised reference parts and the normalised candidate parts."""
+    cand = {c for c in (evqa_normalize(x) for x in split_candidate(candidate)) if c}
+    union = reference_parts | cand
+    return len(reference_parts & cand) / len(union) if union else 0.0
+
+
+def exact_match(ref: EVQARef, candidate: str | None) -> bool:
+    """Max over `|` alternatives of the E-VQA exact-match rule."""
+    if candidate is None:
+        return False
+    if ref.qtype == "multi_answer":
+        return any(multi_answer_iou(parts, candidate) >= 0.5 for parts in ref.norm)
+    c = evqa_normalize(candidate)
+    return c in ref.norm
+
+
+def _make_ref(did: str, question: str, qtype: str, alternatives: list[str], path: str | Path,
+              ln: int) -> EVQARef:
+    if qtype not in EVQA_QUESTION_TYPES:
+        raise ScoreInputError(path, ln, "question_type",
+                              f"unknown E-VQA question type {qtype!r} (expected one of {list(EVQA_QUESTION_TYPES)})")
+    if not alternatives:
+        raise ScoreInputError(path, ln, "answer", f"no reference answer for {did!r}")
+    norm: list[Any] = []
+    for alt in alternatives:
+        if qtype == "multi_answer":
+            parts = frozenset(p for p in (evqa_normalize(x) for x in alt.split("&&")) if p)
+            if not parts:
+                raise ScoreInputError(path, ln, "answer", f"multi_answer reference {alt!r} of {did!r} is empty "
+                                                          "after E-VQA normalisation")
+            norm.append(parts)
+        else:
+            n = evqa_normalize(alt)
+            if not n:
+                raise ScoreInputError(path, ln, "answer", f"reference {alt!r} of {did!r} is empty after E-VQA "
+                                                          "normalisation (e.g. only an article or punctuation)")
+            norm.append(n)
+    return EVQARef(did, question, qtype, alternatives, norm, ln)
+
+
+def load_evqa_references(path: str | Path) -> dict[str, EVQARef]:
+    """E-VQA CSV (needs a `data_id` or `id` column, `answer`, `question_type`; `question` optional)
+    or kbvqa JSONL (`id`, `answers` as strings or {text, parts}, `question_type`)."""
+    refs: dict[str, EVQARef] = {}
+    if str(path).lower().endswith(".csv"):
+        for ln, row in read_csv(path):
+            did = row.get("data_id") or row.get("id")
+            if not did:
+                raise ScoreInputError(path, ln, "data_id", "missing: E-VQA CSVs have no id column; add `data_id` "
+                                                           "(e.g. with `kbvqa data convert`) so predictions can be joined")
+            if row.get("answer") is None:
+                raise ScoreInputError(path, ln, "answer", "missing column")
+            ref = _make_ref(did, row.get("question") or "", (row.get("question_type") or "").strip(),
+                            row["answer"].split("|"), path, ln)
+            _add(refs, ref, path)
+    else:
+        for ln, obj in read_jsonl(path):
+            did = obj.get("id", obj.get("data_id"))
+            if not isinstance(did, str) or not did:
+                raise ScoreInputError(path, ln, "id", f"must be a non-empty string, got {did!r}")
+            answers = obj.get("answers")
+            if not isinstance(answers, list):
+                raise ScoreInputError(path, ln, "answers", f"expected a list, got {answers!r}")
+            alts = []
+            for a in answers:
+                if isinstance(a, str):
+                    alts.append(a)
+                elif isinstance(a, dict) and isinstance(a.get("text"), str):
+                    parts = a.get("parts") or []
+                    alts.append("&&".join(parts) if len(parts) > 1 else a["text"])
+                else:
+                    raise ScoreInputError(path, ln, "answers", f"each answer must be a string or {{text,...}}, got {a!r}")
+            ref = _make_ref(did, obj.get("question") or "", str(obj.get("question_type") or ""), alts, path, ln)
+            _add(refs, ref, path)
+    return refs
+
+
+def _add(refs: dict[str, EVQARef], ref: EVQARef, path: str | Path) -> None:
+    if ref.data_id in refs:
+        raise ScoreInputError(path, ref.line, "data_id",
+                              f"duplicate reference id {ref.data_id!r} (first on line {refs[ref.data_id].line})")
+    refs[ref.data_id] = ref
+
+
+def load_bem(model_dir: str | Path) -> Any:
+    """BEM equivalence from a local model directory.
+
+    Not available in this build: the public BEM is a TF-Hub SavedModel and kbvqa does not depend on
+    TensorFlow; a PyTorch port needs weights we cannot fetch at run time. Raises a clear error rather
+    than silently scoring with EM only.
+    """
+    raise RuntimeError(f"BEM backend not available: kbvqa cannot load a BEM model from {str(model_dir)!r} "
+                       "in this build (no TensorFlow/PyTorch BEM loader). Score with EM only, or use an "
+                       "LLM judge (--judge-base-url/--judge-model or --judge-replay).")
+
+
+class LLMJudgeBackend:
+    """EM-failure fallback through a SimpleQA-style LLM judge; 'correct' rescues the item."""
+
+    def __init__(self, client: ChatClient, *, prompt_version: str = PROMPT_VERSION, concurrency: int = 16):
+        self.client = client
+        self.prompt_version = prompt_version
+        self.concurrency = concurrency
+        model = getattr(getattr(client, "provenance", None), "model", None) or \
+            getattr(getattr(client, "provenance", None), "backend", None) or "unknown"
+        self.name = f"{EM_SCORER}+llm-judge({model})"
+
+    @staticmethod
+    def target_text(ref: EVQARef) -> str:
+        alts = [a.replace("&&", ", ").strip() for a in ref.alternatives]
+        return alts[0] if len(alts) == 1 else "any one of: " + " | ".join(alts)
+
+    async def judge_many(self, jobs: list[tuple[EVQARef, str]]) -> list[Any]:
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(ref: EVQARef, cand: str) -> Any:
+            async with sem:
+                return await judge_answer(self.client, ref.question, self.target_text(ref), cand,
+                                          prompt_version=self.prompt_version, sample_id=ref.data_id)
+
+        return await asyncio.gather(*(one(r, c) for r, c in jobs))
+
+
+@dataclass
+class EVQAResult:
+    summary: dict[str, Any]
+    items: list[dict[str, Any]]
+
+
+async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARef], *,
+                           backend: LLMJudgeBackend | None = None, per_item: bool = False) -> EVQAResult:
+    """Accuracy over all references (missing predictions are wrong and counted), by question type."""
+    by_id: dict[str, str | None] = {}
+    unknown = dup = 0
+    for p in preds:
+        if p.data_id not in refs:
+            unknown += 1
+            continue
+        if p.data_id in by_id:
+            dup += 1
+        by_id[p.data_id] = p.prediction
+    em: dict[str, bool] = {did: exact_match(ref, by_id[did]) if did in by_id else False
+                           for did, ref in refs.items()}
+    scorer_of: dict[str, str] = {did: EM_SCORER for did in refs}
+    verdicts: dict[str, Any] = {}
+    if backend is not None:
+        jobs = [(ref, by_id[did]) for did, ref in refs.items()
+                if not em[did] and by_id.get(did) not in (None, "")]
+        for (ref, _), v in zip(jobs, await backend.judge_many(jobs)):
+            verdicts[ref.data_id] = v
+            scorer_of[ref.data_id] = backend.name
+    correct: dict[str, bool] = {}
+    for did in refs:
+        v = verdicts.get(did)
+        correct[did] = em[did] or (v is not None and v.label == "correct")
+    summary_scorer = backend.name if backend is not None else EM_SCORER
+    # aggregate
+    types: dict[str, list[int]] = {}
+    for did, ref in refs.items():
+        t = types.setdefault(ref.qtype, [0, 0, 0])
+        t[0] += correct[did]
+        t[1] += 1
+        t[2] += did in by_id
+    n = len(refs)
+    c_all = sum(correct.values())
+    n_pred = len(by_id)
+    c_pred = sum(correct[d] for d in by_id)
+    n_x2 = sum(v[1] for k, v in types.items() if k != "2_hop")
+    c_x2 = sum(v[0] for k, v in types.items() if k != "2_hop")
+    pct = lambda c, d: round(100 * c / d, 2) if d else 0.0  # noqa: E731
+    labels = [v.label for v in verdicts.values()]
+    summary = {
+        "scorer": summary_scorer,
+        "accuracy": pct(c_all, n), "n": n, "correct": c_all,
+        "n_predicted": n_pred, "n_missing": n - n_pred, "coverage": round(n_pred / n, 4) if n else 0.0,
+        "accuracy_on_predicted": pct(c_pred, n_pred),
+        "accuracy_excluding_2_hop": pct(c_x2, n_x2), "n_excluding_2_hop": n_x2,
+        "by_question_type": {k: {"accuracy": pct(v[0], v[1]), "correct": v[0], "n": v[1], "n_predicted": v[2]}
+                             for k, v in sorted(types.items())},
+        "n_em_correct": sum(em.values()),
+        "n_unknown_ids": unknown, "n_duplicate_predictions": dup,
+        "duplicates": "last prediction per id wins",
+        "two_hop": "scored with the same EM rule; also reported separately",
+    }
+    if backend is not None:
+        summary["judge"] = {"name": backend.name, "prompt_version": backend.prompt_version,
+                            "n_calls": len(verdicts), "n_rescued": sum(1 for x in labels if x == "correct"),
+                            "n_invalid": sum(1 for x in labels if x == "invalid"),
+                            "n_error": sum(1 for x in labels if x is None)}
+    items: list[dict[str, Any]] = []
+    if per_item:
+        for did, ref in refs.items():
+            row = {"data_id": did, "question_type": ref.qtype, "prediction": by_id.get(did),
+                   "correct": correct[did], "em": em[did], "missing": did not in by_id, "scorer": scorer_of[did]}
+            v = verdicts.get(did)
+            if v is not None:
+                row["judge_label"] = v.label
+                row["judge_rationale"] = v.rationale
+            items.append(row)
+    return EVQAResult(summary, items)
+
+
+def score_evqa(preds: list[PredictionRecord], refs: dict[str, EVQARef], *,
+               backend: LLMJudgeBackend | None = None, per_item: bool = False) -> EVQAResult:
+    """Synchronous wrapper around `score_evqa_async`."""
+    return asyncio.run(score_evqa_async(preds, refs, backend=backend, per_item=per_item))

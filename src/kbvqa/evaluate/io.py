@@ -1,0 +1,301 @@
+"""Fast, loud readers for prediction, reference and retrieval files.
+
+The scorers must handle 300k-line files in a few seconds, so these readers use `orjson` when it is
+installed (plain `json` otherwise), keep records as small slotted objects and never go through
+pydantic. Every malformed line raises `ScoreInputError` naming the file, the 1-based line and the
+field.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+try:  # optional speed-up
+    import orjson as _orjson
+
+    _loads = _orjson.loads
+except ImportError:  # pragma: no cover - exercised only without orjson
+    import json as _json
+
+    _loads = _json.loads
+
+import json
+
+__all__ = [
+    "ScoreInputError", "PredictionRecord", "InfoSeekRef", "read_jsonl", "read_csv",
+    "load_predictions", "load_infoseek_references", "load_qtypes", "dumps_line",
+]
+
+_QTYPES = {"string": "String", "numerical": "Numerical", "time": "Time"}
+
+
+class ScoreInputError(ValueError):
+    """Bad scorer input: always names the file, the 1-based line (or CSV row) and the field."""
+
+    def __init__(self, path: str | Path, line: int | None, field: str | None, message: str):
+        self.path, self.line, self.field = str(path), line, field
+        where = f"{path}" + (f":{line}" if line is not None else "")
+        what = f" field {field!r}" if field else ""
+        super().__init__(f"{where}:{what} {message}".replace(": :", ":"))
+
+
+def dumps_line(obj: Any) -> str:
+    """One JSON line (no trailing newline); orjson when available."""
+    try:
+        return _orjson.dumps(obj).decode()  # type: ignore[name-defined]
+    except NameError:  # pragma: no cover
+        return json.dumps(obj, ensure_ascii=False)
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line_number, object) for every non-blank line; a non-object line is an error."""
+    with open(path, "rb") as fh:
+        for i, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = _loads(raw)
+            except ValueError as exc:
+                raise ScoreInputError(path, i, None, f"not valid JSON ({exc})") from None
+            if not isinstance(obj, dict):
+                raise ScoreInputError(path, i, None, f"expected a JSON object, got {type(obj).__name__}")
+            yield i, obj
+
+
+def read_csv(path: str | Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """Yield (row_number, row) with row 1 = the first data row after the header (line 2 of the file)."""
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames is None:
+            raise ScoreInputError(path, 1, None, "empty CSV (no header)")
+        for row in reader:
+            yield reader.line_num, row
+
+
+# --------------------------------------------------------------------------------------------------
+# predictions
+
+
+@dataclass(slots=True)
+class PredictionRecord:
+    """One prediction line. `prediction` None = the system gave no answer (scored as wrong)."""
+
+    data_id: str
+    prediction: str | None
+    line: int
+
+
+def load_predictions(path: str | Path) -> list[PredictionRecord]:
+    """Read predictions: {"data_id","prediction"} lines or kbvqa Prediction {"sample_id","answer"}.
+
+    Order and duplicates are kept; the scorers decide what duplicates mean (official InfoSeek counts
+    them twice, the other modes keep the last one and report the count).
+    """
+    out: list[PredictionRecord] = []
+    append = out.append
+    for ln, obj in read_jsonl(path):
+        if "data_id" in obj:
+            did, pred, pfield = obj["data_id"], obj.get("prediction", _MISSING), "prediction"
+        elif "sample_id" in obj:
+            did, pred, pfield = obj["sample_id"], obj.get("answer", _MISSING), "answer"
+        else:
+            raise ScoreInputError(path, ln, "data_id", "missing (expected data_id/prediction or sample_id/answer)")
+        if pred is _MISSING:
+            raise ScoreInputError(path, ln, pfield, "missing (use null for 'no answer')")
+        if isinstance(did, int) and not isinstance(did, bool):
+            did = str(did)
+        if not isinstance(did, str) or not did:
+            raise ScoreInputError(path, ln, "data_id", f"must be a non-empty string, got {did!r}")
+        if pred is not None and not isinstance(pred, str):
+            if isinstance(pred, (int, float)) and not isinstance(pred, bool):
+                pred = str(pred)
+            else:
+                raise ScoreInputError(path, ln, pfield, f"must be a string or null, got {type(pred).__name__}")
+        append(PredictionRecord(did, pred, ln))
+    return out
+
+
+_MISSING = object()
+
+
+# --------------------------------------------------------------------------------------------------
+# InfoSeek references
+
+
+@dataclass(slots=True)
+class InfoSeekRef:
+    """One InfoSeek reference in the form all three scoring modes need.
+
+    `aliases`: accepted surface forms (String/Time; for Numerical the raw `answer` strings, which the
+    reward mode parses). `range`: the accepted numeric interval for official/strict scoring.
+    """
+
+    data_id: str
+    qtype: str  # String | Numerical | Time
+    split: str | None
+    aliases: list[str]
+    range: tuple[float, float] | None
+    line: int
+    source: str
+    norm_aliases: frozenset[str] = field(default_factory=frozenset)
+
+
+def _canon_qtype(value: Any, path: str | Path, ln: int, fld: str) -> str:
+    q = _QTYPES.get(str(value).strip().lower()) if isinstance(value, str) else None
+    if q is None:
+        raise ScoreInputError(path, ln, fld, f"unknown question type {value!r} (expected String, Numerical or Time)")
+    return q
+
+
+def load_qtypes(path: str | Path) -> dict[str, str]:
+    """InfoSeek question-type JSONL: {"data_id", "question_type"} -> {id: String|Numerical|Time}."""
+    out: dict[str, str] = {}
+    for ln, obj in read_jsonl(path):
+        did = obj.get("data_id")
+        if not isinstance(did, str) or not did:
+            raise ScoreInputError(path, ln, "data_id", f"must be a non-empty string, got {did!r}")
+        if "question_type" not in obj:
+            raise ScoreInputError(path, ln, "question_type", "missing")
+        out[did] = _canon_qtype(obj["question_type"], path, ln, "question_type")
+    return out
+
+
+def _num_range(obj: Any, path: str | Path, ln: int, fld: str) -> tuple[float, float]:
+    """Official numeric answer_eval: [{"wikidata": v, "range": [lo, hi]}] or that dict alone."""
+    item = obj[0] if isinstance(obj, list) and obj else obj
+    if not isinstance(item, dict) or "range" not in item:
+        raise ScoreInputError(path, ln, fld, f"numerical answer_eval needs a 'range', got {obj!r}")
+    rng = item["range"]
+    if not isinstance(rng, (list, tuple)) or len(rng) < 2:
+        raise ScoreInputError(path, ln, fld, f"range must hold two numbers, got {rng!r}")
+    try:
+        # the official scorer goes through str() then float(); for JSON numbers that is the same value
+        return float(str(rng[0])), float(str(rng[1]))
+    except ValueError:
+        raise ScoreInputError(path, ln, fld, f"range values must be numbers, got {rng!r}") from None
+
+
+def _str_list(value: Any, path: str | Path, ln: int, fld: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+        return [str(v) for v in value]
+    raise ScoreInputError(path, ln, fld, f"expected a string or a list of strings, got {value!r}")
+
+
+def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = None,
+                             qtypes_path: str | Path | None = None) -> dict[str, InfoSeekRef]:
+    """Read InfoSeek references in any of the accepted formats.
+
+    * official JSONL (`answer_eval`, `data_split`; question type from the line or the qtypes file);
+    * kbvqa JSONL (`Sample.dump()`: `id`, `answers` as strings or {text, value, range}, `answer_type`,
+      `split`);
+    * ARA CSV (`data_id`, `answer` with `|` alternatives, `question_type`; no split column).
+
+    A reference whose question type cannot be found is an error (the official script crashed with a
+    bare KeyError there).
+    """
+    if qtypes is None and qtypes_path is not None:
+        qtypes = load_qtypes(qtypes_path)
+    refs: dict[str, InfoSeekRef] = {}
+    if str(path).lower().endswith(".csv"):
+        rows = ((ln, row, "ara-csv") for ln, row in read_csv(path))
+    else:
+        rows = ((ln, obj, None) for ln, obj in read_jsonl(path))
+    for ln, obj, kind in rows:
+        if kind is None:
+            kind = "official" if "answer_eval" in obj else ("kbvqa" if "answers" in obj else None)
+            if kind is None:
+                raise ScoreInputError(path, ln, "answer_eval", "missing (expected InfoSeek answer_eval or kbvqa answers)")
+        ref = _parse_ref(obj, kind, path, ln, qtypes)
+        if ref.data_id in refs:
+            raise ScoreInputError(path, ln, "data_id", f"duplicate reference id {ref.data_id!r} "
+                                                       f"(first on line {refs[ref.data_id].line})")
+        refs[ref.data_id] = ref
+    return refs
+
+
+def _parse_ref(obj: dict[str, Any], kind: str, path: str | Path, ln: int,
+               qtypes: dict[str, str] | None) -> InfoSeekRef:
+    id_field = "id" if kind == "kbvqa" else "data_id"
+    did = obj.get(id_field)
+    if not isinstance(did, str) or not did:
+        raise ScoreInputError(path, ln, id_field, f"must be a non-empty string, got {did!r}")
+    # question type: the qtypes file wins (official behaviour), then the line itself
+    if qtypes is not None and did in qtypes:
+        qtype = qtypes[did]
+    else:
+        qfield = "answer_type" if kind == "kbvqa" and obj.get("answer_type") else "question_type"
+        raw_q = obj.get(qfield)
+        if raw_q is None:
+            where = " or in the qtypes file" if qtypes is not None else " (pass --qtypes)"
+            raise ScoreInputError(path, ln, qfield, f"no question type for {did!r} on the line{where}")
+        qtype = _canon_qtype(raw_q, path, ln, qfield)
+    rng: tuple[float, float] | None = None
+    if kind == "official":
+        split = obj.get("data_split")
+        ae = obj["answer_eval"]
+        if qtype == "Numerical":
+            rng = _num_range(ae, path, ln, "answer_eval")
+            # the raw `answer` strings feed the reward mode; without them it uses the range itself
+            aliases = _str_list(obj["answer"], path, ln, "answer") if "answer" in obj else []
+        else:
+            aliases = _str_list(ae, path, ln, "answer_eval")
+    elif kind == "kbvqa":
+        split = obj.get("split")
+        answers = obj["answers"]
+        if not isinstance(answers, list):
+            raise ScoreInputError(path, ln, "answers", f"expected a list, got {type(answers).__name__}")
+        aliases = []
+        for a in answers:
+            if isinstance(a, str):
+                aliases.append(a)
+            elif isinstance(a, dict) and isinstance(a.get("text"), str):
+                aliases.append(a["text"])
+                if rng is None and a.get("range") is not None:
+                    r = a["range"]
+                    try:
+                        rng = (float(r[0]), float(r[1]))
+                    except (TypeError, ValueError, IndexError):
+                        raise ScoreInputError(path, ln, "answers.range", f"bad range {r!r}") from None
+                elif rng is None and isinstance(a.get("value"), (int, float)):
+                    rng = (float(a["value"]), float(a["value"]))
+            else:
+                raise ScoreInputError(path, ln, "answers", f"each answer must be a string or {{text, ...}}, got {a!r}")
+        if qtype == "Numerical" and rng is None:
+            rng = _range_from_texts(aliases, path, ln)
+    else:  # ARA CSV
+        split = obj.get("data_split") or obj.get("split") or None
+        raw = obj.get("answer")
+        if raw is None:
+            raise ScoreInputError(path, ln, "answer", "missing column")
+        aliases = [a for a in raw.split("|")]
+        if qtype == "Numerical":
+            rng = _range_from_texts(aliases, path, ln)
+    if not aliases and rng is None:
+        raise ScoreInputError(path, ln, "answer_eval" if kind == "official" else "answers", "no accepted answers")
+    if split is not None and not isinstance(split, str):
+        raise ScoreInputError(path, ln, "data_split", f"must be a string, got {split!r}")
+    return InfoSeekRef(did, qtype, split, aliases, rng, ln, kind)
+
+
+def _range_from_texts(aliases: list[str], path: str | Path, ln: int) -> tuple[float, float]:
+    """A numeric reference written as text ("1,234", "6 - 7"): parsed with the official parser; a scalar
+    v becomes [v, v]. Several aliases: the hull of what they parse to."""
+    from kbvqa.evaluate.infoseek import parse_numeric  # local import: avoid a cycle
+
+    lo, hi = float("inf"), float("-inf")
+    for a in aliases:
+        v = parse_numeric(a, strict=True)
+        if v is None:
+            continue
+        a_lo, a_hi = (v[0], v[1]) if isinstance(v, list) else (v, v)
+        lo, hi = min(lo, a_lo), max(hi, a_hi)
+    if lo > hi:
+        raise ScoreInputError(path, ln, "answers", f"numerical answer has no number in {aliases!r}")
+    return lo, hi

@@ -1,0 +1,434 @@
+"""Import an E-VQA / EchoSight wiki JSON (or JSONL) into the SQLite + FTS5 KB store.
+
+The 2M-article E-VQA KB does not fit in memory as Python objects, so the file is stream-parsed
+(ijson; never `json.load` of the whole file) and written in big batches inside one transaction.
+The FTS5 index is external-content (the text is stored once, in `sections`) and is built in one
+pass after the load, which is several times faster than indexing row by row.
+
+Accepted inputs (detected by content, optionally gzip-compressed):
+  * a JSON object mapping url -> article (`title`, `section_titles`, `section_texts`, `image_urls`,
+    `image_reference_descriptions`, `image_section_indices`, `url`, ...): the E-VQA / EchoSight format;
+  * JSONL, one article object (with a `url`) per line;
+  * a JSON array of article objects.
+Fields other than url/title/section_titles/section_texts/image_urls are kept in the `meta` column.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Literal
+
+import ijson
+
+from kbvqa.data.schema import Article
+from kbvqa.data.urls import canonical_url, url_to_title
+
+__all__ = ["ImportStats", "KBFormatError", "import_wiki_json", "build_kb", "FORMAT_NAME", "FORMAT_VERSION",
+           "SCHEMA_SQL"]
+
+FORMAT_NAME = "kbvqa-kb"
+FORMAT_VERSION = 1
+KNOWN_FIELDS = ("url", "title", "section_titles", "section_texts", "image_urls")
+ARTICLE_FIELDS = KNOWN_FIELDS + ("image_reference_descriptions", "image_section_indices")
+OnDuplicate = Literal["keep_first", "error"]
+ProgressFn = Callable[[str, int, int], None]  # (phase, done, total)
+
+SCHEMA_SQL = """
+CREATE TABLE kb_info(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE articles(
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE,        -- canonical url (data.urls.canonical_url): the KB key
+    raw_url TEXT NOT NULL,           -- as written in the source file
+    title TEXT NOT NULL,
+    first_section INTEGER NOT NULL,  -- sections of an article have ids first_section .. +n_sections-1
+    n_sections INTEGER NOT NULL,
+    image_urls TEXT NOT NULL,        -- JSON list
+    meta TEXT NOT NULL               -- JSON object: every other source field
+);
+CREATE TABLE sections(
+    id INTEGER PRIMARY KEY,
+    article_id INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    title TEXT NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE VIRTUAL TABLE fts USING fts5(
+    title, text, content='sections', content_rowid='id',
+    tokenize='porter unicode61 remove_diacritics 2'
+);
+"""
+
+
+class KBFormatError(ValueError):
+    """The wiki file is malformed; the message names the file, the article (key or line) and the field."""
+
+
+@dataclass
+class ImportStats:
+    articles: int = 0
+    sections: int = 0
+    duplicates: int = 0
+    seconds: float = 0.0
+    articles_per_s: float = 0.0
+    load_seconds: float = 0.0
+    index_seconds: float = 0.0
+    duplicate_examples: list[str] = field(default_factory=list)  # first few canonical urls seen twice
+    source: str = ""
+    out: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing: every reader yields (position, raw_url, article_dict), position naming the article for errors.
+
+def _open_raw(path: Path):
+    raw = open(path, "rb")
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    return raw, (gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw)
+
+
+def _sniff(path: Path) -> str:
+    """'mapping' (url -> article), 'jsonl' (article per line) or 'array'; by content, not by name."""
+    raw, f = _open_raw(path)
+    try:
+        head = f.read(4096).lstrip()
+        if head.startswith(b"\xef\xbb\xbf"):
+            head = head[3:].lstrip()
+        if not head:
+            raise KBFormatError(f"{path}: file is empty (expected a wiki JSON object or JSONL)")
+        if head[:1] == b"[":
+            return "array"
+        if head[:1] != b"{":
+            raise KBFormatError(f"{path}: byte 0: expected '{{' or '[' to start a wiki JSON/JSONL file, "
+                                f"found {head[:20]!r}")
+    finally:
+        f.close()
+        raw.close()
+    raw, f = _open_raw(path)
+    try:
+        events = ijson.parse(f, multiple_values=True)
+        try:
+            prefix, ev, value = next(events)  # start_map
+            prefix, ev, first_key = next(events)
+            if ev == "end_map":
+                return "mapping"  # {} : an empty KB
+            prefix, ev, value = next(events)
+        except (ijson.JSONError, ijson.IncompleteJSONError) as e:
+            raise KBFormatError(f"{path}: invalid JSON at the start of the file: {e}") from None
+        except StopIteration:
+            raise KBFormatError(f"{path}: truncated JSON at the start of the file") from None
+        # The first value is itself an object -> url -> article mapping; a string/list -> an article.
+        # A key that is an article field name means the object is itself an article.
+        return "mapping" if ev == "start_map" and first_key not in ARTICLE_FIELDS else "jsonl"
+    finally:
+        f.close()
+        raw.close()
+
+
+def _iter_mapping(path: Path, f) -> Iterator[tuple[str, str, Any]]:
+    n = 0
+    last = None
+    try:
+        for key, value in ijson.kvitems(f, "", use_float=True, buf_size=1 << 18):
+            n += 1
+            last = key
+            yield f"article {n} (key {key!r})", key, value
+    except (ijson.JSONError, ijson.IncompleteJSONError) as e:
+        where = f"after article {n} (key {last!r})" if last is not None else "before the first article"
+        raise KBFormatError(f"{path}: invalid JSON {where}: {e}") from None
+
+
+def _iter_array(path: Path, f) -> Iterator[tuple[str, str, Any]]:
+    n = 0
+    try:
+        for value in ijson.items(f, "item", use_float=True, buf_size=1 << 18):
+            n += 1
+            url = value.get("url") if isinstance(value, dict) else None
+            yield f"item {n - 1}" + (f" (url {url!r})" if url else ""), url, value
+    except (ijson.JSONError, ijson.IncompleteJSONError) as e:
+        raise KBFormatError(f"{path}: invalid JSON after item {n - 1}: {e}") from None
+
+
+def _iter_jsonl(path: Path, f) -> Iterator[tuple[str, str, Any]]:
+    for lineno, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise KBFormatError(f"{path}: line {lineno}: invalid JSON: {e}") from None
+        url = value.get("url") if isinstance(value, dict) else None
+        yield f"line {lineno}" + (f" (url {url!r})" if url else ""), url, value
+
+
+def _to_row(src: str, where: str, key: Any, value: Any) -> tuple[str, str, str, list[tuple[str, str]], list[str], dict]:
+    """Validate one source article; returns (canonical url, raw url, title, sections, image_urls, meta)."""
+    def bad(msg: str) -> KBFormatError:
+        return KBFormatError(f"{src}: {where}: {msg}")
+
+    if not isinstance(value, dict):
+        raise bad(f"article must be a JSON object, got {type(value).__name__}")
+    inner_url = value.get("url")
+    if key is None:
+        key = inner_url
+    if not isinstance(key, str) or not key.strip():
+        raise bad(f"field 'url': missing or not a non-empty string ({inner_url!r})")
+    titles = value.get("section_titles", [])
+    texts = value.get("section_texts", [])
+    if not isinstance(titles, list):
+        raise bad(f"field 'section_titles' must be a list, got {type(titles).__name__}")
+    if not isinstance(texts, list):
+        raise bad(f"field 'section_texts' must be a list, got {type(texts).__name__}")
+    if len(titles) != len(texts):
+        raise bad(f"section_titles has {len(titles)} entries but section_texts has {len(texts)}")
+    for name, seq in (("section_titles", titles), ("section_texts", texts)):
+        for i, s in enumerate(seq):
+            if not isinstance(s, str):
+                raise bad(f"field '{name}[{i}]' must be a string, got {type(s).__name__}")
+    images = value.get("image_urls", [])
+    if not isinstance(images, list) or not all(isinstance(u, str) for u in images):
+        raise bad("field 'image_urls' must be a list of strings")
+    title = value.get("title")
+    if title is None:
+        title = url_to_title(key)
+    elif not isinstance(title, str):
+        raise bad(f"field 'title' must be a string, got {type(title).__name__}")
+    meta = {k: v for k, v in value.items() if k not in KNOWN_FIELDS}
+    canon = canonical_url(key)
+    if isinstance(inner_url, str) and canonical_url(inner_url) != canon:
+        meta["source_url_field"] = inner_url  # key and inner url disagree: keep both, key wins
+    return canon, key, title, list(zip(titles, texts)), images, meta
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing
+
+class _Writer:
+    """Batched writer into a fresh database file; `finish()` builds and optimises the FTS index."""
+
+    def __init__(self, out: Path, batch_size: int, on_duplicate: OnDuplicate, progress: ProgressFn | None):
+        if on_duplicate not in ("keep_first", "error"):
+            raise ValueError(f"on_duplicate must be 'keep_first' or 'error', got {on_duplicate!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.out = out
+        self.tmp = out.with_name(out.name + ".partial")
+        for p in (self.tmp, Path(str(self.tmp) + "-journal")):
+            if p.exists():
+                p.unlink()
+        self.db = sqlite3.connect(self.tmp, isolation_level=None)
+        for pragma in ("page_size=8192", "journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE",
+                       "cache_size=-131072", "temp_store=MEMORY"):
+            self.db.execute(f"PRAGMA {pragma}")
+        self.db.executescript(SCHEMA_SQL)
+        self.db.execute("INSERT INTO fts(fts, rank) VALUES('pgsz', 8000)")
+        self.db.execute("BEGIN")
+        self.batch_size = batch_size
+        self.on_duplicate = on_duplicate
+        self.progress = progress
+        self.stats = ImportStats(out=str(out))
+        self.next_article = 1
+        self.next_section = 1
+        self.attempted = 0
+        self.art_rows: list[tuple] = []
+        self.sec_rows: list[tuple] = []
+        self.where: dict[int, str] = {}  # article id -> position (only for on_duplicate='error')
+        self.t0 = time.perf_counter()
+
+    def add(self, canon: str, raw: str, title: str, sections: list[tuple[str, str]], images: list[str],
+            meta: dict, where: str = "") -> None:
+        aid = self.next_article
+        self.next_article += 1
+        first = self.next_section
+        self.next_section += len(sections)
+        self.art_rows.append((aid, canon, raw, title, first, len(sections),
+                              json.dumps(images, ensure_ascii=False), json.dumps(meta, ensure_ascii=False)))
+        self.sec_rows.extend((first + i, aid, i, t, x) for i, (t, x) in enumerate(sections))
+        if self.on_duplicate == "error":
+            self.where[aid] = where
+        self.attempted += 1
+        if len(self.art_rows) >= self.batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.art_rows:
+            return
+        db = self.db
+        before = db.total_changes
+        db.executemany("INSERT OR IGNORE INTO articles VALUES (?,?,?,?,?,?,?,?)", self.art_rows)
+        inserted = db.total_changes - before
+        sec_rows = self.sec_rows
+        if inserted < len(self.art_rows):  # duplicates: find which ids were ignored, drop their sections
+            lo, hi = self.art_rows[0][0], self.art_rows[-1][0]
+            kept = {r[0] for r in db.execute("SELECT id FROM articles WHERE id BETWEEN ? AND ?", (lo, hi))}
+            dropped = [r for r in self.art_rows if r[0] not in kept]
+            if self.on_duplicate == "error":
+                r = dropped[0]
+                first = db.execute("SELECT raw_url FROM articles WHERE url=?", (r[1],)).fetchone()
+                raise KBFormatError(f"{self.stats.source}: {self.where.get(r[0], 'article')}: duplicate url "
+                                    f"{r[1]!r} (first seen as {first[0]!r}); on_duplicate='error'")
+            self.stats.duplicates += len(dropped)
+            room = 10 - len(self.stats.duplicate_examples)
+            self.stats.duplicate_examples.extend(r[1] for r in dropped[:max(room, 0)])
+            sec_rows = [s for s in sec_rows if s[1] in kept]
+        db.executemany("INSERT INTO sections VALUES (?,?,?,?,?)", sec_rows)
+        self.stats.articles += inserted
+        self.stats.sections += len(sec_rows)
+        self.art_rows, self.sec_rows = [], []
+        self.where.clear()
+
+    def finish(self, source: str, source_stat: os.stat_result | None) -> ImportStats:
+        self.flush()
+        db = self.db
+        t_load = time.perf_counter()
+        if self.progress:
+            self.progress("index", 0, 1)
+        db.execute("INSERT INTO fts(fts) VALUES('rebuild')")
+        db.execute("INSERT INTO fts(fts) VALUES('optimize')")
+        db.execute("INSERT INTO fts(fts, rank) VALUES('rank', 'bm25(2.0, 1.0)')")  # title hits weigh double
+        st = self.stats
+        info = {"format": FORMAT_NAME, "version": str(FORMAT_VERSION), "articles": str(st.articles),
+                "sections": str(st.sections), "duplicates": str(st.duplicates), "source": source,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if source_stat is not None:
+            info["source_size"] = str(source_stat.st_size)
+            info["source_mtime_ns"] = str(source_stat.st_mtime_ns)
+        db.executemany("INSERT INTO kb_info VALUES (?,?)", list(info.items()))
+        db.execute("COMMIT")
+        db.execute("ANALYZE")
+        # Rollback journal (not WAL) for the finished file: readers never write, and a WAL database
+        # opened read-only leaves -wal/-shm files behind and fails in read-only directories.
+        db.execute("PRAGMA journal_mode=DELETE")
+        t_end = time.perf_counter()
+        st.load_seconds = round(t_load - self.t0, 3)
+        st.index_seconds = round(t_end - t_load, 3)
+        st.seconds = round(t_end - self.t0, 3)
+        st.articles_per_s = round(st.articles / st.seconds, 1) if st.seconds > 0 else 0.0
+        db.execute("INSERT OR REPLACE INTO kb_info VALUES ('import_seconds', ?)", (str(st.seconds),))
+        db.close()
+        os.replace(self.tmp, self.out)
+        if self.progress:
+            self.progress("index", 1, 1)
+        return st
+
+    def abort(self) -> None:
+        try:
+            self.db.close()
+        finally:
+            if self.tmp.exists():
+                self.tmp.unlink()
+
+
+def _prepare_out(out: str | os.PathLike, overwrite: bool) -> Path:
+    out = Path(out)
+    if out.exists():
+        if not overwrite:
+            raise FileExistsError(f"{out}: already exists (pass overwrite=True / --force to replace it)")
+        if out.is_dir():
+            raise IsADirectoryError(f"{out}: is a directory, expected a .sqlite file path")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_size: int = 2000,
+                     progress: bool | ProgressFn = False, on_duplicate: OnDuplicate = "keep_first",
+                     overwrite: bool = False) -> ImportStats:
+    """Stream-import a wiki JSON/JSONL file into a new KB database at `out`.
+
+    Duplicate canonical urls keep the first article (counted in `ImportStats.duplicates`) unless
+    `on_duplicate='error'`. `progress=True` draws a rich progress bar (bytes read, then indexing);
+    a callable gets (phase, done, total). The database is written to `out.partial` and renamed at
+    the end, so a failed import never leaves a half-built KB at `out`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such wiki file")
+    out = _prepare_out(out, overwrite)
+    kind = _sniff(path)
+    total = path.stat().st_size
+    bar = None
+    if progress is True:
+        bar = _RichProgress(total)
+        progress_fn: ProgressFn | None = bar.update
+    else:
+        progress_fn = progress or None
+    writer = _Writer(out, batch_size, on_duplicate, progress_fn)
+    writer.stats.source = str(path)
+    raw, f = _open_raw(path)
+    try:
+        reader = {"mapping": _iter_mapping, "jsonl": _iter_jsonl, "array": _iter_array}[kind](path, f)
+        n = 0
+        for where, key, value in reader:
+            canon, rawurl, title, sections, images, meta = _to_row(str(path), where, key, value)
+            writer.add(canon, rawurl, title, sections, images, meta, where)
+            n += 1
+            if progress_fn and n % batch_size == 0:
+                progress_fn("load", raw.tell(), total)
+        if progress_fn:
+            progress_fn("load", total, total)
+        stats = writer.finish(str(path.resolve()), path.stat())
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        f.close()
+        raw.close()
+        if bar:
+            bar.close()
+    return stats
+
+
+def build_kb(articles: Iterable[Article], out: str | os.PathLike, *, batch_size: int = 2000,
+             on_duplicate: OnDuplicate = "keep_first", overwrite: bool = False) -> ImportStats:
+    """Write Article objects into a new KB database (tests, demos, converters)."""
+    out = _prepare_out(out, overwrite)
+    writer = _Writer(out, batch_size, on_duplicate, None)
+    writer.stats.source = "<articles>"
+    try:
+        for n, a in enumerate(articles):
+            if not isinstance(a, Article):
+                raise TypeError(f"build_kb: item {n} is {type(a).__name__}, expected kbvqa Article")
+            secs = sorted(a.sections, key=lambda s: s.index)
+            if [s.index for s in secs] != list(range(len(secs))):
+                raise KBFormatError(f"build_kb: item {n} ({a.url!r}): section indices must be 0..{len(secs) - 1}, "
+                                    f"got {[s.index for s in a.sections]}")
+            writer.add(canonical_url(a.url), a.url, a.title or url_to_title(a.url),
+                       [(s.title, s.text) for s in secs], list(a.image_urls), dict(a.meta), f"item {n} ({a.url!r})")
+        return writer.finish("<articles>", None)
+    except BaseException:
+        writer.abort()
+        raise
+
+
+class _RichProgress:
+    """A two-phase rich bar: bytes parsed, then the (indeterminate) FTS build."""
+
+    def __init__(self, total: int):
+        from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn,
+                                   TimeElapsedColumn, TransferSpeedColumn)
+        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                          TransferSpeedColumn(), TimeElapsedColumn(), transient=False)
+        self.p.start()
+        self.load = self.p.add_task("parse + load", total=total)
+        self.index = None
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if phase == "load":
+            self.p.update(self.load, completed=done)
+        elif self.index is None:
+            self.p.update(self.load, completed=self.p.tasks[self.load].total)
+            self.index = self.p.add_task("build FTS index", total=None)
+        elif done >= total:
+            self.p.update(self.index, total=1, completed=1)
+
+    def close(self) -> None:
+        self.p.stop()

@@ -1,0 +1,241 @@
+"""The SQLite + FTS5 KB store: open an imported wiki KB in milliseconds and query it.
+
+Built by `kb.importer` (or `build_kb`); implements the `kb.base.KnowledgeBase` protocol, so stages
+use it interchangeably with `InMemoryKB`. Opening reads one small table (no scan), so a 2M-article
+KB opens as fast as a 100-article one, and memory stays flat: articles are read on demand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+from kbvqa.data.schema import Article, Section
+from kbvqa.data.urls import canonical_url
+from kbvqa.kb.base import SearchHit
+from kbvqa.kb.importer import FORMAT_NAME, FORMAT_VERSION, import_wiki_json
+
+__all__ = ["KBStore", "KBError", "open_kb", "fts_query"]
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+_MAX_TERMS = 32
+# Function words carry no signal for BM25 but match nearly every section, which makes OR queries
+# slow; they are dropped unless the query has nothing else.
+STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have how i if in
+into is it its of on or that the their there these they this to was were what when where which who whom
+whose why will with would you your""".split())
+
+
+class KBError(RuntimeError):
+    """The file is not a usable kbvqa KB (wrong format, version, or missing)."""
+
+
+def fts_query(text: str) -> str | None:
+    """Turn arbitrary user text into a safe FTS5 MATCH expression (quoted terms OR'ed), or None.
+
+    Quotes, hyphens, colons, parentheses and AND/OR/NOT/NEAR are FTS5 syntax; only the word
+    tokens survive, each as a quoted string, so no user text can raise a syntax error.
+    """
+    toks: list[str] = []
+    seen: set[str] = set()
+    for t in _TOKEN.findall(text.lower()):
+        t = t.replace("_", " ").strip()
+        if t and t not in seen:
+            seen.add(t)
+            toks.append(t)
+    content = [t for t in toks if t not in STOPWORDS] or toks
+    if not content:
+        return None
+    return " OR ".join(f'"{t}"' for t in content[:_MAX_TERMS])
+
+
+class KBStore:
+    """Read access to a KB database. Thread-safe (one connection behind a lock; `check_same_thread=False`)."""
+
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = True):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no such KB file")
+        with open(self.path, "rb") as f:
+            if f.read(16) != SQLITE_MAGIC:
+                raise KBError(f"{self.path}: not a SQLite KB (import a wiki JSON with `kbvqa kb import`)")
+        uri = self.path.resolve().as_uri() + ("?mode=ro" if readonly else "?mode=rw")
+        self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        self._lock = threading.RLock()
+        try:
+            info = dict(self._db.execute("SELECT key, value FROM kb_info").fetchall())
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise KBError(f"{self.path}: not a kbvqa KB ({e})") from None
+        if info.get("format") != FORMAT_NAME:
+            self._db.close()
+            raise KBError(f"{self.path}: kb_info.format is {info.get('format')!r}, expected {FORMAT_NAME!r}")
+        if info.get("version") != str(FORMAT_VERSION):
+            self._db.close()
+            raise KBError(f"{self.path}: KB format version {info.get('version')}, this kbvqa reads "
+                          f"{FORMAT_VERSION}; re-import the wiki file")
+        self._info = info
+        self._len = int(info["articles"])
+        self._db.execute("PRAGMA cache_size=-65536")
+
+    # -- protocol ---------------------------------------------------------------------------------
+    def get(self, url: str) -> Article | None:
+        """The article with this url (any spelling canonical_url accepts), or None."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, url, title, first_section, n_sections, image_urls, meta FROM articles WHERE url=?",
+                (canonical_url(url),)).fetchone()
+            if row is None:
+                return None
+            _, curl, title, first, n, images, meta = row
+            secs = self._db.execute("SELECT idx, title, text FROM sections WHERE id BETWEEN ? AND ? ORDER BY id",
+                                    (first, first + n - 1)).fetchall()
+        return Article(url=curl, title=title, sections=[Section(index=i, title=t, text=x) for i, t, x in secs],
+                       image_urls=json.loads(images), meta=json.loads(meta))
+
+    def search(self, query: str, k: int = 10) -> list[SearchHit]:
+        """Top-k sections by BM25 (title matches weigh double); score = -bm25, higher is better."""
+        return self._search(query, k, None)
+
+    def search_in(self, url: str, query: str, k: int = 10) -> list[SearchHit]:
+        """Sections of one article ranked by BM25 against `query`; KeyError if the article is absent."""
+        with self._lock:
+            row = self._db.execute("SELECT first_section, n_sections FROM articles WHERE url=?",
+                                   (canonical_url(url),)).fetchone()
+        if row is None:
+            raise KeyError(f"{url!r} is not in the KB {self.path}")
+        first, n = row
+        if n == 0:
+            return []
+        return self._search(query, k, (first, first + n - 1))
+
+    def _search(self, query: str, k: int, rowids: tuple[int, int] | None) -> list[SearchHit]:
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        if k <= 0:
+            return []
+        match = fts_query(query)
+        if match is None:
+            return []
+        where = "fts MATCH ?" + (" AND rowid BETWEEN ? AND ?" if rowids else "")
+        params: tuple = (match, *rowids, k) if rowids else (match, k)
+        sql = (f"SELECT a.url, a.title, s.idx, s.title, s.text, h.r FROM "
+               f"(SELECT rowid AS rid, rank AS r FROM fts WHERE {where} ORDER BY rank LIMIT ?) h "
+               f"JOIN sections s ON s.id = h.rid JOIN articles a ON a.id = s.article_id ORDER BY h.r, s.id")
+        with self._lock:
+            rows = self._db.execute(sql, params).fetchall()
+        return [SearchHit(url=u, title=t, section_index=i, section_title=st, text=x, score=-r)
+                for u, t, i, st, x, r in rows]
+
+    def __contains__(self, url: object) -> bool:
+        if not isinstance(url, str):
+            return False
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM articles WHERE url=?", (canonical_url(url),)).fetchone() is not None
+
+    def __len__(self) -> int:
+        return self._len
+
+    # -- iteration and info -----------------------------------------------------------------------
+    def iter_urls(self, chunk: int = 10_000) -> Iterator[str]:
+        """Canonical urls in import order, read in chunks (the lock is not held between chunks)."""
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._db.execute("SELECT id, url FROM articles WHERE id > ? ORDER BY id LIMIT ?",
+                                        (last, chunk)).fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            for _, u in rows:
+                yield u
+
+    def __iter__(self) -> Iterator[Article]:
+        """Articles in import order (like InMemoryKB)."""
+        for u in self.iter_urls():
+            a = self.get(u)
+            if a is not None:
+                yield a
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and provenance recorded at import, plus the file size."""
+        info = dict(self._info)
+        out: dict[str, Any] = {"path": str(self.path), "size_bytes": self.path.stat().st_size}
+        for key in ("articles", "sections", "duplicates"):
+            out[key] = int(info.pop(key, 0))
+        if "import_seconds" in info:
+            out["import_seconds"] = float(info.pop("import_seconds"))
+        out.update(info)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> "KBStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"KBStore({str(self.path)!r}, articles={self._len})"
+
+
+def _is_sqlite(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(16) == SQLITE_MAGIC
+
+
+def _fresh_cache(cache: Path, src: Path) -> bool:
+    """True if `cache` is a KB imported from `src` as it is now (same size and mtime)."""
+    if not cache.is_file():
+        return False
+    try:
+        with KBStore(cache) as kb:
+            info = kb._info
+    except (KBError, sqlite3.DatabaseError):
+        return False
+    st = src.stat()
+    return info.get("source_size") == str(st.st_size) and info.get("source_mtime_ns") == str(st.st_mtime_ns)
+
+
+def open_kb(path_or_json: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
+            progress: bool = False) -> KBStore:
+    """Open a KB: a SQLite KB file directly, or a wiki .json/.jsonl(.gz) imported once to a cache.
+
+    The cache sits beside the wiki file (`NAME.kb.sqlite`) or, if that directory is not writable,
+    in `cache_dir` / the temp dir; it is re-imported when the wiki file's size or mtime changes.
+    """
+    p = Path(path_or_json)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such KB or wiki file")
+    if _is_sqlite(p):
+        return KBStore(p)
+    if cache_dir is not None:
+        candidates = [Path(cache_dir)]
+    else:
+        candidates = [p.parent] if os.access(p.parent, os.W_OK) else []
+        candidates.append(Path(tempfile.gettempdir()) / "kbvqa-kb")
+    key = hashlib.sha1(str(p.resolve()).encode()).hexdigest()[:12]
+    for i, d in enumerate(candidates):
+        cache = d / (p.name + ".kb.sqlite") if d == p.parent else d / f"{p.name}.{key}.kb.sqlite"
+        if _fresh_cache(cache, p):
+            return KBStore(cache)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            import_wiki_json(p, cache, progress=progress, overwrite=True)
+        except PermissionError:
+            if i + 1 < len(candidates):
+                continue
+            raise
+        return KBStore(cache)
+    raise KBError(f"{p}: no writable place for the KB cache")  # pragma: no cover

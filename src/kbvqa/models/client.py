@@ -1,0 +1,326 @@
+"""The one OpenAI-compatible chat client (vLLM, SGLang, Ollama, llama.cpp server, hosted APIs).
+
+What the old scripts got wrong and this fixes: one base-URL rule; pooled keep-alive connections and
+a concurrency limit instead of one request at a time on a fresh connection; bounded retries with
+backoff instead of none (or forever); API failures come back as `status="error"`, never as answers;
+unparseable or schema-violating replies come back as `status="invalid"`, never as a default label.
+
+Base-URL rule: `base_url` is the OpenAI SDK's base_url, i.e. it ends in `/v1`
+(`http://127.0.0.1:8000/v1`). A URL without a `/v1` path segment gets `/v1` appended, so
+`http://127.0.0.1:8000` works too. Requests go to `{base_url}/chat/completions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import random
+import re
+import time
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from kbvqa.data.schema import Provenance, Usage
+from kbvqa.models.cache import ResponseCache, is_deterministic, make_key, schema_json
+from kbvqa.models.jsonx import extract_json, strip_think
+from kbvqa.models.result import ChatResult
+
+RETRY_AFTER_CAP = 300.0  # seconds; a Retry-After beyond this is treated as this
+_SCHEMA_400 = re.compile(r"response_format|json_schema|guided_json|structured output", re.IGNORECASE)
+
+
+def normalize_base_url(base_url: str) -> str:
+    """Apply the one base-URL rule: strip trailing '/', append '/v1' unless a `/v1` segment exists."""
+    url = base_url.strip().rstrip("/")
+    if not url:
+        raise ValueError("base_url is empty")
+    if not re.match(r"^https?://", url):
+        raise ValueError(f"base_url must start with http:// or https:// (got {base_url!r})")
+    path = httpx.URL(url).path
+    if "/v1" not in [("/" + seg) for seg in path.split("/") if seg]:
+        url += "/v1"
+    return url
+
+
+def _check_json_schema(value: Any, schema: dict, where: str = "$") -> None:
+    """A small JSON-Schema subset check (type, required, enum, properties, items) for dict schemas;
+    pydantic models get full validation instead."""
+    t = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    if t in types and not isinstance(value, types[t]):
+        raise ValueError(f"{where}: expected {t}, got {type(value).__name__}")
+    if t in ("number", "integer") and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                        or (t == "integer" and isinstance(value, float) and not value.is_integer())):
+        raise ValueError(f"{where}: expected {t}, got {value!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ValueError(f"{where}: {value!r} not one of {schema['enum']}")
+    if isinstance(value, dict):
+        missing = [k for k in schema.get("required", []) if k not in value]
+        if missing:
+            raise ValueError(f"{where}: missing required {missing}")
+        for k, sub in (schema.get("properties") or {}).items():
+            if k in value and isinstance(sub, dict):
+                _check_json_schema(value[k], sub, f"{where}.{k}")
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, v in enumerate(value):
+            _check_json_schema(v, schema["items"], f"{where}[{i}]")
+
+
+def validate_data(value: Any, schema: type[BaseModel] | dict | None) -> Any:
+    """Validate parsed JSON against the requested schema; returns plain JSON or raises ValueError."""
+    if schema is None:
+        return value
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            return schema.model_validate(value).model_dump(mode="json")
+        except ValidationError as e:
+            errs = "; ".join(f"{'.'.join(map(str, er['loc'])) or '$'}: {er['msg']}" for er in e.errors()[:3])
+            raise ValueError(f"schema {schema.__name__} validation failed: {errs}") from None
+    body = schema_json(schema) or {}
+    inner = body.get("schema", body) if "name" in body and "schema" in body else body
+    _check_json_schema(value, inner)
+    return value
+
+
+def interpret_reply(text: str, schema: type[BaseModel] | dict | None) -> tuple[str, Any, str]:
+    """(status, data, reason) for a reply text: think-stripped, then parsed and validated when a
+    schema is requested. Never substitutes a default."""
+    if schema is None:
+        return ("ok", None, "") if text else ("invalid", None, "empty reply")
+    try:
+        value = extract_json(text)
+    except ValueError as e:
+        return "invalid", None, f"unparseable JSON: {e}"
+    try:
+        return "ok", validate_data(value, schema), ""
+    except ValueError as e:
+        return "invalid", None, str(e)
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    """Seconds from a Retry-After header (delta seconds, fractional allowed, or an HTTP date)."""
+    h = resp.headers.get("retry-after") or resp.headers.get("retry-after-ms")
+    if not h:
+        return None
+    try:
+        s = float(h)
+        if "retry-after-ms" in resp.headers and "retry-after" not in resp.headers:
+            s /= 1000.0
+        return max(0.0, min(s, RETRY_AFTER_CAP))
+    except ValueError:
+        pass
+    try:
+        dt = email.utils.parsedate_to_datetime(h)
+        return max(0.0, min(dt.timestamp() - time.time(), RETRY_AFTER_CAP))
+    except (TypeError, ValueError):
+        return None
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, delay: float | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.delay = delay
+
+
+class OpenAIChatClient:
+    """Async client for `POST {base_url}/chat/completions` with pooling, a concurrency limit,
+    bounded retries, JSON-schema output with prompt-only fallback, cache and usage accounting.
+
+    `max_retries` counts retries after the first attempt (max_retries=4 → at most 5 requests).
+    `usage.calls` counts HTTP requests sent; `usage.seconds` is the call's wall time."""
+
+    backend = "openai"
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, *, concurrency: int = 8,
+                 timeout: float = 60, max_retries: int = 4, backoff_base: float = 0.5,
+                 backoff_max: float = 20, temperature: float = 0.0, max_tokens: int | None = None,
+                 price_in_per_mtok: float = 0.0, price_out_per_mtok: float = 0.0,
+                 cache: ResponseCache | None = None, extra_params: dict[str, Any] | None = None,
+                 json_schema_strict: bool = False):
+        if concurrency < 1:
+            raise ValueError("concurrency must be ≥ 1")
+        if max_retries < 0:
+            raise ValueError("max_retries must be ≥ 0")
+        self.base_url = normalize_base_url(base_url)
+        self.model = model
+        self._api_key = api_key or os.environ.get("KBVQA_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        self.concurrency = concurrency
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.price_in_per_mtok = price_in_per_mtok
+        self.price_out_per_mtok = price_out_per_mtok
+        self.cache = cache
+        self.extra_params = dict(extra_params or {})
+        self.json_schema_strict = json_schema_strict
+        self.supports_json_schema: bool | None = None  # None = not yet known; False after a 400
+        self.provenance = Provenance(backend="openai", model=model, base_url=self.base_url)
+        self.total_usage = Usage()
+        self._http: httpx.AsyncClient | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"OpenAIChatClient(model={self.model!r}, base_url={self.base_url!r}, concurrency={self.concurrency})"
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def _ensure_loop_state(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        """Pool and semaphore belong to one event loop; a new loop (a second asyncio.run) gets new ones."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._http is None or self._sem is None:
+            headers = {"Content-Type": "application/json"}
+            if self._api_key:
+                headers["Authorization"] = f"Bearer {self._api_key}"
+            self._http = httpx.AsyncClient(
+                headers=headers,
+                timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+                limits=httpx.Limits(max_connections=self.concurrency,
+                                    max_keepalive_connections=self.concurrency, keepalive_expiry=60.0),
+            )
+            self._sem = asyncio.Semaphore(self.concurrency)
+            self._loop = loop
+        return self._http, self._sem
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            try:
+                await self._http.aclose()
+            except RuntimeError:  # pool created on a loop that has since closed
+                pass
+            self._http = None
+            self._sem = None
+            self._loop = None
+
+    async def __aenter__(self) -> "OpenAIChatClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter in [50%, 100%] of the capped step."""
+        step = min(self.backoff_max, self.backoff_base * (2 ** attempt))
+        return step * (0.5 + random.random() * 0.5)
+
+    def _params(self, params: dict[str, Any]) -> dict[str, Any]:
+        merged: dict[str, Any] = {"temperature": self.temperature}
+        if self.max_tokens is not None:
+            merged["max_tokens"] = self.max_tokens
+        merged.update(self.extra_params)
+        merged.update(params)
+        return {k: v for k, v in merged.items() if v is not None}
+
+    # -- the call ---------------------------------------------------------------------------
+    async def chat(self, messages: list[dict], *, schema: type[BaseModel] | dict | None = None,
+                   prompt_version: str = "", **params: Any) -> ChatResult:
+        """One chat completion → ChatResult (ok / invalid / error). Never raises for API trouble."""
+        t0 = time.perf_counter()
+        prov = self.provenance.model_copy(update={"prompt_version": prompt_version or None})
+        call_params = self._params(params)
+        key = None
+        if self.cache is not None and is_deterministic(call_params):
+            key = make_key("openai", self.base_url, self.model, messages, call_params, prompt_version, schema)
+            hit = self.cache.get(key)
+            if hit is not None:
+                res = hit.model_copy(update={"cached": True, "provenance": prov,
+                                             "usage": Usage(seconds=time.perf_counter() - t0)})
+                self.total_usage = self.total_usage.add(res.usage)
+                return res
+        res = await self._call(messages, schema, call_params, prov, t0)
+        self.total_usage = self.total_usage.add(res.usage)
+        if key is not None and res.status == "ok":
+            self.cache.put(key, res)  # type: ignore[union-attr]
+        return res
+
+    def _body(self, messages: list[dict], schema: type[BaseModel] | dict | None,
+              params: dict[str, Any], use_schema: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **params}
+        if schema is not None and use_schema:
+            sj = schema_json(schema) or {}
+            if "name" in sj and "schema" in sj:
+                name, js = sj["name"], sj["schema"]
+            else:
+                name, js = "response", sj
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64],
+                                                       "schema": js, "strict": self.json_schema_strict}}
+        return body
+
+    async def _call(self, messages: list[dict], schema: type[BaseModel] | dict | None,
+                    params: dict[str, Any], prov: Provenance, t0: float) -> ChatResult:
+        http, sem = self._ensure_loop_state()
+        url = f"{self.base_url}/chat/completions"
+        requests_sent = 0
+        attempt = 0
+        fallback_used = False
+        last_reason = ""
+
+        def usage(pt: int = 0, ct: int = 0) -> Usage:
+            cost = pt * self.price_in_per_mtok / 1e6 + ct * self.price_out_per_mtok / 1e6
+            return Usage(prompt_tokens=pt, completion_tokens=ct, cost=cost,
+                         seconds=time.perf_counter() - t0, calls=requests_sent)
+
+        while True:
+            use_schema = schema is not None and self.supports_json_schema is not False
+            body = self._body(messages, schema, params, use_schema)
+            try:
+                async with sem:
+                    requests_sent += 1
+                    try:
+                        resp = await http.post(url, json=body)
+                    except httpx.TimeoutException as e:
+                        raise _Retryable(f"timeout after {self.timeout:g}s ({type(e).__name__})") from None
+                    except httpx.TransportError as e:
+                        raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
+                status = resp.status_code
+                if status == 429:
+                    raise _Retryable("HTTP 429 rate limited", _retry_after(resp))
+                if status >= 500:
+                    raise _Retryable(f"HTTP {status}: {resp.text[:200]}", _retry_after(resp))
+                if status >= 400:
+                    text = resp.text[:500]
+                    if (status == 400 and use_schema and not fallback_used and _SCHEMA_400.search(text)):
+                        # Server cannot do structured output: remember, resend once with prompt-only JSON.
+                        self.supports_json_schema = False
+                        fallback_used = True
+                        continue
+                    return ChatResult(status="error", reason=f"HTTP {status}: {text[:300]}",
+                                      usage=usage(), provenance=prov)
+                try:
+                    payload = resp.json()
+                    choice = payload["choices"][0]
+                    msg = choice.get("message") or {}
+                    content = msg.get("content")
+                    if content is not None and not isinstance(content, str):
+                        # some servers return content parts
+                        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+                    raise _Retryable(f"malformed response body ({type(e).__name__}): {resp.text[:120]!r}") from None
+            except _Retryable as r:
+                last_reason = r.reason
+                if attempt >= self.max_retries:
+                    return ChatResult(status="error", usage=usage(), provenance=prov,
+                                      reason=f"{last_reason} (after {requests_sent} attempts)")
+                delay = r.delay if r.delay is not None else self._backoff(attempt)
+                attempt += 1
+                await asyncio.sleep(delay)
+                continue
+            if use_schema:
+                self.supports_json_schema = True
+            u = payload.get("usage") or {}
+            res_usage = usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+            text = strip_think(content or "")
+            status_, data, reason = interpret_reply(text, schema)
+            finish = choice.get("finish_reason")
+            if status_ == "invalid" and finish == "length":
+                reason += " (reply truncated: finish_reason=length; raise max_tokens)"
+            return ChatResult(status=status_, text=text, data=data, reason=reason, usage=res_usage,
+                              provenance=prov, raw=payload)

@@ -1,0 +1,276 @@
+"""Model roles from `kbvqa.toml`, environment and flags.
+
+Roles, not hard-coded models: a stage asks for `judge`, the config says which backend and model
+fills it. Keys are never written in the file: `api_key_env` names the environment variable that
+holds one (otherwise the client falls back to KBVQA_API_KEY / OPENAI_API_KEY).
+
+    [models.judge]
+    backend = "openai"            # openai | rules | replay
+    model = "qwen3-30b"
+    base_url = "http://127.0.0.1:8000/v1"
+    api_key_env = "MY_KEY"
+    concurrency = 16
+
+    [[models.verifier]]           # verifier may list several
+    backend = "rules"
+    rule = "answer_in_evidence"
+
+    [cache]
+    path = ".kbvqa/cache.sqlite"  # relative paths are relative to the config file
+
+Precedence for a role's field, highest first: flag for that role (`overrides["roles"][role]`),
+global flag (`overrides["model"]`, `overrides["base_url"]`, … for every openai role), env for that
+role (`KBVQA_<ROLE>_BASE_URL`, `KBVQA_<ROLE>_MODEL`), the file, then global env (`KBVQA_BASE_URL`,
+`KBVQA_MODEL`: fill in openai roles that do not set their own). A per-role env model or a per-role
+flag creates a role the file does not mention. Roles left unconfigured are absent from
+`build_roles`, and the stage uses its embedded rules default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kbvqa.models.cache import ResponseCache
+from kbvqa.models.client import OpenAIChatClient, normalize_base_url
+from kbvqa.models.replay import ReplayClient
+from kbvqa.models.result import ModelClient
+from kbvqa.models.rules import RulesClient, get_rule
+
+ROLES = ("verifier", "repairer", "checker", "judge", "answerer", "agent", "vision")
+MULTI_ROLES = ("verifier",)
+_SECRET = re.compile(r"(^|_)(api_?key|key|secret|password|passwd|token|auth|authorization)($|_)", re.IGNORECASE)
+
+
+class ConfigError(ValueError):
+    """A bad model configuration; the message names the file and key."""
+
+
+class RoleConfig(BaseModel):
+    """One model slot. Fields not used by a backend are ignored by it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["openai", "rules", "replay"] = "openai"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    concurrency: int = Field(8, ge=1, le=4096)
+    timeout: float = Field(60.0, gt=0)
+    max_retries: int = Field(4, ge=0, le=50)
+    backoff_base: float = Field(0.5, ge=0)
+    backoff_max: float = Field(20.0, ge=0)
+    temperature: float = Field(0.0, ge=0)
+    max_tokens: int | None = Field(None, ge=1)
+    price_in_per_mtok: float = Field(0.0, ge=0)
+    price_out_per_mtok: float = Field(0.0, ge=0)
+    extra_params: dict[str, Any] = Field(default_factory=dict)
+    json_schema_strict: bool = False
+    rule: str | None = None  # rules backend: registered rule name (defaults to `model`)
+    cassette: str | None = None  # replay backend: JSONL cassette path
+    replay_mode: Literal["replay", "record"] = "replay"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_keys_in_file(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for k in data:
+                if k != "api_key_env" and _SECRET.search(str(k)):
+                    raise ValueError(f"{k!r}: keys are never written in the config; "
+                                     "set api_key_env to the name of an environment variable")
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else normalize_base_url(v)
+
+    @model_validator(mode="after")
+    def _complete(self) -> "RoleConfig":
+        needs_server = self.backend == "openai" or (self.backend == "replay" and self.replay_mode == "record")
+        if needs_server:
+            missing = [f for f in ("model", "base_url") if not getattr(self, f)]
+            if missing:
+                raise ValueError(f"backend {self.backend} needs {' and '.join(missing)} "
+                                 "(in the file, KBVQA_BASE_URL/KBVQA_MODEL or KBVQA_<ROLE>_BASE_URL/_MODEL)")
+        if self.backend == "rules" and not (self.rule or self.model):
+            raise ValueError("backend rules needs rule = \"<registered rule name>\"")
+        if self.backend == "replay" and not self.cassette:
+            raise ValueError("backend replay needs cassette = \"<path to .jsonl>\"")
+        return self
+
+
+class CacheConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: Path | None = None
+    enabled: bool = True
+
+
+class ModelsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    roles: dict[str, RoleConfig | list[RoleConfig]] = Field(default_factory=dict)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    source: Path | None = None  # the file it came from, for messages and the manifest
+
+
+def _fmt_loc(prefix: str, e: ValidationError) -> str:
+    out = []
+    for er in e.errors()[:5]:
+        loc = ".".join(str(x) for x in er["loc"])
+        msg = er["msg"].removeprefix("Value error, ")
+        out.append(f"{prefix}{'.' + loc if loc else ''}: {msg}")
+    return "; ".join(out)
+
+
+def _apply_overrides(role: str, entry: dict[str, Any], env: dict[str, str], overrides: dict[str, Any]) -> dict:
+    d = dict(entry)
+    backend = d.get("backend", "openai")
+    if backend == "openai":
+        if "base_url" not in d and env.get("KBVQA_BASE_URL"):
+            d["base_url"] = env["KBVQA_BASE_URL"]
+        if "model" not in d and env.get("KBVQA_MODEL"):
+            d["model"] = env["KBVQA_MODEL"]
+    for field in ("base_url", "model"):
+        v = env.get(f"KBVQA_{role.upper()}_{field.upper()}")
+        if v:
+            d[field] = v
+    if backend == "openai":
+        d.update({k: v for k, v in overrides.items() if k not in ("roles", "cache") and v is not None})
+    d.update({k: v for k, v in ((overrides.get("roles") or {}).get(role) or {}).items() if v is not None})
+    return d
+
+
+def load_model_config(path: Path | str | None, overrides: dict[str, Any] | None = None,
+                      env: dict[str, str] | None = None) -> ModelsConfig:
+    """Read `[models.*]` and `[cache]` from a TOML file (or nothing when path is None), apply env
+    and flag overrides, and validate. Raises ConfigError naming the file and key."""
+    env = dict(os.environ if env is None else env)
+    overrides = dict(overrides or {})
+    where = str(path) if path else "<flags/env>"
+    raw: dict[str, Any] = {}
+    base_dir = Path.cwd()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: config file not found")
+        try:
+            raw = tomllib.loads(p.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{p}: not valid TOML: {e}") from None
+        base_dir = p.resolve().parent
+    models = raw.get("models", {})
+    if not isinstance(models, dict):
+        raise ConfigError(f"{where}: [models] must be a table of roles")
+    names = set(models)
+    names |= {r for r in ROLES if env.get(f"KBVQA_{r.upper()}_MODEL")}
+    names |= set(overrides.get("roles") or {})
+    roles: dict[str, Any] = {}
+    for role in sorted(names):
+        if role not in ROLES:
+            raise ConfigError(f"{where}: models.{role}: unknown role (known roles: {', '.join(ROLES)})")
+        entry = models.get(role, {})
+        entries = entry if isinstance(entry, list) else [entry]
+        if isinstance(entry, list) and role not in MULTI_ROLES:
+            raise ConfigError(f"{where}: models.{role}: only {', '.join(MULTI_ROLES)} may list several models")
+        built = []
+        for i, e in enumerate(entries):
+            label = f"models.{role}" + (f"[{i}]" if isinstance(entry, list) else "")
+            if not isinstance(e, dict):
+                raise ConfigError(f"{where}: {label}: must be a table")
+            d = _apply_overrides(role, e, env, overrides)
+            if d.get("cassette") and not Path(d["cassette"]).is_absolute():
+                d["cassette"] = str(base_dir / d["cassette"])
+            try:
+                built.append(RoleConfig.model_validate(d))
+            except ValidationError as err:
+                raise ConfigError(f"{where}: {_fmt_loc(label, err)}") from None
+        roles[role] = built if isinstance(entry, list) else built[0]
+    cache_raw = dict(raw.get("cache", {}) or {})
+    cache_raw.update(overrides.get("cache") or {})
+    try:
+        cache = CacheConfig.model_validate(cache_raw)
+    except ValidationError as err:
+        raise ConfigError(f"{where}: {_fmt_loc('cache', err)}") from None
+    if cache.path is not None and not cache.path.is_absolute():
+        cache.path = base_dir / cache.path
+    return ModelsConfig(roles=roles, cache=cache, source=Path(path) if path else None)
+
+
+def _build_one(role: str, rc: RoleConfig, cache: ResponseCache | None, env: dict[str, str]) -> ModelClient:
+    if rc.backend == "rules":
+        name = rc.rule or rc.model or ""
+        return RulesClient(name, get_rule(role, name))
+    key = None
+    if rc.api_key_env:
+        key = env.get(rc.api_key_env)
+        if not key:
+            raise ConfigError(f"models.{role}: api_key_env names {rc.api_key_env!r}, which is not set")
+
+    def openai() -> OpenAIChatClient:
+        return OpenAIChatClient(
+            rc.base_url or "", rc.model or "", key, concurrency=rc.concurrency, timeout=rc.timeout,
+            max_retries=rc.max_retries, backoff_base=rc.backoff_base, backoff_max=rc.backoff_max,
+            temperature=rc.temperature, max_tokens=rc.max_tokens, price_in_per_mtok=rc.price_in_per_mtok,
+            price_out_per_mtok=rc.price_out_per_mtok, cache=cache, extra_params=rc.extra_params,
+            json_schema_strict=rc.json_schema_strict)
+
+    if rc.backend == "openai":
+        return openai()
+    inner = openai() if rc.replay_mode == "record" else None
+    return ReplayClient(rc.cassette or "", mode=rc.replay_mode, inner=inner)
+
+
+def build_roles(cfg: ModelsConfig, env: dict[str, str] | None = None) -> dict[str, ModelClient | list[ModelClient]]:
+    """Clients for every configured role (lists stay lists); openai roles share one cache."""
+    env = dict(os.environ if env is None else env)
+    cache = None
+    if cfg.cache.enabled and cfg.cache.path is not None:
+        cache = ResponseCache(cfg.cache.path)
+    out: dict[str, ModelClient | list[ModelClient]] = {}
+    for role, rc in cfg.roles.items():
+        if isinstance(rc, list):
+            out[role] = [_build_one(role, r, cache, env) for r in rc]
+        else:
+            out[role] = _build_one(role, rc, cache, env)
+    return out
+
+
+def _redact_url(url: str) -> str:
+    url = re.sub(r"//[^/@]+@", "//<redacted>@", url)
+    return re.sub(r"([?&][^=&]*(?:key|token|secret|sig)[^=&]*=)[^&]*", r"\1<redacted>", url, flags=re.IGNORECASE)
+
+
+def redact(obj: Any) -> Any:
+    """Replace the value of every field named like a key/token/secret (max_tokens is not one);
+    strip credentials from URLs."""
+    if isinstance(obj, dict):
+        return {k: ("<redacted>" if _SECRET.search(str(k)) else redact(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    if isinstance(obj, str) and obj.startswith(("http://", "https://")):
+        return _redact_url(obj)
+    return obj
+
+
+def describe_roles(cfg: ModelsConfig) -> dict[str, Any]:
+    """Manifest entry: per role backend, model, base URL and params; never a key."""
+
+    def one(rc: RoleConfig) -> dict[str, Any]:
+        d = rc.model_dump(mode="json", exclude_none=True)
+        if rc.backend != "replay":
+            d.pop("cassette", None)
+            d.pop("replay_mode", None)
+        if rc.backend == "rules":
+            d = {k: d[k] for k in ("backend", "model", "rule") if k in d}
+        return redact(d)
+
+    return {"source": str(cfg.source) if cfg.source else None,
+            "roles": {r: ([one(x) for x in rc] if isinstance(rc, list) else one(rc)) for r, rc in cfg.roles.items()},
+            "cache": {"path": str(cfg.cache.path) if cfg.cache.path else None, "enabled": cfg.cache.enabled}}

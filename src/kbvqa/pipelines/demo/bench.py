@@ -1,0 +1,102 @@
+"""Build the demo benchmark at run time from photographs that ship inside PyPI packages.
+
+Each entity gets two pictures: the KB image (the photograph as shipped) and a query image (a crop,
+mirror and resize of it), so image retrieval has real work to do. Articles and questions come from
+content.json; questions with a `planted_flaw` are broken on purpose for the audit to find.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from kbvqa.data.schema import Answer, Article, Entity, Sample, Section
+
+CONTENT = "content.json"
+
+
+def load_content() -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath(CONTENT).read_text(encoding="utf-8"))
+
+
+def load_photo(source: str) -> Image.Image:
+    """'skimage:NAME' | 'sklearn:FILE' | 'matplotlib:FILE' -> RGB image, all offline."""
+    lib, _, name = source.partition(":")
+    if lib == "skimage":
+        from skimage import data
+
+        arr = getattr(data, name)()
+        if arr.ndim == 2:
+            arr = np.stack([arr] * 3, axis=-1)
+        return Image.fromarray(arr).convert("RGB")
+    if lib == "sklearn":
+        from sklearn.datasets import load_sample_image
+
+        return Image.fromarray(load_sample_image(name)).convert("RGB")
+    if lib == "matplotlib":
+        from matplotlib import cbook
+
+        with cbook.get_sample_data(name) as f:
+            return Image.open(f).convert("RGB")
+    raise ValueError(f"unknown photo source {source!r}")
+
+
+def query_view(img: Image.Image) -> Image.Image:
+    """A different photograph of the same thing, as far as pixels go: crop, mirror, resize."""
+    w, h = img.size
+    crop = img.crop((int(w * 0.08), int(h * 0.06), int(w * 0.94), int(h * 0.96)))
+    return crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT).resize((384, int(384 * crop.height / crop.width)))
+
+
+@dataclass
+class DemoBench:
+    root: Path
+    samples: Path  # kbvqa JSONL (also the reference file for scoring)
+    kb: Path  # SQLite KB
+    kb_images: dict[str, Path]  # article url -> KB image
+    flaws: dict[str, str]  # sample id -> planted flaw
+    n_samples: int
+
+
+def build_bench(root: Path) -> DemoBench:
+    from kbvqa.data.formats import write_samples
+    from kbvqa.kb.importer import build_kb
+
+    content = load_content()
+    root = Path(root)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    entities = {e["key"]: e for e in content["entities"]}
+    articles, kb_images = [], {}
+    for key, e in entities.items():
+        photo = load_photo(e["source"])
+        kb_img = root / "images" / f"kb_{key}.jpg"
+        photo.save(kb_img, quality=92)
+        query_view(photo).save(root / "images" / f"query_{key}.jpg", quality=90)
+        kb_images[e["url"]] = kb_img
+        articles.append(Article(url=e["url"], title=e["title"], image_urls=[f"images/kb_{key}.jpg"],
+                                sections=[Section(index=i, title=t, text=x) for i, (t, x) in enumerate(e["sections"])],
+                                meta={"type": e["type"], "photo_source": e["source"]}))
+    build_kb(articles, root / "kb.sqlite", overwrite=True)
+
+    samples, flaws = [], {}
+    keys = list(entities)
+    for i, (key, question, answer, atype, flaw) in enumerate(content["questions"]):
+        e = entities[key]
+        sid = f"demo_{i:03d}"
+        # InfoSeek-style splits so the official harmonic mean has two halves: alternate by entity.
+        split = "demo_unseen_question" if keys.index(key) % 2 == 0 else "demo_unseen_entity"
+        samples.append(Sample(id=sid, question=question, answers=[Answer(text=answer)], answer_type=atype,
+                              question_type=atype, images=[f"images/query_{key}.jpg"],
+                              entity=Entity(url=e["url"], title=e["title"]), split=split, dataset="kbvqa-demo",
+                              meta={"entity_type": e["type"], **({"planted_flaw": flaw} if flaw else {})}))
+        if flaw:
+            flaws[sid] = flaw
+    write_samples(samples, root / "samples.jsonl", "kbvqa")
+    return DemoBench(root=root, samples=root / "samples.jsonl", kb=root / "kb.sqlite", kb_images=kb_images,
+                     flaws=flaws, n_samples=len(samples))

@@ -1,0 +1,190 @@
+"""The run manifest: what ran, with which code, prompts and models, and what came out.
+
+Written beside the output as `<out stem>.manifest.json` when a run starts, rewritten when it
+finishes, and rewritten (best effort) when it is interrupted or fails, so a reader can always tell
+how a file of results was produced. It never holds credentials: config values under key-like names
+are redacted and model clients contribute only their provenance (backend, model, base URL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+REDACTED = "***redacted***"
+
+_SECRET_KEY = re.compile(r"key|token|secret|passw|credential|authorization", re.IGNORECASE)
+
+
+def manifest_path(out: Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.stem + ".manifest.json")
+
+
+def _is_secret_key(key: Any) -> bool:
+    return isinstance(key, str) and bool(_SECRET_KEY.search(key))
+
+
+def redact(value: Any) -> Any:
+    """Copy `value` with everything under a key containing key/token/secret/password (also
+    credential, authorization) replaced by a marker, recursively through dicts and lists.
+
+    Numbers, booleans and None under such keys are kept: they are counts and switches
+    (`max_tokens`, `use_api_key`), never credentials, and hiding them would hide the run's settings.
+    URLs anywhere are cleaned of user:password and of key-like query parameters.
+    """
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if _is_secret_key(k) and not (v is None or isinstance(v, (bool, int, float))):
+                out[str(k)] = REDACTED
+            else:
+                out[str(k)] = redact(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [redact(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return redact_url(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def redact_url(url: str) -> str:
+    """Drop `user:password@` and redact key-like query parameters (`?api_key=...`)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.scheme or not parts.netloc:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[-1] if "@" in parts.netloc else parts.netloc
+    query = parts.query
+    pairs = parse_qsl(query, keep_blank_values=True) if query else []
+    if any(_is_secret_key(k) for k, _ in pairs):
+        query = urlencode([(k, REDACTED if _is_secret_key(k) else v) for k, v in pairs])
+    if netloc == parts.netloc and query == parts.query:
+        return url  # untouched: keep the exact spelling
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def git_info(cwd: Path | None = None) -> dict[str, Any]:
+    """Commit and dirty flag of the git checkout at `cwd`; None values outside git or without git."""
+    cwd = Path(cwd or os.getcwd())
+
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    dirty = None
+    if commit:
+        status = git("status", "--porcelain", "--untracked-files=no")
+        dirty = bool(status) if status is not None else None
+    return {"commit": commit, "dirty": dirty}
+
+
+def kbvqa_version() -> str:
+    try:
+        from kbvqa import __version__
+        return __version__
+    except Exception:  # pragma: no cover - only when the package is half-installed
+        from importlib.metadata import version
+        return version("kbvqa")
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def describe_stage(stage: Any) -> dict[str, Any]:
+    """Name, version, class, redacted config and prompt hashes of one stage."""
+    info: dict[str, Any] = {"name": getattr(stage, "name", type(stage).__name__),
+                            "version": str(getattr(stage, "version", "")),
+                            "class": f"{type(stage).__module__}.{type(stage).__qualname__}"}
+    config = getattr(stage, "config", None)
+    if config is not None and hasattr(config, "model_dump"):
+        try:
+            info["config"] = redact(config.model_dump(mode="json"))
+        except Exception as exc:  # a config that cannot be dumped must not stop the run
+            info["config_error"] = f"{type(exc).__name__}: {exc}"
+    prompts = stage.prompt_versions() if hasattr(stage, "prompt_versions") else {}
+    info["prompt_hashes"] = {str(k): sha256(str(v)) for k, v in (prompts or {}).items()}
+    return info
+
+
+def describe_client(client: Any) -> dict[str, Any]:
+    """A model client's provenance (backend, model, base URL, prompt version): never its keys."""
+    prov = getattr(client, "provenance", None)
+    if callable(prov) and not hasattr(prov, "model_dump"):
+        prov = prov()
+    if prov is None:
+        return {"backend": None, "class": type(client).__name__}
+    if hasattr(prov, "model_dump"):
+        prov = prov.model_dump(mode="json", exclude_none=True)
+    if not isinstance(prov, Mapping):
+        return {"backend": str(prov), "class": type(client).__name__}
+    keep = ("backend", "model", "base_url", "prompt_version")
+    return redact({k: prov[k] for k in keep if k in prov and prov[k] is not None})
+
+
+def describe_roles(roles: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, client in roles.items():
+        if isinstance(client, Sequence) and not isinstance(client, (str, bytes)):
+            out[name] = [describe_client(c) for c in client]
+        else:
+            out[name] = describe_client(client)
+    return out
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def base_manifest(*, stages: Sequence[Any], roles: Mapping[str, Any], run_config: Mapping[str, Any] | None,
+                  description: str, out: Path, fmt: str, concurrency: int, resume: bool,
+                  limit: int | None) -> dict[str, Any]:
+    """The parts of the manifest known when the run starts."""
+    return {
+        "kbvqa_version": kbvqa_version(),
+        "git": git_info(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "description": description,
+        "state": "running",
+        "started": now_iso(),
+        "finished": None,
+        "wall_seconds": None,
+        "output": str(out),
+        "format": fmt,
+        "runner": {"executor": "local", "concurrency": concurrency, "resume": resume, "limit": limit},
+        "run_config": redact(dict(run_config or {})),
+        "stages": [describe_stage(s) for s in stages],
+        "roles": describe_roles(roles),
+    }
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    """Write atomically (temp file + os.replace) so a crash never leaves half a manifest."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

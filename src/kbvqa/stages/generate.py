@@ -1,0 +1,93 @@
+"""The LLM answerer: answer from retrieved KB sections with the configured `answerer` role.
+
+Retrieval picks the article (image retrieval, or the oracle entity when none ran); the article's
+sections are ranked by BM25 against the question when the KB store offers `search_in`, and the top
+sections go to the model with the image. The reply must be JSON {"answer": ...}; anything else ends
+the record `invalid`, and an API failure ends it `error` (never an empty answer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from kbvqa.data.schema import Evidence, Prediction, Sample
+from kbvqa.models.images import user_message
+from kbvqa.stages.base import Context, Invalid, Stage, StageConfig
+
+PROMPT_VERSION = "answer-short-v1"
+SYSTEM = (
+    "You answer knowledge-seeking questions about the entity shown in an image. Use the evidence "
+    "passages from the knowledge base; if they do not contain the answer, answer from your own "
+    "knowledge. Reply with JSON only: {\"answer\": \"...\"} where the answer is as short as possible "
+    "(a name, a number with no unit, a year or a date)."
+)
+
+
+class ShortAnswer(BaseModel):
+    answer: str
+
+
+class GenerateConfig(StageConfig):
+    sections: int = 3  # evidence sections sent to the model
+    max_section_chars: int = 2000
+    send_image: bool = True
+
+
+class GenerateAnswer(Stage):
+    name = "answer-llm"
+    version = "1"
+    config_model = GenerateConfig
+
+    def __init__(self, config: GenerateConfig | None = None, image_root: Path | None = None):
+        super().__init__(config)
+        self.image_root = image_root
+
+    def prompt_versions(self) -> dict[str, str]:
+        return {PROMPT_VERSION: hashlib.sha256(SYSTEM.encode()).hexdigest()}
+
+    def _evidence(self, sample: Sample, urls: list[str], ctx: Context) -> list[Evidence]:
+        if ctx.kb is None or not urls:
+            return list(sample.evidence)
+        url = urls[0]
+        if hasattr(ctx.kb, "search_in"):
+            hits = ctx.kb.search_in(url, sample.question, k=self.config.sections)
+            if hits:
+                return [Evidence(text=h.text, section_id=str(h.section_index), section_title=h.section_title,
+                                 url=h.url) for h in hits]
+        article = ctx.kb.get(url)
+        if article is None:
+            return []
+        return [Evidence(text=s.text, section_id=str(s.index), section_title=s.title, url=article.url)
+                for s in article.sections[: self.config.sections]]
+
+    async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        sample = Sample.model_validate({k: v for k, v in record.items() if k in Sample.model_fields})
+        urls = list(record.get("retrieved") or [])
+        setting = "retrieved"
+        if not urls and sample.entity and sample.entity.url:
+            urls, setting = [sample.entity.url], "oracle-entity"
+        evidence = self._evidence(sample, urls, ctx)
+        passages = "\n\n".join(f"[{i + 1}] {e.section_title or ''}: {e.text[: self.config.max_section_chars]}"
+                               for i, e in enumerate(evidence)) or "(no evidence retrieved)"
+        images = []
+        if self.config.send_image and sample.images:
+            p = Path(sample.images[0])
+            images = [p if p.is_absolute() or self.image_root is None else self.image_root / p]
+        messages = [{"role": "system", "content": SYSTEM},
+                    user_message(f"Evidence:\n{passages}\n\nQuestion: {sample.question}", images)]
+        client = ctx.role("answerer")
+        result = await client.chat(messages, schema=ShortAnswer, prompt_version=PROMPT_VERSION)
+        ctx.add_usage(result.usage)
+        if result.status == "error":
+            raise RuntimeError(f"answerer call failed: {result.reason}")
+        if result.status == "invalid":
+            raise Invalid(f"answerer reply unusable: {result.reason}")
+        answer = result.as_model(ShortAnswer).answer.strip()
+        pred = Prediction(sample_id=sample.id, answer=answer, retrieved=list(record.get("retrieved") or []),
+                          evidence_used=evidence, usage=result.usage, producer=result.provenance,
+                          meta={"setting": setting, "question": sample.question})
+        return {"id": sample.id, **pred.model_dump(mode="json", exclude_none=True)}

@@ -1,0 +1,540 @@
+"""Text matching for the rules audit: normalisation, word-bounded phrase matching, numbers, units,
+dates and country names.
+
+Why one module: every audit stage (verification, derivability, posedness, leakage) must agree on when
+an answer "appears" in a text, or the stages contradict each other. Matching is on tokens, never raw
+substrings, so "Iran" is not found in "Tirana" and "6" is not found in "1906". Tokens keep their
+character offsets, so a match can be returned *as the source text writes it* (the corrector only
+ever rewrites an answer to a span copied from the evidence).
+
+Normalisation (applied to both sides): Unicode NFC then accents folded, lower case, apostrophes
+inside words removed, punctuation dropped, thousands separators removed ("1,234" = "1234"), decimals
+canonical ("4.10" = "4.1"), number words as digits ("three" = "3"), articles a/an/the dropped, and a
+dash or "to" between two numbers kept as one range token ("6 - 7" = "6–7" = "6 to 7").
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+
+# --------------------------------------------------------------------------------------------- tokens
+
+NUMBER_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14,
+    "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20,
+    "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
+    "hundred": 100, "dozen": 12,
+}
+ARTICLES = frozenset({"a", "an", "the"})
+_DASHES = "-\u2010\u2011\u2012\u2013\u2014\u2212"
+_APOS = "'\u2019\u02bb\u02bc\u2018`\u00b4"
+_TOKEN_RE = re.compile(
+    r"\d{1,3}(?:,\d{3})+(?:\.\d+)?"          # 1,234 or 1,234.5
+    r"|\d+(?:\.\d+)?"                          # 1234 or 4.10
+    rf"|\w+(?:[{_APOS}]\w+)*"                  # words, with inner apostrophes (Lloyd's, Hawaiʻi)
+    rf"|[{_DASHES}]"                           # dashes: kept only between numbers
+    r"|%"
+)
+
+
+@dataclass(frozen=True)
+class Token:
+    norm: str
+    start: int
+    end: int
+
+
+def fold(text: str) -> str:
+    """Lower case, accents removed, apostrophes removed (for one token or a short string)."""
+    t = unicodedata.normalize("NFKD", text)
+    t = "".join(c for c in t if not unicodedata.combining(c))
+    t = t.translate({ord(c): None for c in _APOS})
+    return t.lower().replace("ß", "ss").replace("ø", "o").replace("đ", "d").replace("ł", "l")
+
+
+def canon_number(s: str) -> str:
+    """'1,234' -> '1234', '4.10' -> '4.1', '2.0' -> '2' (kept as text so 1986 stays 1986)."""
+    s = s.replace(",", "")
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return s or "0"
+
+
+def _is_num(tok: str) -> bool:
+    return bool(tok) and (tok[0].isdigit())
+
+
+@lru_cache(maxsize=8192)
+def tokenize(text: str) -> tuple[Token, ...]:
+    """Normalised tokens with offsets into `text` (see the module docstring for the rules)."""
+    text = unicodedata.normalize("NFC", text or "")
+    raw: list[Token] = []
+    for m in _TOKEN_RE.finditer(text):
+        s = m.group(0)
+        if s[0].isdigit():
+            norm = canon_number(s)
+        elif s in _DASHES:
+            norm = "-"
+        elif s == "%":
+            norm = "%"
+        else:
+            norm = fold(s)
+            if norm in NUMBER_WORDS:
+                norm = str(NUMBER_WORDS[norm])
+        raw.append(Token(norm, m.start(), m.end()))
+    out: list[Token] = []
+    for i, t in enumerate(raw):
+        if t.norm in ARTICLES:
+            continue
+        if t.norm in ("-", "to"):
+            prev_num = bool(out) and _is_num(out[-1].norm)
+            next_num = i + 1 < len(raw) and _is_num(raw[i + 1].norm)
+            if not (prev_num and next_num):
+                continue  # a hyphen inside words, or "to" as a preposition
+            t = Token("-", t.start, t.end)
+        out.append(t)
+    return tuple(out)
+
+
+def norm(text: str) -> str:
+    """The normalised form of a text: its tokens joined by single spaces."""
+    return " ".join(t.norm for t in tokenize(text))
+
+
+def find_phrase(text: str, phrase: str) -> str | None:
+    """The span of `text` (as written) matching `phrase` word-bounded after normalisation, or None."""
+    needle = [t.norm for t in tokenize(phrase)]
+    if not needle:
+        return None
+    toks = tokenize(text)
+    n = len(needle)
+    first = needle[0]
+    for i in range(len(toks) - n + 1):
+        if toks[i].norm == first and all(toks[i + j].norm == needle[j] for j in range(1, n)):
+            return unicodedata.normalize("NFC", text)[toks[i].start:toks[i + n - 1].end]
+    return None
+
+
+def contains(text: str, phrase: str) -> bool:
+    """Word-bounded, normalised containment ("Iran" is not in "Tirana"; "1,301" is in "1301 kg")."""
+    needle = norm(phrase)
+    if not needle:
+        return False
+    return f" {needle} " in f" {norm(text)} "
+
+
+# ------------------------------------------------------------------------------- countries/demonyms
+
+_COUNTRIES: dict[str, list[str]] = {
+    "Afghanistan": ["Afghan"], "Albania": ["Albanian"], "Algeria": ["Algerian"],
+    "Argentina": ["Argentine", "Argentinian"], "Armenia": ["Armenian"], "Australia": ["Australian"],
+    "Austria": ["Austrian"], "Azerbaijan": ["Azerbaijani"], "Bangladesh": ["Bangladeshi"],
+    "Belarus": ["Belarusian"], "Belgium": ["Belgian"], "Bolivia": ["Bolivian"],
+    "Bosnia and Herzegovina": ["Bosnian"], "Brazil": ["Brazilian"], "Bulgaria": ["Bulgarian"],
+    "Cambodia": ["Cambodian"], "Cameroon": ["Cameroonian"], "Canada": ["Canadian"], "Chile": ["Chilean"],
+    "China": ["Chinese", "People's Republic of China"], "Colombia": ["Colombian"],
+    "Costa Rica": ["Costa Rican"], "Croatia": ["Croatian"], "Cuba": ["Cuban"], "Cyprus": ["Cypriot"],
+    "Czech Republic": ["Czech", "Czechia"], "Denmark": ["Danish"], "Ecuador": ["Ecuadorian"],
+    "Egypt": ["Egyptian"], "England": ["English"], "Estonia": ["Estonian"], "Ethiopia": ["Ethiopian"],
+    "Finland": ["Finnish"], "France": ["French"], "Georgia": ["Georgian"], "Germany": ["German"],
+    "Ghana": ["Ghanaian"], "Greece": ["Greek"], "Guatemala": ["Guatemalan"], "Hungary": ["Hungarian"],
+    "Iceland": ["Icelandic"], "India": ["Indian"], "Indonesia": ["Indonesian"], "Iran": ["Iranian"],
+    "Iraq": ["Iraqi"], "Ireland": ["Irish", "Republic of Ireland"], "Israel": ["Israeli"],
+    "Italy": ["Italian"], "Jamaica": ["Jamaican"], "Japan": ["Japanese"], "Jordan": ["Jordanian"],
+    "Kazakhstan": ["Kazakh", "Kazakhstani"], "Kenya": ["Kenyan"], "Latvia": ["Latvian"],
+    "Lebanon": ["Lebanese"], "Libya": ["Libyan"], "Lithuania": ["Lithuanian"],
+    "Luxembourg": ["Luxembourgish"], "Madagascar": ["Malagasy"], "Malaysia": ["Malaysian"],
+    "Malta": ["Maltese"], "Mexico": ["Mexican"], "Moldova": ["Moldovan"], "Mongolia": ["Mongolian"],
+    "Montenegro": ["Montenegrin"], "Morocco": ["Moroccan"], "Myanmar": ["Burmese", "Burma"],
+    "Nepal": ["Nepali", "Nepalese"], "Netherlands": ["Dutch", "Holland"],
+    "New Zealand": ["New Zealander"], "Nigeria": ["Nigerian"], "North Korea": ["North Korean"],
+    "North Macedonia": ["Macedonian", "Macedonia"], "Norway": ["Norwegian"], "Pakistan": ["Pakistani"],
+    "Panama": ["Panamanian"], "Paraguay": ["Paraguayan"], "Peru": ["Peruvian"],
+    "Philippines": ["Filipino", "Philippine"], "Poland": ["Polish"], "Portugal": ["Portuguese"],
+    "Qatar": ["Qatari"], "Romania": ["Romanian"], "Russia": ["Russian", "Russian Federation"],
+    "Saudi Arabia": ["Saudi"], "Scotland": ["Scottish"], "Serbia": ["Serbian"],
+    "Singapore": ["Singaporean"], "Slovakia": ["Slovak", "Slovakian"], "Slovenia": ["Slovenian", "Slovene"],
+    "South Africa": ["South African"], "South Korea": ["South Korean", "Korean", "Republic of Korea"],
+    "Spain": ["Spanish"], "Sri Lanka": ["Sri Lankan"], "Sweden": ["Swedish"], "Switzerland": ["Swiss"],
+    "Syria": ["Syrian"], "Taiwan": ["Taiwanese"], "Tanzania": ["Tanzanian"], "Thailand": ["Thai"],
+    "Tunisia": ["Tunisian"], "Turkey": ["Turkish", "Türkiye"], "Uganda": ["Ugandan"],
+    "Ukraine": ["Ukrainian"], "United Arab Emirates": ["Emirati", "UAE"],
+    "United Kingdom": ["British", "UK", "Great Britain", "Britain"],
+    "United States": ["American", "United States of America", "USA", "US", "U.S.", "U.S.A."],
+    "Uruguay": ["Uruguayan"], "Uzbekistan": ["Uzbek"], "Venezuela": ["Venezuelan"],
+    "Vietnam": ["Vietnamese", "Viet Nam"], "Wales": ["Welsh"], "Zimbabwe": ["Zimbabwean"],
+}
+CONTINENTS = frozenset(norm(c) for c in (
+    "Africa", "Asia", "Europe", "North America", "South America", "Central America", "Oceania",
+    "Antarctica", "Australasia", "Middle East", "Southeast Asia", "Caribbean", "Mediterranean"))
+
+
+def _build_country_index() -> dict[str, frozenset[str]]:
+    idx: dict[str, set[str]] = {}
+    for country, forms in _COUNTRIES.items():
+        group = {norm(country)} | {norm(f) for f in forms}
+        for g in group:
+            idx.setdefault(g, set()).update(group)
+    # "US" normalises to "us", which is also an English pronoun: only match the dotted/long forms.
+    idx.pop("us", None)
+    for g in idx.values():
+        g.discard("us")
+    return {k: frozenset(v) for k, v in idx.items()}
+
+
+_COUNTRY_INDEX = _build_country_index()
+COUNTRY_NAMES = frozenset(norm(c) for c in _COUNTRIES)  # names only, not demonyms
+
+
+def country_forms(phrase: str) -> frozenset[str]:
+    """Normalised names + demonyms of the country `phrase` names ("France" -> {france, french});
+    empty when `phrase` is not a country or demonym in the table."""
+    return _COUNTRY_INDEX.get(norm(phrase), frozenset())
+
+
+def is_country(phrase: str) -> bool:
+    return norm(phrase) in _COUNTRY_INDEX
+
+
+def equivalent_forms(phrase: str) -> list[str]:
+    """`phrase` plus the forms that name the same thing (country <-> demonym), normalised."""
+    base = norm(phrase)
+    forms = [base] if base else []
+    forms += sorted(f for f in country_forms(phrase) if f != base)
+    words = base.split()
+    if len(words) > 1:  # a country inside a longer name: "ancient greece" ~ "ancient greek"
+        for i, w in enumerate(words):
+            for f in sorted(_COUNTRY_INDEX.get(w, ())):
+                if f != w:
+                    forms.append(" ".join(words[:i] + [f] + words[i + 1:]))
+    return forms
+
+
+def find_near_phrase(text: str, phrase: str, min_ratio: float = 0.7) -> str | None:
+    """A span of `text` matching a multi-word `phrase` with one word spelled differently ("Georg
+    Adolph Demmler" / "Georg Adolf Demmler"); None otherwise. Single words never match this way."""
+    needle = [t.norm for t in tokenize(phrase)]
+    n = len(needle)
+    if n < 2:
+        return None
+    toks = tokenize(text)
+    for i in range(len(toks) - n + 1):
+        diff = [j for j in range(n) if toks[i + j].norm != needle[j]]
+        if len(diff) != 1:
+            continue
+        a, b = toks[i + diff[0]].norm, needle[diff[0]]
+        if min(len(a), len(b)) >= 4 and a.isalpha() and b.isalpha() and \
+                difflib.SequenceMatcher(None, a, b).ratio() >= min_ratio:
+            return unicodedata.normalize("NFC", text)[toks[i].start:toks[i + n - 1].end]
+    return None
+
+
+def list_items(phrase: str) -> list[str]:
+    """The items of a list answer ("bayou, prairie and rock outcrops"), or [phrase]."""
+    items = [x.strip() for x in re.split(r"\s*(?:,|;|\band\b|&)\s*", phrase)
+             if x.strip() and norm(x) and norm(x) not in ("etc", "etc etc")]
+    return items if len(items) > 1 else [phrase]
+
+
+def contains_equivalent(text: str, phrase: str) -> str | None:
+    """The normalised form of `phrase` (or an equivalent) found word-bounded in `text`, or None."""
+    hay = f" {norm(text)} "
+    for f in equivalent_forms(phrase):
+        if f and f" {f} " in hay:
+            return f
+    return None
+
+
+# ---------------------------------------------------------------------------------------- quantities
+
+_UNITS: dict[str, tuple[str, str]] = {}  # surface (normalised) -> (canonical unit, dimension)
+
+
+def _add_units(dim: str, canon: str, *surfaces: str) -> None:
+    for s in (canon,) + surfaces:
+        _UNITS[norm(s) if s not in ("%",) else "%"] = (canon, dim)
+
+
+_add_units("length", "m", "metre", "metres", "meter", "meters", "m")
+_add_units("length", "km", "kilometre", "kilometres", "kilometer", "kilometers")
+_add_units("length", "cm", "centimetre", "centimetres", "centimeter", "centimeters")
+_add_units("length", "mm", "millimetre", "millimetres", "millimeter", "millimeters")
+_add_units("length", "ft", "foot", "feet")
+_add_units("length", "in", "inch", "inches")
+_add_units("length", "mi", "mile", "miles")
+_add_units("mass", "kg", "kilogram", "kilograms", "kilogramme", "kilogrammes", "kgs")
+_add_units("mass", "g", "gram", "grams", "gramme", "grammes")
+_add_units("mass", "mg", "milligram", "milligrams")
+_add_units("mass", "lb", "lbs", "pound", "pounds")
+_add_units("mass", "t", "tonne", "tonnes", "ton", "tons")
+_add_units("mass", "oz", "ounce", "ounces")
+_add_units("area", "km2", "km²", "square kilometre", "square kilometres", "square kilometer",
+           "square kilometers", "sq km")
+_add_units("area", "m2", "m²", "square metre", "square metres", "square meter", "square meters")
+_add_units("area", "mi2", "sq mi", "square mile", "square miles")
+_add_units("area", "ha", "hectare", "hectares")
+_add_units("area", "acre", "acres")
+_add_units("volume", "l", "litre", "litres", "liter", "liters")
+_add_units("volume", "m3", "m³", "cubic metre", "cubic metres", "cubic meter", "cubic meters")
+_add_units("volume", "km3", "km³", "cubic kilometre", "cubic kilometres")
+_add_units("time", "year", "years", "yr", "yrs")
+_add_units("time", "month", "months")
+_add_units("time", "week", "weeks")
+_add_units("time", "day", "days")
+_add_units("time", "hour", "hours", "h")
+_add_units("time", "minute", "minutes", "min")
+_add_units("speed", "km/h", "kmh", "kilometres per hour", "kilometers per hour", "kph")
+_add_units("speed", "mph", "miles per hour")
+_add_units("speed", "kn", "knot", "knots")
+_add_units("power", "hp", "horsepower", "bhp")
+_add_units("power", "kw", "kilowatt", "kilowatts")
+_add_units("ratio", "%", "percent", "per cent")
+for _count_noun in ("egg", "floor", "storey", "story", "level", "seat", "room", "passenger", "member",
+                    "species", "people", "inhabitant", "step", "bell", "engine", "crew"):
+    _add_units("count:" + _count_noun, _count_noun, _count_noun + "s", _count_noun + "es")
+_add_units("count:storey", "storey", "storeys", "stories", "story")
+_add_units("count:people", "people", "persons", "person", "inhabitants", "residents")
+_UNIT_MAX_WORDS = max(len(k.split()) for k in _UNITS)
+_SCALES = {"thousand": 1e3, "million": 1e6, "billion": 1e9}
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A number or numeric range found in a text, with its unit (None when none follows)."""
+
+    low: float
+    high: float
+    unit: str | None
+    dim: str | None
+    text: str  # as written in the source, unit included
+    number_text: str  # as written, without the unit
+    start: int
+    end: int
+
+    @property
+    def is_range(self) -> bool:
+        return self.high != self.low
+
+
+def _num_value(tok: str) -> float | None:
+    try:
+        return float(tok)
+    except ValueError:
+        return None
+
+
+def _unit_at(toks: tuple[Token, ...], i: int) -> tuple[str, str, int] | None:
+    """The longest unit starting at token i: (canonical, dimension, tokens used)."""
+    for n in range(min(_UNIT_MAX_WORDS, len(toks) - i), 0, -1):
+        key = " ".join(t.norm for t in toks[i:i + n])
+        if key in _UNITS:
+            canon, dim = _UNITS[key]
+            return canon, dim, n
+    return None
+
+
+@lru_cache(maxsize=8192)
+def find_quantities(text: str) -> tuple[Quantity, ...]:
+    """Numbers and ranges ("6 - 7", "between 5 and 7") in `text`, with a following unit if any.
+    Years in date expressions are numbers too; callers that care use find_dates."""
+    text = unicodedata.normalize("NFC", text or "")
+    toks = tokenize(text)
+    out: list[Quantity] = []
+    i = 0
+    while i < len(toks):
+        v = _num_value(toks[i].norm)
+        if v is None:
+            i += 1
+            continue
+        start_i, low, high, j = i, v, v, i + 1
+        # range: N - M, or "between N and M"
+        if j + 1 < len(toks) and toks[j].norm == "-" and _num_value(toks[j + 1].norm) is not None:
+            high = _num_value(toks[j + 1].norm)  # type: ignore[assignment]
+            j += 2
+        elif (i > 0 and toks[i - 1].norm in ("between", "from") and j + 1 < len(toks)
+              and toks[j].norm in ("and", "-") and _num_value(toks[j + 1].norm) is not None):
+            high = _num_value(toks[j + 1].norm)  # type: ignore[assignment]
+            j += 2
+        scale = 1.0
+        if j < len(toks) and toks[j].norm in _SCALES:
+            scale = _SCALES[toks[j].norm]
+            j += 1
+        number_end = toks[j - 1].end
+        unit = dim = None
+        u = _unit_at(toks, j) if j < len(toks) else None
+        if u is not None:
+            unit, dim, n = u
+            j += n
+        low, high = low * scale, high * scale
+        if high < low:  # "1990-91"-style or a decreasing pair: keep the first number only
+            high = low
+            j = start_i + 1
+            number_end = toks[start_i].end
+            unit = dim = None
+        out.append(Quantity(low, high, unit, dim, text[toks[start_i].start:toks[j - 1].end],
+                            text[toks[start_i].start:number_end], toks[start_i].start, toks[j - 1].end))
+        i = j
+    return tuple(out)
+
+
+def parse_quantity(text: str) -> Quantity | None:
+    """The quantity an answer states, if the answer is essentially one number or range
+    ("1,301", "6 - 7", "170–200 cm", "about 25 kg"); None for text answers."""
+    qs = find_quantities(text)
+    if len(qs) != 1:
+        return None
+    q = qs[0]
+    rest = [t.norm for t in tokenize(text) if not (q.start <= t.start < q.end)]
+    fillers = {"about", "approximately", "around", "up", "to", "over", "under", "c", "ca", "circa",
+               "than", "more", "less", "nearly", "almost", "roughly", "some", "average", "of", "on"}
+    return q if all(r in fillers for r in rest) else None
+
+
+def question_unit(question: str) -> tuple[str, str] | None:
+    """(unit, dimension) a question asks for ("... in square kilometre", "how many kilogram ...")."""
+    toks = tokenize(question)
+    for i in range(len(toks)):
+        if toks[i].norm in ("m", "in", "t", "h", "g", "l", "min"):  # too ambiguous as plain words
+            continue
+        u = _unit_at(toks, i)
+        if u is not None and not u[1].startswith("count:") and u[1] != "time":
+            return u[0], u[1]
+    return None
+
+
+def same_value(a: Quantity, b: Quantity) -> bool:
+    return abs(a.low - b.low) <= 1e-9 * max(1, abs(a.low)) and abs(a.high - b.high) <= 1e-9 * max(1, abs(a.high))
+
+
+def units_compatible(a: str | None, b: str | None) -> bool:
+    """Same unit, or one side does not say (no conversions: a different unit is not the same value)."""
+    return a is None or b is None or a == b
+
+
+# --------------------------------------------------------------------------------------------- dates
+
+MONTHS = {m: i + 1 for i, m in enumerate(
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+     "november", "december"])}
+MONTHS.update({k[:3]: v for k, v in list(MONTHS.items())})
+MONTHS["sept"] = 9
+SEASONS = frozenset({"spring", "summer", "autumn", "fall", "winter"})
+_MON = r"(january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)\.?"
+_YEAR = r"(\d{3,4})"
+_DATE_PATTERNS = [
+    re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MON},?\s+{_YEAR}\b", re.I),  # 27 October 1989
+    re.compile(rf"\b{_MON}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+{_YEAR}\b", re.I),  # October 27, 1989
+    re.compile(r"\b(\d{4})[-/](\d{1,2})[-/](\d{1,2})\b"),  # 1989-10-27
+    re.compile(rf"\b{_MON},?\s+{_YEAR}\b", re.I),  # October 1989
+    re.compile(r"\b(\d{4})\b"),  # 1989
+]
+
+
+@dataclass(frozen=True)
+class DateValue:
+    year: int
+    month: int | None
+    day: int | None
+    text: str
+    start: int
+    end: int
+
+    @property
+    def key(self) -> tuple[int, int | None, int | None]:
+        return (self.year, self.month, self.day)
+
+    @property
+    def precision(self) -> int:
+        return 1 + (self.month is not None) + (self.day is not None)
+
+
+def _mk(kind: int, m: re.Match, text: str) -> DateValue | None:
+    g = m.groups()
+    try:
+        if kind == 0:
+            d, mo, y = int(g[0]), MONTHS[g[1].lower()], int(g[2])
+        elif kind == 1:
+            mo, d, y = MONTHS[g[0].lower()], int(g[1]), int(g[2])
+        elif kind == 2:
+            y, mo, d = int(g[0]), int(g[1]), int(g[2])
+        elif kind == 3:
+            mo, y, d = MONTHS[g[0].lower()], int(g[1]), None
+        else:
+            y, mo, d = int(g[0]), None, None
+            if not 1000 <= y <= 2100:
+                return None
+    except KeyError:
+        return None
+    if mo is not None and not 1 <= mo <= 12 or d is not None and not 1 <= d <= 31:
+        return None
+    return DateValue(y, mo, d, text[m.start():m.end()], m.start(), m.end())
+
+
+@lru_cache(maxsize=8192)
+def find_dates(text: str) -> tuple[DateValue, ...]:
+    """Dates in `text`, most specific first where they overlap ("27 October 1989" is one date, not
+    also "1989")."""
+    text = unicodedata.normalize("NFC", text or "")
+    taken: list[tuple[int, int]] = []
+    out: list[DateValue] = []
+    for kind, pat in enumerate(_DATE_PATTERNS):
+        for m in pat.finditer(text):
+            if any(m.start() < e and s < m.end() for s, e in taken):
+                continue
+            dv = _mk(kind, m, text)
+            if dv is not None:
+                out.append(dv)
+                taken.append((m.start(), m.end()))
+    out.sort(key=lambda d: d.start)
+    return tuple(out)
+
+
+def parse_date(text: str) -> DateValue | None:
+    """The date an answer states when the whole answer is a date: "27 October 1989", "October 27,
+    1989", "1989-10-27", InfoSeek's "1989 10 27", "October 1989", "1989"."""
+    t = unicodedata.normalize("NFC", (text or "").strip())
+    m = re.fullmatch(r"(\d{4})\s+(\d{1,2})\s+(\d{1,2})", t)
+    if m:
+        y, mo, d = (int(x) for x in m.groups())
+        if 1 <= mo <= 12 and 1 <= d <= 31:
+            return DateValue(y, mo, d, t, 0, len(t))
+        return None
+    m = re.fullmatch(r"(\d{4})\s+(\d{1,2})", t)
+    if m and 1 <= int(m.group(2)) <= 12:
+        return DateValue(int(m.group(1)), int(m.group(2)), None, t, 0, len(t))
+    ds = find_dates(t)
+    if len(ds) == 1 and ds[0].start == 0 and len(t[ds[0].end:].strip(" .")) == 0:
+        return ds[0]
+    return None
+
+
+def date_matches(answer: DateValue, found: DateValue) -> bool:
+    """Same date at the answer's precision, and the evidence at least as precise."""
+    return found.precision >= answer.precision and found.key[:answer.precision] == answer.key[:answer.precision]
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+STOPWORDS = frozenset("""
+a an the this that these those is are was were be been being of in on at to for by with from as and or
+what which who whom whose when where how why does do did has have had can could would will its it their
+they there here image picture shown pictured specific particular type kind name many much into about
+than more most after before during over under per year years number
+""".split())
+
+
+def content_words(text: str) -> set[str]:
+    """Rough content-word stems (first 5 letters) for "does this sentence talk about the same thing"."""
+    return {t.norm[:5] for t in tokenize(text) if t.norm.isalpha() and t.norm not in STOPWORDS and len(t.norm) > 2}
+
+
+_SENT_RE = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9\"(])|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    return [s for s in _SENT_RE.split(text or "") if s.strip()]

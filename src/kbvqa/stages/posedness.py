@@ -1,0 +1,172 @@
+"""Audit stage 3: question well-posedness (rules tagger + conservative template repairs).
+
+Tags (the paper's three ambiguity patterns):
+- missing_attribute_constraint: "how big/large", "what size" without saying which dimension; or a
+  numerical question that names no unit while the evidence gives one;
+- missing_temporal_scope: "when ..." without a granularity (year, month, season, date ...);
+- missing_spatial_reference: "country or region", "city or region", "where ...", "which place".
+
+A repair is made only when the evidence makes the missing constraint explicit (the unit the evidence
+writes next to the answer; the one dimension word in the sentence stating the answer; the answer
+itself being a year / month / season / country / continent), and only as a minimal template edit.
+Everything else is tagged and left to a model repairer or a human.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kbvqa.data.schema import Sample
+from kbvqa.stages import matching as mt
+from kbvqa.stages.base import Context, Stage, StageConfig
+from kbvqa.stages.verify import (EvidenceUnit, add_tag, escalate, evidence_for, join_record, provenance,
+                                 split_record)
+
+_SIZE_RE = re.compile(r"\b(how (big|large)|what size|what is the size|how much does .* grow)\b", re.I)
+_TIME_GRAIN = {"year", "years", "month", "months", "date", "season", "seasons", "century", "decade", "day",
+               "days", "age", "period", "time", "hour", "week", "era"}
+_SPATIAL_RE = re.compile(r"\b(country or region|region or country|city or region|region or city|"
+                         r"country or city|which place|what place)\b|^\s*where\b", re.I)
+_ATTRIBUTES = {"height": "height", "tall": "height", "high": "height", "length": "length", "long": "length",
+               "wingspan": "wingspan", "diameter": "diameter", "weight": "weight", "weighs": "weight",
+               "weigh": "weight", "mass": "weight", "width": "width", "wide": "width", "area": "area"}
+_UNIT_NAMES = {"m": "metres", "km": "kilometres", "cm": "centimetres", "mm": "millimetres", "ft": "feet",
+               "in": "inches", "mi": "miles", "kg": "kilograms", "g": "grams", "mg": "milligrams",
+               "lb": "pounds", "t": "tonnes", "oz": "ounces", "km2": "square kilometres", "m2": "square metres",
+               "mi2": "square miles", "ha": "hectares", "acre": "acres", "l": "litres", "m3": "cubic metres",
+               "km3": "cubic kilometres", "km/h": "kilometres per hour", "mph": "miles per hour", "kn": "knots",
+               "hp": "horsepower", "kw": "kilowatts", "year": "years", "month": "months", "week": "weeks",
+               "day": "days", "hour": "hours", "minute": "minutes"}
+
+
+class PosednessConfig(StageConfig):
+    repair: bool = True  # apply the template repairs (tags are always written)
+
+
+def _append_constraint(question: str, phrase: str) -> str:
+    q = question.rstrip()
+    if q.endswith("?"):
+        return f"{q[:-1].rstrip()} {phrase}?"
+    return f"{q} {phrase}"
+
+
+def _answer_sentences(sample: Sample, units: list[EvidenceUnit]) -> list[str]:
+    if not sample.answers:
+        return []
+    a = sample.answers[0].text
+    out = []
+    for u in units:
+        for s in mt.sentences(u.text):
+            if mt.contains(s, a) or (mt.parse_quantity(a) and any(
+                    mt.same_value(q, mt.parse_quantity(a)) for q in mt.find_quantities(s))):  # type: ignore[arg-type]
+                out.append(s)
+    return out
+
+
+def _evidence_unit(sample: Sample, units: list[EvidenceUnit]) -> str | None:
+    """The single unit the evidence writes next to the answer's number, if exactly one."""
+    if not sample.answers:
+        return None
+    q = mt.parse_quantity(sample.answers[0].text)
+    if q is None:
+        return None
+    found = {f.unit for u in units for f in mt.find_quantities(u.text)
+             if mt.same_value(q, f) and f.unit is not None and not (f.dim or "").startswith("count")
+             and f.unit != "%"}
+    if q.unit is not None:
+        found = {q.unit} if q.unit in found or not found else found
+    return found.pop() if len(found) == 1 else None
+
+
+def tag_question(sample: Sample, units: list[EvidenceUnit]) -> list[dict[str, Any]]:
+    """Tags with a rationale and, where the evidence makes it explicit, a proposed question."""
+    q = sample.question
+    qn = mt.norm(q)
+    words = set(qn.split())
+    ans = sample.answers[0].text if sample.answers else ""
+    found: list[dict[str, Any]] = []
+
+    if _SIZE_RE.search(q):
+        attrs = {_ATTRIBUTES[t.norm] for s in _answer_sentences(sample, units) for t in mt.tokenize(s)
+                 if t.norm in _ATTRIBUTES}
+        item = {"tag": "missing_attribute_constraint", "rationale": "asks for size without a dimension"}
+        if len(attrs) == 1:
+            item["repair"] = _append_constraint(q, f"in {attrs.pop()}")
+        found.append(item)
+    elif (sample.answer_type == "Numerical" or mt.parse_quantity(ans)) and mt.parse_date(ans) is None \
+            and mt.question_unit(q) is None:
+        unit = _evidence_unit(sample, units)
+        if unit is not None and unit in _UNIT_NAMES:
+            name = _UNIT_NAMES[unit]
+            if mt.norm(name) not in qn and not (words & set(mt.norm(name).split())):
+                found.append({"tag": "missing_attribute_constraint",
+                              "rationale": f"numerical question names no unit; the evidence gives {unit!r}",
+                              "repair": _append_constraint(q, f"in {name}")})
+
+    if qn.startswith("when ") and not (words & _TIME_GRAIN):
+        item = {"tag": "missing_temporal_scope", "rationale": "'when' without a granularity"}
+        d = mt.parse_date(ans)
+        an = mt.norm(ans)
+        lead = re.match(r"\s*when\b", q, re.I)
+        if lead:
+            if d is not None and d.precision == 1 and re.fullmatch(r"\d{4}", ans.strip()):
+                item["repair"] = "In what year" + q[lead.end():]
+            elif d is not None and d.precision == 3:
+                item["repair"] = "On what date" + q[lead.end():]
+            elif an in mt.MONTHS and len(an) > 3:
+                item["repair"] = "In which month" + q[lead.end():]
+            elif an in mt.SEASONS:
+                item["repair"] = "In which season" + q[lead.end():]
+        found.append(item)
+
+    m = _SPATIAL_RE.search(q)
+    if m:
+        item = {"tag": "missing_spatial_reference", "rationale": f"{m.group(0).strip()!r} leaves the granularity open"}
+        phrase = (m.group(1) or "").lower()
+        if phrase in ("country or region", "region or country"):
+            if mt.norm(ans) in mt.COUNTRY_NAMES:
+                item["repair"] = q[:m.start(1)] + "country" + q[m.end(1):]
+            elif mt.norm(ans) in mt.CONTINENTS:
+                item["repair"] = q[:m.start(1)] + "region" + q[m.end(1):]
+        found.append(item)
+    return found
+
+
+class PosednessStage(Stage):
+    name = "posedness"
+    version = "1"
+    config_model = PosednessConfig
+
+    def __init__(self, config: PosednessConfig | None = None):
+        super().__init__(config)
+        self.config: PosednessConfig
+
+    async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        sample, audit = split_record(record)
+        units = evidence_for(sample, audit, ctx.kb)
+        found = tag_question(sample, units)
+        before = sample.question
+        applied = []
+        evidence_backed = audit.get("answer_support") in ("supported", "mismatched", None)
+        if self.config.repair and audit.get("action") != "drop" and evidence_backed:
+            for item in found:
+                if "repair" in item and item["repair"] != sample.question:
+                    # repairs are computed on the original wording; apply them one after another
+                    new = tag_question(sample.model_copy(update={}), units)
+                    cand = next((n.get("repair") for n in new if n["tag"] == item["tag"]), None)
+                    if cand and cand != sample.question:
+                        sample.record_change(self.name, "question", sample.question, cand,
+                                             f"{item['tag']}: {item['rationale']}", f"{self.name}@{self.version}")
+                        sample.question = cand
+                        applied.append(item["tag"])
+        for item in found:
+            add_tag(audit, item["tag"])
+        if applied:
+            escalate(audit, "repair", "question_repaired")
+        audit["stages"][self.name] = {
+            "label": "ambiguous" if found else "clear", "tags": [i["tag"] for i in found],
+            "repaired": applied, "question_in": before,
+            "rationale": "; ".join(i["rationale"] for i in found) or "no ambiguity pattern",
+            **provenance(self)}
+        return join_record(sample, audit)

@@ -1,0 +1,459 @@
+"""The local runner: statuses, resume, bounded concurrency, streaming, manifest, Parquet, input errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kbvqa.data.schema import Provenance, Usage
+from kbvqa.runner import (InputError, compact_journal, read_parquet, read_results, redact, run, run_stages)
+from kbvqa.runner.sinks import JsonlJournal, scan_journal
+from kbvqa.stages.base import Context, Invalid, Stage, StageConfig
+
+
+def recs(n: int, prefix: str = "r") -> list[dict[str, Any]]:
+    return [{"id": f"{prefix}{i}", "n": i, "meta": {"k": i % 3}} for i in range(n)]
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+class Double(Stage):
+    name = "double"
+    version = "2"
+
+    async def run(self, record, ctx):
+        record["doubled"] = record["n"] * 2
+        return record
+
+
+class Picky(Stage):
+    """n % 5 == 1 -> error, n % 5 == 2 -> invalid, else ok."""
+
+    name = "picky"
+
+    async def run(self, record, ctx):
+        record["touched"] = True  # must not leak into failed rows
+        if record["n"] % 5 == 1:
+            raise RuntimeError(f"boom {record['n']}")
+        if record["n"] % 5 == 2:
+            raise Invalid("reply was not JSON")
+        return record
+
+
+class Flaky(Stage):
+    """Fails the first time it sees each odd record, succeeds after."""
+
+    name = "flaky"
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.seen: set[str] = set()
+
+    async def run(self, record, ctx):
+        if record["n"] % 2 and record["id"] not in self.seen:
+            self.seen.add(record["id"])
+            raise ConnectionError("server said 503")
+        return record
+
+
+def ctx() -> Context:
+    return Context()
+
+
+def test_all_statuses_none_dropped(tmp_path):
+    out = tmp_path / "res.jsonl"
+    s = run(recs(20), [Double(), Picky()], ctx(), out=out, progress=False, concurrency=3)
+    rows = list(read_results(out))
+    assert [r["id"] for r in rows] == [f"r{i}" for i in range(20)]  # compacted into input order
+    by = {r["id"]: r for r in rows}
+    assert (s.total, s.ok, s.error, s.invalid, s.skipped) == (20, 12, 4, 4, 0)
+    assert by["r1"]["status"] == "error" and by["r1"]["reason"] == "RuntimeError: boom 1"
+    assert by["r1"]["stage"] == "picky"
+    assert "doubled" not in by["r1"] and "touched" not in by["r1"]  # the input record, not a half-run one
+    assert by["r2"]["status"] == "invalid" and by["r2"]["reason"] == "reply was not JSON"
+    assert by["r0"] == {"id": "r0", "n": 0, "meta": {"k": 0}, "doubled": 0, "touched": True,
+                        "status": "ok", "reason": "", "attempts": 1, "stage": ""}
+    assert all(r["attempts"] == 1 for r in rows)
+    assert s.output_counts == {"ok": 12, "error": 4, "invalid": 4}
+
+
+def test_resume_reruns_failures_and_counts_attempts(tmp_path):
+    out = tmp_path / "res.jsonl"
+    stage = Flaky()
+    s1 = run(recs(10), [stage], ctx(), out=out, progress=False)
+    assert (s1.ok, s1.error) == (5, 5)
+    s2 = run(recs(10), [stage], ctx(), out=out, progress=False)
+    assert (s2.ok, s2.error, s2.skipped, s2.total) == (5, 0, 5, 10)
+    rows = {r["id"]: r for r in read_results(out)}
+    assert len(out.read_text().splitlines()) == 10  # compacted: one line per id
+    assert all(r["status"] == "ok" for r in rows.values())
+    assert [rows[f"r{i}"]["attempts"] for i in range(10)] == [1, 2] * 5
+    # A third run skips everything and keeps attempts.
+    s3 = run(recs(10), [stage], ctx(), out=out, progress=False)
+    assert (s3.skipped, s3.ok) == (10, 0)
+    assert [r["attempts"] for r in read_results(out)] == [1, 2] * 5
+
+
+def test_resume_false_moves_output_aside(tmp_path):
+    out = tmp_path / "res.jsonl"
+    run(recs(3), [Double()], ctx(), out=out, progress=False)
+    s = run(recs(3), [Double()], ctx(), out=out, progress=False, resume=False)
+    assert s.skipped == 0 and s.ok == 3
+    assert s.previous_output is not None and s.previous_output.exists()
+    assert len(lines(s.previous_output)) == 3
+    assert json.loads(s.manifest.read_text())["previous_output"] == str(s.previous_output)
+
+
+def test_resume_keeps_ids_not_in_this_input(tmp_path):
+    out = tmp_path / "res.jsonl"
+    run(recs(6), [Double()], ctx(), out=out, progress=False)
+    s = run(recs(6), [Double()], ctx(), out=out, progress=False, limit=2)
+    assert (s.total, s.skipped) == (2, 2)
+    assert [r["id"] for r in read_results(out)] == [f"r{i}" for i in range(6)]
+
+
+def test_limit_takes_first_n(tmp_path):
+    out = tmp_path / "res.jsonl"
+    s = run(iter(recs(50)), [Double()], ctx(), out=out, progress=False, limit=7)
+    assert s.total == 7
+    assert [r["id"] for r in read_results(out)] == [f"r{i}" for i in range(7)]
+
+
+class Gauge(Stage):
+    name = "gauge"
+
+    def __init__(self):
+        super().__init__()
+        self.now = 0
+        self.peak = 0
+
+    async def run(self, record, ctx):
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        await asyncio.sleep(0.002)
+        self.now -= 1
+        return record
+
+
+def test_concurrency_bound(tmp_path):
+    g = Gauge()
+    s = run(recs(60), [g], ctx(), out=tmp_path / "o.jsonl", progress=False, concurrency=4)
+    assert s.ok == 60
+    assert g.peak == 4  # reached, never exceeded
+
+
+def test_streaming_pulls_lazily(tmp_path):
+    out = tmp_path / "o.jsonl"
+    concurrency, k = 3, 6  # the brief allows ~2x concurrency ahead
+    pulled = 0
+
+    def finished() -> int:
+        return len(out.read_text().splitlines()) if out.exists() else 0
+
+    def gen():
+        nonlocal pulled
+        for i in range(100):
+            assert pulled - finished() <= k, f"input pulled {pulled} while only {finished()} finished"
+            pulled += 1
+            yield {"id": f"g{i}", "n": i}
+
+    class Slow(Stage):
+        async def run(self, record, ctx):
+            await asyncio.sleep(0.001)
+            return record
+
+    s = run(gen(), [Slow()], ctx(), out=out, progress=False, concurrency=concurrency, fsync_every=1000)
+    assert s.ok == 100 and pulled == 100
+
+
+def test_async_iterable_input(tmp_path):
+    async def agen():
+        for i in range(12):
+            await asyncio.sleep(0)
+            yield {"id": f"a{i}", "n": i}
+
+    s = run(agen(), [Double()], ctx(), out=tmp_path / "o.jsonl", progress=False, concurrency=4)
+    assert s.ok == 12
+    assert [r["doubled"] for r in read_results(tmp_path / "o.jsonl")] == [2 * i for i in range(12)]
+
+
+class Billed(Stage):
+    name = "billed"
+    version = "3"
+
+    class Cfg(StageConfig):
+        temperature: float = 0.0
+        api_key: str = "sk-stage-secret"
+
+    config_model = Cfg
+
+    def prompt_versions(self):
+        return {"verify": "verify-v1: Is the answer supported?"}
+
+    async def run(self, record, ctx):
+        ctx.add_usage(Usage(prompt_tokens=10, completion_tokens=2, cost=0.001, calls=1))
+        return record
+
+
+class FakeClient:
+    api_key = "sk-never-in-manifest"
+
+    def __init__(self, model):
+        self.provenance = Provenance(backend="openai", model=model, base_url="http://user:pw@localhost:8000/v1")
+
+
+def test_manifest_contents_and_redaction(tmp_path):
+    out = tmp_path / "audit.jsonl"
+    c = Context(roles={"judge": FakeClient("qwen3"), "verifier": [FakeClient("a"), FakeClient("b")]})
+    cfg = {"model": "qwen3", "api_key": "sk-123", "max_tokens": 512,
+           "nested": {"HF_TOKEN": "hf_x", "list": [{"password": "p", "ok": 1}], "Secret": ["a"]},
+           "endpoint": "http://h/v1?api_key=zzz&x=1"}
+    s = run(recs(5), [Billed()], c, out=out, progress=False, run_config=cfg, description="smoke")
+    assert s.manifest == tmp_path / "audit.manifest.json"
+    m = json.loads(s.manifest.read_text())
+    text = s.manifest.read_text()
+    for secret in ("sk-123", "hf_x", '"p"', "sk-stage-secret", "sk-never-in-manifest", "zzz", "user:pw"):
+        assert secret not in text
+    rc = m["run_config"]
+    assert rc["model"] == "qwen3" and rc["max_tokens"] == 512  # counts are not secrets
+    assert rc["api_key"] == rc["nested"]["HF_TOKEN"] == rc["nested"]["Secret"] == "***redacted***"
+    assert rc["nested"]["list"] == [{"password": "***redacted***", "ok": 1}]
+    assert "x=1" in rc["endpoint"]
+    assert m["state"] == "finished" and m["description"] == "smoke"
+    assert m["counts"] == {"ok": 5, "error": 0, "invalid": 0} and m["skipped"] == 0 and m["total"] == 5
+    assert m["usage"]["calls"] == 5 and m["usage"]["prompt_tokens"] == 50
+    assert math.isclose(m["usage"]["cost"], 0.005)
+    assert s.usage.completion_tokens == 10 and c.usage.calls == 5
+    st = m["stages"][0]
+    assert st["name"] == "billed" and st["version"] == "3"
+    assert st["config"]["api_key"] == "***redacted***" and st["config"]["temperature"] == 0.0
+    import hashlib
+    assert st["prompt_hashes"] == {"verify": hashlib.sha256(b"verify-v1: Is the answer supported?").hexdigest()}
+    assert m["roles"]["judge"] == {"backend": "openai", "model": "qwen3", "base_url": "http://localhost:8000/v1"}
+    assert [r["model"] for r in m["roles"]["verifier"]] == ["a", "b"]
+    for k in ("kbvqa_version", "git", "python", "platform", "started", "finished", "wall_seconds"):
+        assert m[k] is not None, k
+    assert set(m["git"]) == {"commit", "dirty"}
+
+
+def test_manifest_outside_git(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # tmp is not a git checkout: no crash, commit None
+    s = run(recs(2), [Double()], ctx(), out=tmp_path / "o.jsonl", progress=False)
+    assert json.loads(s.manifest.read_text())["git"]["commit"] is None
+
+
+def test_redact_is_a_copy():
+    cfg = {"token": "t", "inner": {"api_key": "k"}}
+    red = redact(cfg)
+    assert cfg == {"token": "t", "inner": {"api_key": "k"}}
+    assert red == {"token": "***redacted***", "inner": {"api_key": "***redacted***"}}
+
+
+def test_truncated_last_line_tolerated_and_repaired(tmp_path):
+    out = tmp_path / "o.jsonl"
+    run(recs(4), [Double()], ctx(), out=out, progress=False)
+    with open(out, "a") as f:
+        f.write('{"id": "r9", "n": 9, "sta')  # a crash mid-write
+    assert [r["id"] for r in read_results(out)] == ["r0", "r1", "r2", "r3"]
+    s = run(recs(6), [Double()], ctx(), out=out, progress=False)
+    assert (s.skipped, s.ok) == (4, 2)
+    rows = lines(out)  # every line is valid JSON again
+    assert [r["id"] for r in rows] == [f"r{i}" for i in range(6)]
+
+
+def test_corrupt_middle_line_raises(tmp_path):
+    out = tmp_path / "o.jsonl"
+    out.write_text('{"id":"a","status":"ok"}\nnot json\n{"id":"b","status":"ok"}\n')
+    with pytest.raises(ValueError, match=r"o.jsonl:2: corrupt"):
+        list(read_results(out))
+
+
+def test_complete_but_unterminated_line_is_kept(tmp_path):
+    out = tmp_path / "o.jsonl"
+    out.write_text('{"id":"a","status":"ok","attempts":1}\n{"id":"b","status":"ok","attempts":1}')
+    JsonlJournal.repair_tail(out)
+    assert out.read_text().endswith("}\n")
+    assert [r["id"] for r in read_results(out)] == ["a", "b"]
+
+
+def test_compaction_last_line_wins(tmp_path):
+    out = tmp_path / "o.jsonl"
+    out.write_text("\n".join(json.dumps(x) for x in [
+        {"id": "b", "status": "error", "attempts": 1}, {"id": "a", "status": "ok", "attempts": 1},
+        {"id": "b", "status": "ok", "attempts": 2}, {"id": "c", "status": "ok", "attempts": 1}]) + "\n")
+    assert compact_journal(out, ["a", "b"]) == 3
+    assert [(r["id"], r["attempts"]) for r in lines(out)] == [("a", 1), ("b", 2), ("c", 1)]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+class Nested(Stage):
+    async def run(self, record, ctx):
+        record["answers"] = [{"text": "x", "value": 1.5}, "y"]
+        record["score"] = 0.25 * record["n"]
+        record["flag"] = record["n"] % 2 == 0
+        record["maybe"] = None if record["n"] % 3 else "three"
+        if record["n"] == 4:
+            record["only_here"] = {"deep": [1, {"z": None}]}
+        if record["n"] == 1:
+            raise ValueError("bad")
+        return record
+
+
+def test_parquet_equals_jsonl(tmp_path):
+    out = tmp_path / "o.jsonl"
+    s = run(recs(9), [Nested()], ctx(), out=out, progress=False, fmt="parquet")
+    assert s.parquet == tmp_path / "o.parquet" and s.parquet.exists()
+    jrows = list(read_results(out))
+    prows = list(read_parquet(s.parquet))
+    assert prows == jrows
+    assert any("only_here" in r for r in prows) and not all("only_here" in r for r in prows)
+    import pyarrow.parquet as pq
+    schema = pq.read_schema(s.parquet)
+    assert str(schema.field("n").type) == "int64" and str(schema.field("status").type) == "string"
+    assert str(schema.field("attempts").type) == "int64"
+    assert json.loads(schema.metadata[b"kbvqa.json_columns"]) == ["meta", "answers", "score", "flag", "maybe",
+                                                                   "only_here"]
+
+
+def test_duplicate_id_in_list_raises_before_running(tmp_path):
+    out = tmp_path / "o.jsonl"
+    data = recs(5) + [{"id": "r2", "n": 99}]
+    with pytest.raises(InputError, match=r"duplicate id 'r2' at input records #2 and #5"):
+        run(data, [Double()], ctx(), out=out, progress=False)
+    assert not out.exists()
+
+
+def test_duplicate_id_in_generator_stops_and_keeps_finished(tmp_path):
+    out = tmp_path / "o.jsonl"
+
+    def gen():
+        yield from recs(5)
+        yield {"id": "r0", "n": 0}
+        yield from recs(3, prefix="late")
+
+    with pytest.raises(InputError, match="duplicate id 'r0'"):
+        run(gen(), [Double()], ctx(), out=out, progress=False, concurrency=2)
+    assert sorted(r["id"] for r in read_results(out)) == [f"r{i}" for i in range(5)]
+    m = json.loads((tmp_path / "o.manifest.json").read_text())
+    assert m["state"] == "failed" and "duplicate id 'r0'" in m["error"] and m["counts"]["ok"] == 5
+
+
+@pytest.mark.parametrize("bad, msg", [({"n": 1}, "#2 \\(0-based\\) has no 'id'"),
+                                      ({"id": 7}, "#2 \\(0-based\\) has id 7"),
+                                      ("nope", "#2 \\(0-based\\) is a str")])
+def test_bad_record_names_position(tmp_path, bad, msg):
+    with pytest.raises(InputError, match=msg):
+        run(recs(2) + [bad], [Double()], ctx(), out=tmp_path / "o.jsonl", progress=False)
+
+
+def test_stage_contract_violations_are_errors(tmp_path):
+    class ReturnsNone(Stage):
+        name = "none"
+
+        async def run(self, record, ctx):
+            return None
+
+    class Renames(Stage):
+        name = "renames"
+
+        async def run(self, record, ctx):
+            return {**record, "id": "other"}
+
+    class NotJson(Stage):
+        name = "notjson"
+
+        async def run(self, record, ctx):
+            return {**record, "x": float("nan")}
+
+    for stage, reason in [(ReturnsNone(), "TypeError: stage 'none' returned NoneType"),
+                          (Renames(), "ValueError: stage 'renames' changed the record id"),
+                          (NotJson(), "ValueError: record is not JSON-serialisable")]:
+        out = tmp_path / f"{stage.name}.jsonl"
+        s = run(recs(2), [stage], ctx(), out=out, progress=False)
+        rows = list(read_results(out))
+        assert s.error == 2 and all(r["reason"].startswith(reason) for r in rows), rows
+        assert [r["id"] for r in rows] == ["r0", "r1"]
+
+
+def test_runner_fields_in_input_are_replaced(tmp_path):
+    seen = []
+
+    class Peek(Stage):
+        async def run(self, record, ctx):
+            seen.append(set(record))
+            return record
+
+    data = [{"id": "x", "n": 1, "status": "error", "reason": "old", "attempts": 7, "stage": "s"}]
+    run(data, [Peek()], ctx(), out=tmp_path / "o.jsonl", progress=False)
+    assert seen == [{"id", "n"}]
+    assert list(read_results(tmp_path / "o.jsonl"))[0]["attempts"] == 1
+
+
+def test_cancellation_writes_no_errors_and_resumes(tmp_path):
+    out = tmp_path / "o.jsonl"
+
+    class Slow(Stage):
+        async def run(self, record, ctx):
+            await asyncio.sleep(0.01)
+            return record
+
+    async def main():
+        task = asyncio.create_task(run_stages(recs(200), [Slow()], ctx(), out=out, progress=False,
+                                              concurrency=4, fsync_every=1))
+        while not out.exists() or len(out.read_text().splitlines()) < 10:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    done = lines(out)
+    assert 10 <= len(done) < 200 and all(r["status"] == "ok" for r in done)
+    m = json.loads((tmp_path / "o.manifest.json").read_text())
+    assert m["state"] == "interrupted" and m["counts"]["ok"] == len(done)
+    s = run(recs(200), [Slow()], ctx(), out=out, progress=False, concurrency=16)
+    assert s.skipped == len(done) and s.ok == 200 - len(done)
+    rows = list(read_results(out))
+    assert len(rows) == 200 and all(r["attempts"] == 1 for r in rows)
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(NotImplementedError, match="ray"):
+        run(recs(1), [Double()], ctx(), out=tmp_path / "o.jsonl", executor="ray")
+    with pytest.raises(ValueError, match="fmt"):
+        run(recs(1), [Double()], ctx(), out=tmp_path / "o.jsonl", fmt="csv")
+    with pytest.raises(ValueError, match="journal"):
+        run(recs(1), [Double()], ctx(), out=tmp_path / "o.parquet", fmt="parquet")
+
+
+def test_context_add_usage():
+    c = Context()
+    c.add_usage({"prompt_tokens": 3, "calls": 1})
+    c.add_usage(Usage(cost=0.5, calls=1))
+    c.add_usage(None)
+    assert (c.usage.prompt_tokens, c.usage.calls, c.usage.cost) == (3, 2, 0.5)
+    with pytest.raises(Exception):
+        c.add_usage({"tokens": 1})  # a typo fails loudly
+
+
+def test_journal_scan_ignores_blank_lines(tmp_path):
+    p = tmp_path / "o.jsonl"
+    p.write_text('{"id":"a","status":"error","attempts":2}\n\n')
+    index, order = scan_journal(p)
+    assert order == ["a"] and index["a"].attempts == 2 and index["a"].status == "error"
+
+
+def test_resume_over_corrupt_journal_raises_and_leaves_it(tmp_path):
+    out = tmp_path / "o.jsonl"
+    text = '{"id":"r0","status":"ok","attempts":1}\ngarbage\n{"id":"r1","status":"ok","attempts":1}\n'
+    out.write_text(text)
+    with pytest.raises(ValueError, match="corrupt JSONL line"):
+        run(recs(3), [Double()], ctx(), out=out, progress=False)
+    assert out.read_text() == text

@@ -1,0 +1,70 @@
+"""THE crash test: SIGKILL a run mid-way, resume, and check nothing is lost, duplicated or re-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kbvqa.runner import read_results
+
+JOB = Path(__file__).with_name("runner_crash_job.py")
+N = 300
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_sigkill_then_resume(tmp_path):
+    out = tmp_path / "crash.jsonl"
+    # 300 records x 20 ms / 4 workers is ~1.5 s of work: long enough to kill in the middle.
+    proc = subprocess.Popen([sys.executable, str(JOB), str(out), str(N), "0.02", "4"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while _lines(out) < 40:
+            assert proc.poll() is None, f"job ended before it could be killed: {proc.communicate()}"
+            assert time.monotonic() < deadline, "job wrote no output in time"
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    done_before = _lines(out)
+    assert 40 <= done_before < N, "the kill should land mid-run"
+    manifest = json.loads((tmp_path / "crash.manifest.json").read_text())
+    assert manifest["state"] == "running"  # SIGKILL leaves no chance to finish it: it says so
+
+    # Resume in a fresh process, fast this time.
+    res = subprocess.run([sys.executable, str(JOB), str(out), str(N), "0", "4"], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    rows = list(read_results(out))
+    ids = [r["id"] for r in rows]
+    assert ids == [f"q{i:04d}" for i in range(N)]  # each exactly once, in input order
+    assert len(out.read_text().splitlines()) == N  # compacted file, not just last-wins reading
+    assert all(r["status"] == "ok" and r["answer"] == f"a{r['n']}" for r in rows)
+    # Done-before-kill records were skipped, not re-run; in-flight ones were never written, so every
+    # record has exactly one attempt.
+    # A complete last line that only lacked its newline counts as done (+1).
+    assert done_before <= summary["skipped"] <= done_before + 1
+    assert summary["skipped"] + summary["ok"] == N and summary["error"] == summary["invalid"] == 0
+    assert all(r["attempts"] == 1 for r in rows)
+    assert json.loads((tmp_path / "crash.manifest.json").read_text())["state"] == "finished"
