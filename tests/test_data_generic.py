@@ -67,7 +67,18 @@ def test_from_samples_without_source(tmp_path):
     out = tmp_path / "o.jsonl"
     write_samples([s], out, "jsonl", mapping={"id": "qid", "question": "q", "answers": "gold"})
     rec = json.loads(out.read_text())
-    assert rec == {"qid": "a", "q": "Q?", "gold": ["x", "y"], "k": 1}
+    # a partial mapping: unmapped fields use same-named columns, meta keys follow
+    assert rec == {"qid": "a", "q": "Q?", "gold": ["x", "y"], "images": ["i.png"], "split": "val", "k": 1}
+    (back,) = read_samples(out, "jsonl", mapping={"id": "qid", "question": "q", "answers": "gold"})
+    assert back.split == "val" and back.images == ["i.png"] and back.meta["k"] == 1
+
+
+def test_parquet_flattens_structured_answers_to_text(tmp_path):
+    from kbvqa.data.schema import Answer
+    s = Sample(id="a", question="Q?", answers=[Answer(text="x&&y", parts=["x", "y"]), Answer(text="z")])
+    out = tmp_path / "o.parquet"
+    write_samples([s], out, "parquet")
+    assert pq.read_table(out).to_pylist()[0]["answers"] == ["x&&y", "z"]
 
 
 def test_errors(tmp_path):

@@ -62,10 +62,12 @@ def convert(
     report = SkipReport()
     try:
         fin = from_fmt or detect_format(src)
-        fout = to_fmt or _out_format(dst, fin)
+        fout = to_fmt or _out_format(dst, fin, generic=m is not None)
         for name in (fin, fout):
             if name not in FORMATS:
                 _fail(f"unknown format {name!r}; known: {_FORMATS}")
+        if m is not None and not {fin, fout} & {"jsonl", "csv", "parquet"}:
+            _fail("--mapping only applies to the generic jsonl/csv/parquet formats")
         read_opts = {"sep": sep} if fin in ("jsonl", "csv", "parquet") else {}
         samples = read_samples(src, fin, qtypes=qtypes, mapping=m if fin in ("jsonl", "csv", "parquet") else None,
                                skip_invalid=skip_invalid, report=report, **read_opts)
@@ -84,10 +86,13 @@ def convert(
     _report_skipped(console, report)
 
 
-def _out_format(dst: Path, fin: str) -> str:
+def _out_format(dst: Path, fin: str, generic: bool = False) -> str:
+    """The output format implied by the extension: same family as the input, or generic with --mapping."""
     suffix = dst.suffix.lower()
     if suffix == ".parquet":
         return "parquet"
+    if generic and suffix in (".jsonl", ".json", ".csv"):
+        return "csv" if suffix == ".csv" else "jsonl"
     if suffix in (".jsonl", ".json"):
         return fin if fin in ("infoseek", "jsonl") else "kbvqa"
     if suffix == ".csv":

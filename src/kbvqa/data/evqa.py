@@ -295,6 +295,6 @@ def write_evqa(samples: Iterable[Sample], path: str | Path, *, columns: list[str
                 w.writerow(cols)
             w.writerow(evqa_row(s, cols))
             n += 1
-        if n == 0 and cols is not None:
-            w.writerow(cols)
+        if n == 0:
+            w.writerow(cols if cols is not None else DEFAULT_COLUMNS)
     return n

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,19 @@ def check_mapping(mapping: dict[str, str]) -> None:
     unknown = sorted(set(mapping) - set(FIELDS))
     if unknown:
         raise ValueError(f"unknown mapping field(s) {unknown}; known: {list(FIELDS)}")
+
+
+def resolve_mapping(mapping: dict[str, str] | None, columns: Iterable[str] | None = None) -> dict[str, str]:
+    """The user's mapping plus, for every other field, a column of the same name (when present in
+    `columns`, or always when columns is None) unless the user already mapped that column."""
+    user = dict(mapping or {})
+    check_mapping(user)
+    taken = set(user.values())
+    cols = None if columns is None else set(columns)
+    for f in FIELDS:
+        if f not in user and f not in taken and (cols is None or f in cols):
+            user[f] = f
+    return user
 
 
 def _as_list(v: Any, sep: str) -> list[Any]:
@@ -184,13 +197,12 @@ def read_generic(path: str | Path, fmt: str, *, mapping: dict[str, str] | None =
                  policy: ErrorPolicy | None = None, batch_size: int = 1024, **_: Any) -> Iterator[Sample]:
     """Stream Samples from a JSONL/CSV/Parquet table (row = line / record with header as 1 / record)."""
     policy = policy or ErrorPolicy()
-    explicit = mapping is not None
     if mapping is not None:
         check_mapping(mapping)
-    resolved: dict[str, str] | None = dict(mapping) if explicit else None
+    resolved: dict[str, str] | None = None
     for num, rec in _records(path, fmt, policy, batch_size):
         if resolved is None:
-            resolved = {f: f for f in FIELDS if f in rec}
+            resolved = resolve_mapping(mapping, rec.keys())
         try:
             yield _build_sample(rec, resolved, fmt=fmt, sep=sep, file=path, row=num)
         except DataError as e:
@@ -201,7 +213,9 @@ def _record_for(s: Sample, mapping: dict[str, str] | None, sep: str, fmt: str) -
     src = s.meta.get(SOURCE_KEY)
     src = src if isinstance(src, dict) and src.get("format") in GENERIC_FORMATS else None
     if mapping is None:
-        mapping = dict(src["mapping"]) if src else {f: f for f in FIELDS}
+        mapping = dict(src["mapping"]) if src else resolve_mapping(None)
+    elif not src:
+        mapping = resolve_mapping(mapping)
     kinds = (src or {}).get("kinds", {})
     raw = (src or {}).get("raw", {})
     inverse = {col: field for field, col in mapping.items()}
@@ -226,7 +240,11 @@ def _record_for(s: Sample, mapping: dict[str, str] | None, sep: str, fmt: str) -
                     continue
             except (ValueError, ValidationError):
                 pass
-        out[col] = _dump_field(field, current, kinds.get(field, default_kind), sep)
+        value = _dump_field(field, current, kinds.get(field, default_kind), sep)
+        if fmt == "parquet" and isinstance(value, list) and any(isinstance(x, dict) for x in value):
+            # Arrow lists need one item type: keep the surface texts (multi-part text keeps its `&&`)
+            value = [x if isinstance(x, str) else x["text"] for x in value]
+        out[col] = value
     return out
 
 
@@ -287,6 +305,9 @@ def write_generic(samples: Iterable[Sample], path: str | Path, fmt: str, *, mapp
                 if len(buf) >= batch_size:
                     flush()
             flush()
+        except (pa.ArrowException, ValueError, TypeError) as e:
+            raise DataError(f"cannot write this batch to Parquet: {e}", file=path,
+                            row=n - len(buf) + 1 if buf else n) from None
         finally:
             if writer is not None:
                 writer.close()

@@ -268,6 +268,8 @@ def infoseek_record(s: Sample) -> dict[str, Any]:
         if key in _CODECS:
             emit(key)
             wrote.add(key)
+            if src is None and out[key] is None:
+                del out[key]  # a field the other format did not have
         elif key == "answer":
             if not answers_changed and "answer" in s.meta:
                 out["answer"] = s.meta["answer"]

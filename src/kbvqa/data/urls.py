@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 from typing import Iterable
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -49,7 +50,10 @@ def _norm_path(path: str, *, strip_left: bool = False) -> str:
         if trimmed == decoded:
             break
         decoded = trimmed
-    out = "".join(_escape(c) if _needs_escape(c) else c for c in decoded)
+    if decoded.isprintable() and "%" not in decoded and "#" not in decoded and "?" not in decoded:
+        out = decoded  # fast path: nothing to re-escape (printable excludes controls and odd spaces)
+    else:
+        out = "".join(_escape(c) if _needs_escape(c) else c for c in decoded)
     return out.replace(" ", "_")
 
 
@@ -71,6 +75,11 @@ def canonical_url(url: str) -> str:
     """
     if not isinstance(url, str):
         raise TypeError(f"canonical_url expects a str, got {type(url).__name__}: {url!r}")
+    return _canonical(url)
+
+
+@lru_cache(maxsize=65536)  # rankings and gold labels repeat the same urls many times
+def _canonical(url: str) -> str:
     s = url.strip()
     if _BARE_WIKI.match(s):
         s = "https://" + s

@@ -204,7 +204,7 @@ def _to_row(src: str, where: str, key: Any, value: Any) -> tuple[str, str, str, 
         raise bad(f"field 'title' must be a string, got {type(title).__name__}")
     meta = {k: v for k, v in value.items() if k not in KNOWN_FIELDS}
     canon = canonical_url(key)
-    if isinstance(inner_url, str) and canonical_url(inner_url) != canon:
+    if isinstance(inner_url, str) and inner_url != key and canonical_url(inner_url) != canon:
         meta["source_url_field"] = inner_url  # key and inner url disagree: keep both, key wins
     return canon, key, title, list(zip(titles, texts)), images, meta
 

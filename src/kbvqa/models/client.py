@@ -29,6 +29,7 @@ from kbvqa.models.cache import ResponseCache, is_deterministic, make_key, schema
 from kbvqa.models.jsonx import extract_json, strip_think
 from kbvqa.models.result import ChatResult
 
+POOL_SHARD = 8  # connections per httpx pool (see _ensure_loop_state)
 RETRY_AFTER_CAP = 300.0  # seconds; a Retry-After beyond this is treated as this
 _SCHEMA_400 = re.compile(r"response_format|json_schema|guided_json|structured output", re.IGNORECASE)
 
@@ -164,7 +165,9 @@ class OpenAIChatClient:
         self.supports_json_schema: bool | None = None  # None = not yet known; False after a 400
         self.provenance = Provenance(backend="openai", model=model, base_url=self.base_url)
         self.total_usage = Usage()
-        self._http: httpx.AsyncClient | None = None
+        self._pools: list[httpx.AsyncClient] = []
+        self._pool_cap: list[int] = []
+        self._pool_busy: list[int] = []
         self._sem: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -172,32 +175,44 @@ class OpenAIChatClient:
         return f"OpenAIChatClient(model={self.model!r}, base_url={self.base_url!r}, concurrency={self.concurrency})"
 
     # -- plumbing ---------------------------------------------------------------------------
-    def _ensure_loop_state(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
-        """Pool and semaphore belong to one event loop; a new loop (a second asyncio.run) gets new ones."""
+    def _ensure_loop_state(self) -> tuple[list[httpx.AsyncClient], asyncio.Semaphore]:
+        """Pool and semaphore belong to one event loop; a new loop (a second asyncio.run) gets new ones.
+
+        The connections are split over several small httpx pools (POOL_SHARD each): httpcore's pool
+        bookkeeping costs O(connections × waiting requests) per event, which at 32+ connections
+        in one pool eats most of a core and keeps the client below the server's ceiling."""
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._http is None or self._sem is None:
+        if self._loop is not loop or not self._pools or self._sem is None:
             headers = {"Content-Type": "application/json"}
             if self._api_key:
                 headers["Authorization"] = f"Bearer {self._api_key}"
-            self._http = httpx.AsyncClient(
+            sizes = [POOL_SHARD] * (self.concurrency // POOL_SHARD)
+            if self.concurrency % POOL_SHARD:
+                sizes.append(self.concurrency % POOL_SHARD)
+            self._pools = [httpx.AsyncClient(
                 headers=headers,
                 timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-                limits=httpx.Limits(max_connections=self.concurrency,
-                                    max_keepalive_connections=self.concurrency, keepalive_expiry=60.0),
-            )
+                limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=60.0),
+            ) for n in sizes]
+            self._pool_cap = sizes
+            self._pool_busy = [0] * len(sizes)
             self._sem = asyncio.Semaphore(self.concurrency)
             self._loop = loop
-        return self._http, self._sem
+        return self._pools, self._sem
+
+    def _pick_pool(self) -> int:
+        """Least-busy shard; called with the semaphore held, so one has a free slot."""
+        return min(range(len(self._pools)), key=lambda i: self._pool_busy[i] - self._pool_cap[i])
 
     async def aclose(self) -> None:
-        if self._http is not None:
+        for pool in self._pools:
             try:
-                await self._http.aclose()
+                await pool.aclose()
             except RuntimeError:  # pool created on a loop that has since closed
                 pass
-            self._http = None
-            self._sem = None
-            self._loop = None
+        self._pools = []
+        self._sem = None
+        self._loop = None
 
     async def __aenter__(self) -> "OpenAIChatClient":
         return self
@@ -256,7 +271,7 @@ class OpenAIChatClient:
 
     async def _call(self, messages: list[dict], schema: type[BaseModel] | dict | None,
                     params: dict[str, Any], prov: Provenance, t0: float) -> ChatResult:
-        http, sem = self._ensure_loop_state()
+        pools, sem = self._ensure_loop_state()
         url = f"{self.base_url}/chat/completions"
         requests_sent = 0
         attempt = 0
@@ -274,12 +289,16 @@ class OpenAIChatClient:
             try:
                 async with sem:
                     requests_sent += 1
+                    shard = self._pick_pool()
+                    self._pool_busy[shard] += 1
                     try:
-                        resp = await http.post(url, json=body)
+                        resp = await pools[shard].post(url, json=body)
                     except httpx.TimeoutException as e:
                         raise _Retryable(f"timeout after {self.timeout:g}s ({type(e).__name__})") from None
                     except httpx.TransportError as e:
                         raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
+                    finally:
+                        self._pool_busy[shard] -= 1
                 status = resp.status_code
                 if status == 429:
                     raise _Retryable("HTTP 429 rate limited", _retry_after(resp))

@@ -93,6 +93,7 @@ class LeakageStage(Stage):
         support = audit.get("answer_support")
         if (cfg.recheck_support and support in ("supported", "mismatched") and sample.answers
                 and derive.get("rationale") != "supported by the verifier consensus"
+                and derive.get("label") != "unchecked"
                 and audit.get("action") != "drop"):
             units = evidence_for(sample, audit, ctx.kb)
             ok = any(match_answer(a, u.text) for a in sample.answers for u in units)
