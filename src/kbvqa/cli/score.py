@@ -73,7 +73,7 @@ def infoseek(
     from kbvqa.evaluate.io import ScoreInputError, load_infoseek_references, load_predictions
 
     try:
-        refs = load_infoseek_references(references, qtypes_path=qtypes)
+        refs = load_infoseek_references(references, qtypes_path=qtypes, keep_raw=mode is InfoSeekMode.reward)
         preds = load_predictions(predictions)
         want_items = per_item is not None
         if mode is InfoSeekMode.official:

@@ -178,25 +178,23 @@ def _new_tally() -> dict[str, dict[str, list[int]]]:
 
 
 class _Official:
-    """Per-item official correctness with per-reference normalised aliases cached."""
+    """Per-item official correctness (normalised aliases were computed at load time)."""
 
     def __init__(self, refs: dict[str, InfoSeekRef]):
         self.refs = refs
-        self._norm: dict[str, frozenset[str]] = {}
 
-    def norm_aliases(self, ref: InfoSeekRef) -> frozenset[str]:
-        got = self._norm.get(ref.data_id)
-        if got is None:
-            got = self._norm[ref.data_id] = frozenset(infoseek_normalize(a) for a in ref.aliases)
-        return got
+    @staticmethod
+    def norm_aliases(ref: InfoSeekRef) -> tuple[str, ...]:
+        return ref.norm_aliases
 
-    def correct(self, ref: InfoSeekRef, pred: str | None) -> bool:
+    @staticmethod
+    def correct(ref: InfoSeekRef, pred: str | None) -> bool:
         if pred is None:
             return False
         if ref.qtype == "Numerical":
             lo, hi = ref.range  # type: ignore[misc]
             return numeric_correct(parse_numeric(pred), lo, hi)  # type: ignore[arg-type]
-        return infoseek_normalize(pred) in self.norm_aliases(ref)
+        return infoseek_normalize(pred) in ref.norm_aliases
 
 
 def _check_numeric(refs: dict[str, InfoSeekRef]) -> None:

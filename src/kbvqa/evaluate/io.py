@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,6 +24,8 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     _loads = _json.loads
 
 import json
+
+from kbvqa.evaluate.normalize import infoseek_normalize
 
 __all__ = [
     "ScoreInputError", "PredictionRecord", "InfoSeekRef", "read_jsonl", "read_csv",
@@ -142,7 +144,7 @@ class InfoSeekRef:
     range: tuple[float, float] | None
     line: int
     source: str
-    norm_aliases: frozenset[str] = field(default_factory=frozenset)
+    norm_aliases: tuple[str, ...] = ()  # InfoSeek-normalised aliases (official/strict string match)
 
 
 def _canon_qtype(value: Any, path: str | Path, ln: int, fld: str) -> str:
@@ -189,7 +191,8 @@ def _str_list(value: Any, path: str | Path, ln: int, fld: str) -> list[str]:
 
 
 def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = None,
-                             qtypes_path: str | Path | None = None) -> dict[str, InfoSeekRef]:
+                             qtypes_path: str | Path | None = None, *,
+                             keep_raw: bool = True) -> dict[str, InfoSeekRef]:
     """Read InfoSeek references in any of the accepted formats.
 
     * official JSONL (`answer_eval`, `data_split`; question type from the line or the qtypes file);
@@ -199,9 +202,13 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
 
     A reference whose question type cannot be found is an error (the official script crashed with a
     bare KeyError there).
+
+    `keep_raw=False` drops the raw alias strings once normalised (official/strict scoring need only
+    `norm_aliases`; the reward mode needs the raw ones): it keeps 300k-item runs under 400 MB.
     """
-    if qtypes is None and qtypes_path is not None:
-        qtypes = load_qtypes(qtypes_path)
+    own_qtypes = qtypes is None and qtypes_path is not None
+    if own_qtypes:
+        qtypes = load_qtypes(qtypes_path)  # type: ignore[arg-type]
     refs: dict[str, InfoSeekRef] = {}
     if str(path).lower().endswith(".csv"):
         rows = ((ln, row, "ara-csv") for ln, row in read_csv(path))
@@ -213,6 +220,10 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
             if kind is None:
                 raise ScoreInputError(path, ln, "answer_eval", "missing (expected InfoSeek answer_eval or kbvqa answers)")
         ref = _parse_ref(obj, kind, path, ln, qtypes)
+        if own_qtypes:
+            qtypes.pop(ref.data_id, None)  # type: ignore[union-attr]  # frees memory as we go
+        if not keep_raw:
+            ref.aliases = []
         if ref.data_id in refs:
             raise ScoreInputError(path, ln, "data_id", f"duplicate reference id {ref.data_id!r} "
                                                        f"(first on line {refs[ref.data_id].line})")
@@ -279,9 +290,12 @@ def _parse_ref(obj: dict[str, Any], kind: str, path: str | Path, ln: int,
             rng = _range_from_texts(aliases, path, ln)
     if not aliases and rng is None:
         raise ScoreInputError(path, ln, "answer_eval" if kind == "official" else "answers", "no accepted answers")
-    if split is not None and not isinstance(split, str):
-        raise ScoreInputError(path, ln, "data_split", f"must be a string, got {split!r}")
-    return InfoSeekRef(did, qtype, split, aliases, rng, ln, kind)
+    if split is not None:
+        if not isinstance(split, str):
+            raise ScoreInputError(path, ln, "data_split", f"must be a string, got {split!r}")
+        split = sys.intern(split)  # a handful of distinct values over 300k lines
+    norm = tuple(dict.fromkeys(infoseek_normalize(a) for a in aliases)) if qtype != "Numerical" else ()
+    return InfoSeekRef(did, qtype, split, aliases, rng, ln, kind, norm)
 
 
 def _range_from_texts(aliases: list[str], path: str | Path, ln: int) -> tuple[float, float]:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import queue
 import sqlite3
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -213,7 +215,15 @@ def _to_row(src: str, where: str, key: Any, value: Any) -> tuple[str, str, str, 
 # Writing
 
 class _Writer:
-    """Batched writer into a fresh database file; `finish()` builds and optimises the FTS index."""
+    """Batched writer into a fresh database file.
+
+    Full batches go to a background thread that does the SQLite work (sqlite3 releases the GIL while
+    it runs), so parsing the next batch overlaps with inserting and FTS-indexing the previous one.
+    Sections are indexed as they are inserted, into a large in-memory FTS5 hash that is flushed
+    rarely; `finish()` merges the segments (optimize) and writes kb_info.
+    """
+
+    FTS_HASHSIZE = 64 << 20  # bytes of pending index kept in memory before a segment is written
 
     def __init__(self, out: Path, batch_size: int, on_duplicate: OnDuplicate, progress: ProgressFn | None):
         if on_duplicate not in ("keep_first", "error"):
@@ -225,12 +235,13 @@ class _Writer:
         for p in (self.tmp, Path(str(self.tmp) + "-journal")):
             if p.exists():
                 p.unlink()
-        self.db = sqlite3.connect(self.tmp, isolation_level=None)
+        self.db = sqlite3.connect(self.tmp, isolation_level=None, check_same_thread=False)
         for pragma in ("page_size=8192", "journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE",
                        "cache_size=-131072", "temp_store=MEMORY"):
             self.db.execute(f"PRAGMA {pragma}")
         self.db.executescript(SCHEMA_SQL)
         self.db.execute("INSERT INTO fts(fts, rank) VALUES('pgsz', 8000)")
+        self.db.execute("INSERT INTO fts(fts, rank) VALUES('hashsize', ?)", (self.FTS_HASHSIZE,))
         self.db.execute("BEGIN")
         self.batch_size = batch_size
         self.on_duplicate = on_duplicate
@@ -238,11 +249,14 @@ class _Writer:
         self.stats = ImportStats(out=str(out))
         self.next_article = 1
         self.next_section = 1
-        self.attempted = 0
         self.art_rows: list[tuple] = []
         self.sec_rows: list[tuple] = []
         self.where: dict[int, str] = {}  # article id -> position (only for on_duplicate='error')
         self.t0 = time.perf_counter()
+        self._queue: queue.Queue = queue.Queue(maxsize=2)  # bounds memory to ~3 batches in flight
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kb-import-writer", daemon=True)
+        self._thread.start()
 
     def add(self, canon: str, raw: str, title: str, sections: list[tuple[str, str]], images: list[str],
             meta: dict, where: str = "") -> None:
@@ -255,44 +269,64 @@ class _Writer:
         self.sec_rows.extend((first + i, aid, i, t, x) for i, (t, x) in enumerate(sections))
         if self.on_duplicate == "error":
             self.where[aid] = where
-        self.attempted += 1
         if len(self.art_rows) >= self.batch_size:
-            self.flush()
+            self._hand_off()
 
-    def flush(self) -> None:
-        if not self.art_rows:
-            return
+    def _hand_off(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self.art_rows:
+            self._queue.put((self.art_rows, self.sec_rows, self.where))
+            self.art_rows, self.sec_rows, self.where = [], [], {}
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is None:
+                try:
+                    self._write(*item)
+                except BaseException as e:  # surfaced in the parsing thread at the next hand-off
+                    self._error = e
+
+    def _write(self, art_rows: list[tuple], sec_rows: list[tuple], where: dict[int, str]) -> None:
         db = self.db
         before = db.total_changes
-        db.executemany("INSERT OR IGNORE INTO articles VALUES (?,?,?,?,?,?,?,?)", self.art_rows)
+        db.executemany("INSERT OR IGNORE INTO articles VALUES (?,?,?,?,?,?,?,?)", art_rows)
         inserted = db.total_changes - before
-        sec_rows = self.sec_rows
-        if inserted < len(self.art_rows):  # duplicates: find which ids were ignored, drop their sections
-            lo, hi = self.art_rows[0][0], self.art_rows[-1][0]
+        if inserted < len(art_rows):  # duplicates: find which ids were ignored, drop their sections
+            lo, hi = art_rows[0][0], art_rows[-1][0]
             kept = {r[0] for r in db.execute("SELECT id FROM articles WHERE id BETWEEN ? AND ?", (lo, hi))}
-            dropped = [r for r in self.art_rows if r[0] not in kept]
+            dropped = [r for r in art_rows if r[0] not in kept]
             if self.on_duplicate == "error":
                 r = dropped[0]
                 first = db.execute("SELECT raw_url FROM articles WHERE url=?", (r[1],)).fetchone()
-                raise KBFormatError(f"{self.stats.source}: {self.where.get(r[0], 'article')}: duplicate url "
+                raise KBFormatError(f"{self.stats.source}: {where.get(r[0], 'article')}: duplicate url "
                                     f"{r[1]!r} (first seen as {first[0]!r}); on_duplicate='error'")
             self.stats.duplicates += len(dropped)
             room = 10 - len(self.stats.duplicate_examples)
             self.stats.duplicate_examples.extend(r[1] for r in dropped[:max(room, 0)])
             sec_rows = [s for s in sec_rows if s[1] in kept]
         db.executemany("INSERT INTO sections VALUES (?,?,?,?,?)", sec_rows)
+        db.executemany("INSERT INTO fts(rowid, title, text) VALUES (?,?,?)", ((s[0], s[3], s[4]) for s in sec_rows))
         self.stats.articles += inserted
         self.stats.sections += len(sec_rows)
-        self.art_rows, self.sec_rows = [], []
-        self.where.clear()
+
+    def _stop(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
 
     def finish(self, source: str, source_stat: os.stat_result | None) -> ImportStats:
-        self.flush()
+        self._hand_off()
+        self._stop()
+        if self._error is not None:
+            raise self._error
         db = self.db
         t_load = time.perf_counter()
         if self.progress:
             self.progress("index", 0, 1)
-        db.execute("INSERT INTO fts(fts) VALUES('rebuild')")
         db.execute("INSERT INTO fts(fts) VALUES('optimize')")
         db.execute("INSERT INTO fts(fts, rank) VALUES('rank', 'bm25(2.0, 1.0)')")  # title hits weigh double
         st = self.stats
@@ -322,6 +356,12 @@ class _Writer:
 
     def abort(self) -> None:
         try:
+            while True:  # unblock the writer thread if it waits on a full queue
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            self._stop()
             self.db.close()
         finally:
             if self.tmp.exists():
