@@ -5,7 +5,8 @@ with a realistic mix (String ~70%, Numerical ~20%, Time ~10%; both splits; ~5% m
 ~1% unknown ids, some duplicates), then
 
 1. runs `kbvqa score infoseek --mode official|strict|reward --json` as a subprocess per mode and
-   reports whole-process items/s and peak RSS (resource.getrusage(RUSAGE_CHILDREN) after each run);
+   reports whole-process items/s and that child's peak RSS (the rusage os.wait4 returns for it:
+   RUSAGE_CHILDREN would also include the data-generating child);
 2. times the scoring loops in-process (items/s, data already loaded);
 3. scores the same data with `naive_official`, a deliberately plain spec-level implementation written
    the way the original script is (punctuation set rebuilt per character, pure-Python lists), and
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
-import resource
+import shutil
 import string
 import subprocess
 import sys
@@ -177,16 +179,24 @@ def naive_official(pred_path: Path, ref_path: Path, qt_path: Path) -> dict:
 
 
 def run_cli(mode: str, paths, n: int) -> dict:
+    """Run the CLI as a child; wall time and that child's own peak RSS (os.wait4 rusage)."""
     refs, qts, preds = paths
     cmd = [sys.executable, "-m", "kbvqa.cli.app", "score", "infoseek", "--predictions", str(preds),
            "--references", str(refs), "--qtypes", str(qts), "--mode", mode, "--json"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{mode} failed: {proc.stderr}")
-    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return {"mode": mode, "wall": wall, "items_s": n / wall, "rss_mb": rss_mb, "summary": json.loads(proc.stdout)}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise SystemExit(f"{mode} failed: {err.read()}")
+        summary = json.loads(out.read())
+    cpu = usage.ru_utime + usage.ru_stime
+    return {"mode": mode, "wall": wall, "items_s": n / wall, "cpu": cpu, "items_cpu_s": n / cpu,
+            "rss_mb": usage.ru_maxrss / 1024, "summary": summary}
 
 
 def main() -> None:
@@ -195,13 +205,20 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", type=Path, default=None)
     ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--skip-evqa", action="store_true")
+    ap.add_argument("--generate-only", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    tmp = args.keep or Path(tempfile.mkdtemp(prefix="kbvqa-bench-"))
+    if args.generate_only is not None:
+        generate(args.n, args.seed, args.generate_only)
+        return
+    tmp = args.keep or Path(tempfile.mkdtemp(prefix="kbvqa-bench-score-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    paths = generate(args.n, args.seed, tmp)
+    # generate in a child so this process stays small: a forked child's peak RSS (ru_maxrss) starts
+    # from its parent's size, which would inflate the figures measured below
+    subprocess.run([sys.executable, __file__, "--n", str(args.n), "--seed", str(args.seed),
+                    "--generate-only", str(tmp)], check=True)
+    paths = tmp / "refs.jsonl", tmp / "qtypes.jsonl", tmp / "preds.jsonl"
 
-    # Peak RSS of RUSAGE_CHILDREN is the max over children so far: run the leanest first so each
-    # row's figure is its own (modes are ordered by expected memory).
     rows = [run_cli(m, paths, args.n) for m in ("official", "strict", "reward")]
 
     from kbvqa.evaluate import infoseek as isk
@@ -216,22 +233,51 @@ def main() -> None:
         loops[name] = args.n / (time.perf_counter() - t0)
 
     print(f"## `kbvqa score infoseek` on {args.n:,} synthetic items (2-core runner)\n")
-    print("| mode | whole process (s) | items/s (whole process) | peak RSS (MB) | items/s (scoring loop) |")
-    print("|---|---|---|---|---|")
+    print("| mode | whole process (s) | items/s (whole process) | CPU s (user+sys) | items per CPU-s "
+          "| peak RSS (MB) | items/s (scoring loop) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['mode']} | {r['wall']:.2f} | {r['items_s']:,.0f} | {r['rss_mb']:.0f} | {loops[r['mode']]:,.0f} |")
+        print(f"| {r['mode']} | {r['wall']:.2f} | {r['items_s']:,.0f} | {r['cpu']:.2f} | {r['items_cpu_s']:,.0f} "
+              f"| {r['rss_mb']:.0f} | {loops[r['mode']]:,.0f} |")
     if not args.skip_naive:
         t0 = time.perf_counter()
         naive = naive_official(paths[2], paths[0], paths[1])
         nt = time.perf_counter() - t0
         same = naive == rows[0]["summary"]
         print(f"| plain spec implementation (in-process, per-char punctuation set) | {nt:.2f} | "
-              f"{args.n / nt:,.0f} | – | – |")
+              f"{args.n / nt:,.0f} | – | – | – | – |")
         print(f"\nofficial summary identical to the plain implementation: **{same}**; "
               f"speed-up {nt / rows[0]['wall']:.1f}x (whole process vs its loop)")
         if not same:
             print(json.dumps({"kbvqa": rows[0]["summary"], "naive": naive}, indent=1))
     print(f"\nofficial: {json.dumps(rows[0]['summary'])}")
+    if not args.skip_evqa:
+        print(f"\nE-VQA exact-match stage, in-process loop: {evqa_em_rate(args.n, args.seed):,.0f} items/s")
+    if args.keep is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def evqa_em_rate(n: int, seed: int) -> float:
+    """Items/s of the E-VQA EM stage (score_evqa without a judge) on synthetic rows, data in memory."""
+    from kbvqa.evaluate.evqa import _make_ref, score_evqa
+    from kbvqa.evaluate.io import PredictionRecord
+
+    rng = random.Random(seed)
+    refs, preds = {}, []
+    for i in range(n):
+        did = f"E-VQA_{i}"
+        if rng.random() < 0.2:
+            parts = [_entity(rng) for _ in range(rng.randint(2, 4))]
+            refs[did] = _make_ref(did, "q", "multi_answer", ["&&".join(parts)], "synthetic", i)
+            pred = ", ".join(parts[:-1]) + " and " + parts[-1] if rng.random() < 0.5 else _entity(rng)
+        else:
+            alts = [_entity(rng) for _ in range(rng.randint(1, 3))]
+            refs[did] = _make_ref(did, "q", rng.choice(["automatic", "templated", "2_hop"]), alts, "synthetic", i)
+            pred = _variant(rng, alts[0]) if rng.random() < 0.5 else _entity(rng)
+        preds.append(PredictionRecord(did, pred, i))
+    t0 = time.perf_counter()
+    score_evqa(preds, refs)
+    return n / (time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

@@ -106,3 +106,37 @@ def test_retrieval_json(tmp_path):
     assert obj["answer_in_text"]["initial"]["recall"]["@1"] == 0.5
     bad = runner.invoke(app, ["score", "retrieval", "--records", recs, "--references", refs, "--k", "0,x"])
     assert bad.exit_code != 0
+
+
+def test_judge_command_with_fake_client(tmp_path, monkeypatch):
+    from kbvqa.cli import score as score_cli
+    from kbvqa.data.schema import Provenance
+
+    class Res:
+        def __init__(self, status, data=None, reason=""):
+            self.status, self.data, self.text, self.reason = status, data, None, reason
+            self.provenance = Provenance(backend="fake", model="fj")
+
+    class Fake:
+        provenance = Provenance(backend="fake", model="fj")
+
+        async def chat(self, messages, *, schema=None, prompt_version="", **params):
+            ans = messages[0]["content"].split("Answer to grade:")[1].split("\n")[0].strip()
+            if ans == "boom":
+                return Res("error", reason="HTTP 500")
+            if ans == "garbage":
+                return Res("invalid", reason="unparseable")
+            return Res("ok", data={"label": "correct" if ans == "Paris" else "incorrect", "rationale": "r"})
+
+    monkeypatch.setattr(score_cli, "_judge_client", lambda *a: Fake())
+    refs = _jsonl(tmp_path / "r.jsonl", [{"id": f"q{i}", "question": "?", "answers": ["Paris"]} for i in range(6)])
+    preds = _jsonl(tmp_path / "p.jsonl", [{"data_id": "q0", "prediction": "Paris"},
+                                          {"data_id": "q1", "prediction": "Lyon"},
+                                          {"data_id": "q2", "prediction": "boom"},
+                                          {"data_id": "q3", "prediction": "garbage"},
+                                          {"data_id": "q4", "prediction": ""}])
+    obj = json.loads(_invoke(["score", "judge", "-p", preds, "-r", refs, "--judge-model", "x", "--json"]).stdout)
+    assert obj["n"] == 6 and obj["n_missing"] == 1 and obj["n_empty"] == 1
+    assert obj["n_correct"] == 1 and obj["n_incorrect"] == 1 and obj["n_error"] == 1 and obj["n_invalid"] == 1
+    assert obj["n_not_attempted"] == 2
+    assert obj["accuracy_given_attempted"] == 0.5

@@ -267,3 +267,26 @@ def test_bad_prediction_line_is_loud(tmp_path):
     p.write_text('{"data_id": "a", "prediction": "x"}\nnot json\n', encoding="utf-8")
     with pytest.raises(ScoreInputError, match=r"p.jsonl:2"):
         load_predictions(p)
+
+
+def test_keep_raw_false_gives_identical_official_scores(tmp_path, hand_refs):
+    rows = [json.loads(x) for x in (tmp_path / "ref.jsonl").read_text().splitlines()]
+    lean = load_infoseek_references(tmp_path / "ref.jsonl", qtypes_path=tmp_path / "qt.jsonl", keep_raw=False)
+    assert all(not r.aliases for r in lean.values()) and len(lean) == len(rows)
+    preds = [P("uq1", "paris france"), P("uq2", "thames"), P("ue4", "1989"), P("ue1", "9 - 12")]
+    assert score_official(preds, lean).summary == score_official(preds, hand_refs).summary
+    assert score_strict(preds, lean).summary == score_strict(preds, hand_refs).summary
+
+
+def test_conformance_with_plain_spec_implementation(tmp_path):
+    """The benchmark's deliberately plain implementation of §4.1 and ours agree on 3,000 mixed items."""
+    import importlib.util
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "score_infoseek.py"
+    spec = importlib.util.spec_from_file_location("bench_score_infoseek", bench)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    refs_p, qt_p, preds_p = mod.generate(3000, 7, tmp_path)
+    ours = score_official(load_predictions(preds_p), load_infoseek_references(refs_p, qtypes_path=qt_p)).summary
+    assert ours == mod.naive_official(preds_p, refs_p, qt_p)

@@ -1,5 +1,117 @@
-"""`kbvqa kb` commands (placeholder; filled in by the kb layer's work)."""
+"""`kbvqa kb` commands: import a wiki JSON into the SQLite/FTS5 store, search it, show an article, stats."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(1)
+
+
+def _open(path: Path):
+    from kbvqa.kb.store import KBError, open_kb
+    try:
+        return open_kb(path)
+    except (FileNotFoundError, KBError, ValueError, sqlite3.DatabaseError, OSError) as e:
+        _fail(str(e))
+
+
+@app.command("import")
+def import_cmd(
+    wiki: Path = typer.Argument(..., help="E-VQA/EchoSight wiki JSON (url -> article), JSONL, or .gz of either."),
+    out: Path = typer.Option(..., "--out", "-o", help="KB file to write (.sqlite)."),
+    batch_size: int = typer.Option(2000, "--batch-size", min=1, help="Articles per insert batch."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+    on_duplicate: str = typer.Option("keep_first", "--on-duplicate",
+                                     help="keep_first (count and report) or error."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Stream-import a wiki file into a SQLite KB with an FTS5 index over sections."""
+    from kbvqa.kb.importer import import_wiki_json
+    try:
+        st = import_wiki_json(wiki, out, batch_size=batch_size, progress=progress, overwrite=force,
+                              on_duplicate=on_duplicate)  # type: ignore[arg-type]
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, ValueError, sqlite3.DatabaseError,
+            OSError) as e:
+        _fail(str(e))
+    typer.echo(f"imported {st.articles} articles, {st.sections} sections into {out} in {st.seconds:.1f} s "
+               f"({st.articles_per_s:,.0f} articles/s)")
+    if st.duplicates:
+        typer.echo(f"skipped {st.duplicates} duplicate urls (first kept), e.g. {', '.join(st.duplicate_examples[:3])}")
+
+
+@app.command("search")
+def search_cmd(
+    kb: Path = typer.Argument(..., help="KB file (.sqlite) or wiki JSON (imported to a cache on first use)."),
+    query: str = typer.Argument(..., help="Free text; any punctuation is safe."),
+    k: int = typer.Option(10, "--k", "-k", min=1, help="Number of sections to return."),
+    in_url: Optional[str] = typer.Option(None, "--in", help="Rank only the sections of this article."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON list on stdout."),
+) -> None:
+    """BM25 search over KB sections."""
+    store = _open(kb)
+    with store:
+        try:
+            hits = store.search_in(in_url, query, k) if in_url else store.search(query, k)
+        except KeyError as e:
+            _fail(str(e.args[0]))
+    if as_json:
+        typer.echo(json.dumps([h.__dict__ for h in hits], ensure_ascii=False, indent=1))
+        return
+    if not hits:
+        typer.echo("no matches")
+        return
+    from rich.console import Console
+    from rich.table import Table
+    t = Table("#", "score", "article", "section", "text")
+    for i, h in enumerate(hits, 1):
+        snippet = h.text if len(h.text) <= 160 else h.text[:157] + "..."
+        t.add_row(str(i), f"{h.score:.3g}", f"{h.title}\n{h.url}", f"[{h.section_index}] {h.section_title}", snippet)
+    Console().print(t)
+
+
+@app.command("show")
+def show_cmd(
+    kb: Path = typer.Argument(..., help="KB file or wiki JSON."),
+    url: str = typer.Argument(..., help="Article url (any spelling: http/https, encoded or not)."),
+    as_json: bool = typer.Option(False, "--json", help="The article as JSON."),
+) -> None:
+    """Print one article."""
+    store = _open(kb)
+    with store:
+        a = store.get(url)
+    if a is None:
+        _fail(f"{url!r} is not in {kb}")
+    if as_json:
+        typer.echo(json.dumps(a.model_dump(mode="json"), ensure_ascii=False, indent=1))
+        return
+    typer.echo(f"{a.title}\n{a.url}\n{len(a.sections)} sections, {len(a.image_urls)} images")
+    for s in a.sections:
+        text = s.text if len(s.text) <= 300 else s.text[:297] + "..."
+        typer.echo(f"\n[{s.index}] {s.title}\n{text}")
+
+
+@app.command("stats")
+def stats_cmd(
+    kb: Path = typer.Argument(..., help="KB file or wiki JSON."),
+    as_json: bool = typer.Option(False, "--json", help="As JSON."),
+) -> None:
+    """Counts and provenance of a KB."""
+    store = _open(kb)
+    with store:
+        st = store.stats()
+    if as_json:
+        typer.echo(json.dumps(st, indent=1))
+        return
+    width = max(len(key) for key in st)
+    for key, value in st.items():
+        typer.echo(f"{key:<{width}}  {value}")

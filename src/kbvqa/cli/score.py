@@ -1,7 +1,8 @@
-"""`kbvqa score` commands: InfoSeek (official/strict/reward), E-VQA, retrieval."""
+"""`kbvqa score` commands: InfoSeek (official/strict/reward), E-VQA, short-answer judge, retrieval."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from enum import Enum
@@ -45,11 +46,13 @@ def _table(title: str, rows: list[tuple[str, ...]], header: tuple[str, ...]) -> 
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=title)
+    from rich.markup import escape
+
+    t = Table(title=escape(title))
     for h in header:
-        t.add_column(h)
+        t.add_column(escape(h))
     for r in rows:
-        t.add_row(*[str(x) for x in r])
+        t.add_row(*[escape(str(x)) for x in r])
     Console().print(t)
 
 
@@ -157,7 +160,15 @@ def evqa(
         preds = load_predictions(predictions)
         client = _judge_client(judge_base_url, judge_model, judge_replay)
         backend = ev.LLMJudgeBackend(client, concurrency=judge_concurrency) if client is not None else None
-        res = ev.score_evqa(preds, refs, backend=backend, per_item=per_item is not None)
+
+        async def _run() -> Any:
+            try:
+                return await ev.score_evqa_async(preds, refs, backend=backend, per_item=per_item is not None)
+            finally:  # close the judge's HTTP pool inside the loop that opened it
+                if client is not None and hasattr(client, "aclose"):
+                    await client.aclose()
+
+        res = asyncio.run(_run())
     except (ScoreInputError, ValueError, RuntimeError, FileNotFoundError) as exc:
         _fail(exc)
         return
@@ -169,8 +180,110 @@ def evqa(
         return
     rows = [(k, v["accuracy"], v["correct"], v["n"], v["n_predicted"]) for k, v in s["by_question_type"].items()]
     rows.append(("all", s["accuracy"], s["correct"], s["n"], s["n_predicted"]))
-    _table(f"E-VQA accuracy [{s['scorer']}] coverage {s['coverage']:.2%}", rows,
+    _table(f"E-VQA accuracy, scorer {s['scorer']}, coverage {s['coverage']:.2%}", rows,
            ("question_type", "accuracy", "correct", "n", "predicted"))
+
+
+def _judge_references(path: Path) -> dict[str, tuple[str, str]]:
+    """id -> (question, target) from kbvqa JSONL (`id`, `question`, `answers`) or a CSV with
+    `data_id`/`id`, `problem`/`question` and `answer` (SimpleQA / ARA style)."""
+    from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
+
+    out: dict[str, tuple[str, str]] = {}
+    if str(path).lower().endswith(".csv"):
+        for ln, row in read_csv(path):
+            did = row.get("data_id") or row.get("id")
+            if not did:
+                raise ScoreInputError(path, ln, "data_id", "missing")
+            target = (row.get("answer") or "").strip()
+            if not target:
+                raise ScoreInputError(path, ln, "answer", f"empty gold answer for {did!r}")
+            out[did] = (row.get("problem") or row.get("question") or "", target.replace("|", " / "))
+    else:
+        for ln, obj in read_jsonl(path):
+            did = obj.get("id", obj.get("data_id"))
+            if not isinstance(did, str) or not did:
+                raise ScoreInputError(path, ln, "id", f"must be a non-empty string, got {did!r}")
+            texts = [a if isinstance(a, str) else a.get("text", "") for a in obj.get("answers") or []
+                     if isinstance(a, (str, dict))]
+            texts = [t for t in texts if t and t.strip()]
+            if not texts:
+                raise ScoreInputError(path, ln, "answers", f"no gold answer for {did!r}")
+            target = texts[0] if len(texts) == 1 else "any one of: " + " | ".join(texts)
+            out[did] = (obj.get("question") or "", target)
+    return out
+
+
+@app.command("judge")
+def judge(
+    predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
+                                    help="kbvqa JSONL or CSV (data_id, problem/question, answer)."),
+    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url"),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model"),
+    judge_replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False),
+    concurrency: int = typer.Option(16, "--concurrency", min=1),
+    per_item: Optional[Path] = typer.Option(None, "--per-item", dir_okay=False),
+    as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+) -> None:
+    """SimpleQA-style short-answer grading (correct / incorrect / not_attempted; invalid and error counted)."""
+    from kbvqa.evaluate import judge as jd
+    from kbvqa.evaluate.io import ScoreInputError, load_predictions
+
+    try:
+        refs = _judge_references(references)
+        preds = load_predictions(predictions)
+        client = _judge_client(judge_base_url, judge_model, judge_replay)
+        if client is None:
+            raise ValueError("no judge configured: pass --judge-base-url and --judge-model, or --judge-replay")
+    except (ScoreInputError, ValueError, FileNotFoundError) as exc:
+        _fail(exc)
+        return
+    by_id: dict[str, Optional[str]] = {}
+    unknown = 0
+    for p in preds:
+        if p.data_id in refs:
+            by_id[p.data_id] = p.prediction
+        else:
+            unknown += 1
+
+    async def _run() -> dict[str, Any]:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(did: str) -> Any:
+            q, target = refs[did]
+            async with sem:
+                return await jd.judge_answer(client, q, target, by_id[did] or "", sample_id=did)
+
+        todo = [d for d in refs if by_id.get(d)]
+        try:
+            got = await asyncio.gather(*(one(d) for d in todo))
+        finally:
+            if hasattr(client, "aclose"):
+                await client.aclose()
+        return dict(zip(todo, got))
+
+    verdicts = asyncio.run(_run())
+    # a missing or empty prediction is not attempted by definition: no judge call, counted separately
+    labels = [verdicts[d].label if d in verdicts else "not_attempted" for d in refs]
+    summary: dict[str, Any] = {"scorer": "simpleqa-judge", "prompt_version": jd.PROMPT_VERSION,
+                               **jd.simpleqa_metrics(labels),
+                               "n_missing": sum(1 for d in refs if d not in by_id),
+                               "n_empty": sum(1 for d in refs if d in by_id and not by_id[d]),
+                               "n_unknown_ids": unknown,
+                               "judge": getattr(getattr(client, "provenance", None), "model", None)}
+    if per_item is not None:
+        rows = []
+        for d in refs:
+            v = verdicts.get(d)
+            rows.append({"data_id": d, "prediction": by_id.get(d), "missing": d not in by_id,
+                         "label": v.label if v else "not_attempted", "rationale": v.rationale if v else "no answer"})
+        _write_items(per_item, rows)
+    if as_json:
+        _emit_json(summary)
+        return
+    keys = ("correct", "incorrect", "not_attempted", "invalid", "error", "accuracy_given_attempted", "f1")
+    _table(f"Short-answer judge ({summary['n']} items)", [(k, f"{summary[k]:.4f}") for k in keys], ("metric", "value"))
 
 
 def _parse_ks(text: str) -> list[int]:

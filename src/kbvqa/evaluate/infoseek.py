@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from kbvqa.evaluate.io import InfoSeekRef, PredictionRecord
+from kbvqa.evaluate.io import InfoSeekRef, PredictionRecord, ref_norm_aliases
 from kbvqa.evaluate.normalize import evqa_normalize, infoseek_normalize, number_words_to_digits
 
 __all__ = [
@@ -183,9 +183,7 @@ class _Official:
     def __init__(self, refs: dict[str, InfoSeekRef]):
         self.refs = refs
 
-    @staticmethod
-    def norm_aliases(ref: InfoSeekRef) -> tuple[str, ...]:
-        return ref.norm_aliases
+    norm_aliases = staticmethod(ref_norm_aliases)
 
     @staticmethod
     def correct(ref: InfoSeekRef, pred: str | None) -> bool:
@@ -194,7 +192,7 @@ class _Official:
         if ref.qtype == "Numerical":
             lo, hi = ref.range  # type: ignore[misc]
             return numeric_correct(parse_numeric(pred), lo, hi)  # type: ignore[arg-type]
-        return infoseek_normalize(pred) in ref.norm_aliases
+        return infoseek_normalize(pred) in (ref.norm_aliases or ref_norm_aliases(ref))
 
 
 def _check_numeric(refs: dict[str, InfoSeekRef]) -> None:

@@ -29,7 +29,7 @@ from kbvqa.evaluate.normalize import infoseek_normalize
 
 __all__ = [
     "ScoreInputError", "PredictionRecord", "InfoSeekRef", "read_jsonl", "read_csv",
-    "load_predictions", "load_infoseek_references", "load_qtypes", "dumps_line",
+    "load_predictions", "load_infoseek_references", "load_qtypes", "dumps_line", "ref_norm_aliases",
 ]
 
 _QTYPES = {"string": "String", "numerical": "Numerical", "time": "Time"}
@@ -144,11 +144,21 @@ class InfoSeekRef:
     range: tuple[float, float] | None
     line: int
     source: str
-    norm_aliases: tuple[str, ...] = ()  # InfoSeek-normalised aliases (official/strict string match)
+    # InfoSeek-normalised aliases for official/strict string match; filled at load when keep_raw=False,
+    # else lazily by the scorer (see `ref_norm_aliases`)
+    norm_aliases: tuple[str, ...] = ()
+
+
+_QTYPE_SEEN: dict[str, str] = {}
 
 
 def _canon_qtype(value: Any, path: str | Path, ln: int, fld: str) -> str:
+    q = _QTYPE_SEEN.get(value) if type(value) is str else None
+    if q is not None:
+        return q
     q = _QTYPES.get(str(value).strip().lower()) if isinstance(value, str) else None
+    if q is not None:
+        _QTYPE_SEEN[value] = q
     if q is None:
         raise ScoreInputError(path, ln, fld, f"unknown question type {value!r} (expected String, Numerical or Time)")
     return q
@@ -183,6 +193,8 @@ def _num_range(obj: Any, path: str | Path, ln: int, fld: str) -> tuple[float, fl
 
 
 def _str_list(value: Any, path: str | Path, ln: int, fld: str) -> list[str]:
+    if type(value) is list and all(type(v) is str for v in value):
+        return value
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
@@ -223,6 +235,7 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
         if own_qtypes:
             qtypes.pop(ref.data_id, None)  # type: ignore[union-attr]  # frees memory as we go
         if not keep_raw:
+            ref_norm_aliases(ref)
             ref.aliases = []
         if ref.data_id in refs:
             raise ScoreInputError(path, ln, "data_id", f"duplicate reference id {ref.data_id!r} "
@@ -294,8 +307,17 @@ def _parse_ref(obj: dict[str, Any], kind: str, path: str | Path, ln: int,
         if not isinstance(split, str):
             raise ScoreInputError(path, ln, "data_split", f"must be a string, got {split!r}")
         split = sys.intern(split)  # a handful of distinct values over 300k lines
-    norm = tuple(dict.fromkeys(infoseek_normalize(a) for a in aliases)) if qtype != "Numerical" else ()
-    return InfoSeekRef(did, qtype, split, aliases, rng, ln, kind, norm)
+    return InfoSeekRef(did, qtype, split, aliases, rng, ln, kind)
+
+
+def ref_norm_aliases(ref: InfoSeekRef) -> tuple[str, ...]:
+    """The reference's InfoSeek-normalised aliases, computed once and kept on the record."""
+    norm = ref.norm_aliases
+    if not norm and ref.aliases:
+        a = ref.aliases
+        norm = ref.norm_aliases = ((infoseek_normalize(a[0]),) if len(a) == 1
+                                   else tuple(dict.fromkeys([infoseek_normalize(x) for x in a])))
+    return norm
 
 
 def _range_from_texts(aliases: list[str], path: str | Path, ln: int) -> tuple[float, float]:

@@ -61,6 +61,8 @@ _CONTRACTION_STEMS = {
     "wouldnt": "wouldn't", "yall": "y'all", "youd": "you'd", "youll": "you'll", "youre": "you're",
     "youve": "you've",
 }
+_EVQA_LOOKUP = {**_CONTRACTION_STEMS, **_EVQA_WORD_MAP}
+assert not (set(_CONTRACTION_STEMS) & (set(_EVQA_WORD_MAP) | set(_EVQA_WORD_MAP.values())))
 _EXTRA_ID_PREFIX = "<extra_id_0> "
 
 
@@ -75,10 +77,10 @@ def evqa_normalize(text: str) -> str:
     if s.startswith(_EXTRA_ID_PREFIX):
         s = s.replace(_EXTRA_ID_PREFIX, "")
     s = _EVQA_ARTICLES.sub(" ", s.translate(_EVQA_PUNCT_TABLE))
-    words = _EVQA_WORD_MAP.get
-    contr = _CONTRACTION_STEMS.get
-    # number words first, then contractions (one lookup each, as the E-VQA scorer does)
-    return " ".join([contr(words(w, w), words(w, w)) for w in s.split()])
+    # number words, then contractions: one merged lookup is the same thing because no digit-word
+    # output is a contraction key and no contraction key is a number word
+    get = _EVQA_LOOKUP.get
+    return " ".join([get(w, w) for w in s.split()])
 
 
 _NUMBER_WORD_RE = re.compile(r"\b(" + "|".join(DIGIT_WORDS) + r")\b", re.IGNORECASE)

@@ -1,15 +1,31 @@
 """A vector index of KB images mapped to article urls (FAISS inner product on L2-normalised vectors).
 
-Saved as `<path>.npy` (the vectors; the flat FAISS index is rebuilt from them on load) plus
-`<path>.json` holding the encoder name, the url of every vector and a sha256 of the vectors, so a
-stale or foreign index is refused rather than silently mis-read.
+Saved as `<path>.npy` (the vectors) plus `<path>.json` holding the encoder name, the index kind and
+parameters, the url (and source image) of every vector and a sha256 of the vectors, so a stale or
+foreign index is refused rather than silently mis-read. IVF and HNSW indexes also save the trained
+FAISS structure as `<path>.faiss` (with its own sha256) so a million-vector index is not retrained
+on every load; the flat index is rebuilt from the vectors (seconds).
+
+Kinds: `flat` (exact; the default and right up to ~1M vectors), `ivf` (inverted lists, `nlist`
+centroids trained on 64 points each, `nprobe` probed per query; the cheap one to build), `hnsw`
+(graph, `m` links, `ef_search`; fastest queries, slowest build: benchmarks/index_speed.py).
+
+`build_image_index` reads a KB's `image_urls`, maps each to a local file under an image root with
+`ImageResolver`, encodes them, and reports every image it could not find or decode.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Iterable, Literal
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 
@@ -20,79 +36,334 @@ try:  # FAISS is the [faiss] extra; numpy is the exact fallback.
 except ImportError:  # pragma: no cover - exercised only without the extra
     faiss = None
 
+IndexKind = Literal["flat", "ivf", "hnsw"]
+FORMAT = "kbvqa-image-index"
+FORMAT_VERSION = 2
+
+
+def _sha256(b: bytes | memoryview) -> str:
+    return hashlib.sha256(b).hexdigest()
+
 
 class ImageIndex:
-    def __init__(self, encoder: str, dim: int):
+    """Vectors + the article url of each. `search` returns article urls de-duplicated (best image wins)."""
+
+    def __init__(self, encoder: str, dim: int, kind: IndexKind = "flat", *, nlist: int | None = None,
+                 nprobe: int = 16, m: int = 16, ef_construction: int = 40, ef_search: int = 64):
+        if kind not in ("flat", "ivf", "hnsw"):
+            raise ValueError(f"index kind must be flat, ivf or hnsw, not {kind!r}")
         self.encoder = encoder
         self.dim = dim
+        self.kind = kind
+        self.params: dict[str, Any] = {"nlist": nlist, "nprobe": nprobe, "m": m, "ef_construction": ef_construction,
+                                       "ef_search": ef_search}
         self.urls: list[str] = []
+        self.images: list[str] = []  # source image of each vector ("" when unknown)
+        self.stats: dict[str, Any] = {}  # build report (resolved / missing images ...), saved with the index
+        self._chunks: list[np.ndarray] = []
         self._vectors = np.zeros((0, dim), dtype=np.float32)
         self._faiss = None
 
-    def add(self, vectors: np.ndarray, urls: list[str]) -> None:
+    # -- building ---------------------------------------------------------------------------------
+    def add(self, vectors: np.ndarray, urls: list[str], images: list[str] | None = None) -> None:
+        vectors = np.ascontiguousarray(np.atleast_2d(vectors), dtype=np.float32)
         if len(vectors) != len(urls):
             raise ValueError(f"{len(vectors)} vectors but {len(urls)} urls")
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        self._vectors = np.vstack([self._vectors, vectors])
+        if len(urls) and vectors.shape[1] != self.dim:
+            raise ValueError(f"vectors have dimension {vectors.shape[1]}, index expects {self.dim}")
+        if images is not None and len(images) != len(urls):
+            raise ValueError(f"{len(images)} image names but {len(urls)} urls")
+        self._chunks.append(vectors)
         self.urls.extend(canonical_url(u) for u in urls)
+        self.images.extend(images if images is not None else [""] * len(urls))
         self._faiss = None
+
+    @property
+    def vectors(self) -> np.ndarray:
+        if self._chunks:
+            self._vectors = np.ascontiguousarray(np.vstack([self._vectors, *self._chunks]), dtype=np.float32)
+            self._chunks = []
+        return self._vectors
 
     def __len__(self) -> int:
         return len(self.urls)
 
+    def _nlist(self) -> int:
+        n = len(self)
+        # sqrt(n) lists keeps k-means training affordable on a few cores (1M vectors: 1000 lists,
+        # 64k training points); pass nlist for more lists when many cores are available.
+        nlist = self.params.get("nlist") or int(round(math.sqrt(max(n, 1))))
+        return max(1, min(nlist, n // 39 if n >= 39 else 1))  # FAISS wants >= 39 training points per centroid
+
     def _backend(self):
-        if faiss is not None and self._faiss is None:
-            self._faiss = faiss.IndexFlatIP(self.dim)
-            self._faiss.add(self._vectors)
+        if faiss is None:
+            return None
+        if self._faiss is None:
+            vecs = self.vectors
+            if self.kind == "flat":
+                index = faiss.IndexFlatIP(self.dim)
+            elif self.kind == "ivf":
+                nlist = self._nlist()
+                quantizer = faiss.IndexFlatIP(self.dim)
+                index = faiss.IndexIVFFlat(quantizer, self.dim, nlist, faiss.METRIC_INNER_PRODUCT)
+                rng = np.random.default_rng(0)
+                n_train = 64 * nlist
+                train = vecs if len(vecs) <= n_train else vecs[np.sort(rng.choice(len(vecs), n_train, replace=False))]
+                index.train(train)
+                index.nprobe = min(self.params["nprobe"], nlist)
+                self.params["nlist"] = nlist
+            else:
+                index = faiss.IndexHNSWFlat(self.dim, self.params["m"], faiss.METRIC_INNER_PRODUCT)
+                index.hnsw.efConstruction = self.params["ef_construction"]
+                index.hnsw.efSearch = self.params["ef_search"]
+            if len(vecs):
+                index.add(vecs)
+            self._faiss = index
         return self._faiss
 
-    def search(self, queries: np.ndarray, k: int = 20, dedupe: bool = True) -> list[list[tuple[str, float]]]:
-        """Ranked (url, score) lists per query; with `dedupe` each article appears once (best image)."""
-        queries = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
-        depth = min(len(self), k * 4 if dedupe else k)
-        if depth == 0:
-            return [[] for _ in queries]
+    def build(self) -> "ImageIndex":
+        """Build (train) the FAISS structure now rather than on the first search."""
+        self._backend()
+        return self
+
+    # -- querying ---------------------------------------------------------------------------------
+    def _raw_search(self, queries: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         index = self._backend()
         if index is not None:
-            scores, ids = index.search(queries, depth)
-        else:
-            sims = queries @ self._vectors.T
-            ids = np.argsort(-sims, axis=1)[:, :depth]
-            scores = np.take_along_axis(sims, ids, axis=1)
-        out = []
-        for row_ids, row_scores in zip(ids, scores):
-            seen, ranked = set(), []
-            for i, s in zip(row_ids, row_scores):
-                if i < 0:
-                    continue
-                url = self.urls[i]
-                if dedupe and url in seen:
-                    continue
-                seen.add(url)
-                ranked.append((url, float(s)))
-                if len(ranked) == k:
-                    break
-            out.append(ranked)
-        return out
+            return index.search(queries, depth)
+        sims = queries @ self.vectors.T
+        ids = np.argsort(-sims, axis=1)[:, :depth]
+        return np.take_along_axis(sims, ids, axis=1), ids
 
+    def search(self, queries: np.ndarray, k: int = 20, dedupe: bool = True) -> list[list[tuple[str, float]]]:
+        """Ranked (url, score) lists per query; with `dedupe` each article appears once (best image).
+
+        When one article owns many of the nearest images, the search is widened (doubling the depth)
+        until k distinct articles are found or the index is exhausted."""
+        queries = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
+        if queries.shape[1] != self.dim:
+            raise ValueError(f"query dimension {queries.shape[1]} != index dimension {self.dim}")
+        n = len(self)
+        if n == 0 or k <= 0:
+            return [[] for _ in queries]
+        depth = min(n, k * 4 if dedupe else k)
+        out: list[list[tuple[str, float]] | None] = [None] * len(queries)
+        todo = list(range(len(queries)))
+        while todo:
+            scores, ids = self._raw_search(queries[todo], depth)
+            again = []
+            for qi, row_ids, row_scores in zip(todo, ids, scores):
+                seen: set[str] = set()
+                ranked: list[tuple[str, float]] = []
+                for i, s in zip(row_ids, row_scores):
+                    if i < 0:
+                        continue
+                    url = self.urls[i]
+                    if dedupe and url in seen:
+                        continue
+                    seen.add(url)
+                    ranked.append((url, float(s)))
+                    if len(ranked) == k:
+                        break
+                if len(ranked) < k and depth < n and dedupe:
+                    again.append(qi)
+                out[qi] = ranked
+            if not again:
+                break
+            todo, depth = again, min(n, depth * 2)
+        return [r or [] for r in out]
+
+    # -- persistence ------------------------------------------------------------------------------
     def checksum(self) -> str:
-        return hashlib.sha256(self._vectors.tobytes()).hexdigest()
+        return _sha256(memoryview(self.vectors).cast("B"))
 
-    def save(self, path: Path) -> None:
+    @staticmethod
+    def _paths(path: Path) -> tuple[Path, Path, Path]:
         path = Path(path)
-        np.save(path.with_suffix(".npy"), self._vectors)
-        meta = {"encoder": self.encoder, "dim": self.dim, "urls": self.urls, "sha256": self.checksum()}
-        path.with_suffix(".json").write_text(json.dumps(meta))
+        return path.with_suffix(".npy"), path.with_suffix(".json"), path.with_suffix(".faiss")
+
+    def save(self, path: Path) -> Path:
+        """Write `<path>.npy`, `<path>.json` (and `<path>.faiss` for ivf/hnsw); returns the json path."""
+        npy, meta_path, fpath = self._paths(path)
+        npy.parent.mkdir(parents=True, exist_ok=True)
+        np.save(npy, self.vectors)
+        meta: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, "encoder": self.encoder,
+                                "dim": self.dim, "kind": self.kind, "params": self.params, "n": len(self),
+                                "sha256": self.checksum(), "urls": self.urls, "images": self.images,
+                                "stats": self.stats}
+        if self.kind != "flat" and faiss is not None:
+            faiss.write_index(self._backend(), str(fpath))
+            meta["faiss_sha256"] = _sha256(fpath.read_bytes())
+            meta["params"] = self.params
+        elif fpath.exists():
+            fpath.unlink()
+        tmp = meta_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, meta_path)
+        return meta_path
 
     @classmethod
     def load(cls, path: Path, expect_encoder: str | None = None) -> "ImageIndex":
-        path = Path(path)
-        meta = json.loads(path.with_suffix(".json").read_text())
+        npy, meta_path, fpath = cls._paths(path)
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path}: no image index here (build one with `kbvqa index images`)")
+        meta = json.loads(meta_path.read_text())
         if expect_encoder and meta["encoder"] != expect_encoder:
             raise ValueError(f"{path}: index built with encoder {meta['encoder']!r}, not {expect_encoder!r}")
-        index = cls(meta["encoder"], meta["dim"])
-        index._vectors = np.load(path.with_suffix(".npy"))
+        params = meta.get("params") or {}
+        index = cls(meta["encoder"], meta["dim"], meta.get("kind", "flat"),
+                    **{k: v for k, v in params.items() if k in ("nlist", "nprobe", "m", "ef_construction", "ef_search")})
+        index._vectors = np.load(npy)
         index.urls = meta["urls"]
+        index.images = meta.get("images") or [""] * len(index.urls)
+        index.stats = meta.get("stats") or {}
+        if len(index._vectors) != len(index.urls):
+            raise ValueError(f"{path}: {len(index._vectors)} vectors but {len(index.urls)} urls")
         if index.checksum() != meta["sha256"]:
             raise ValueError(f"{path}: vector checksum mismatch (index file changed or corrupt)")
+        if index.kind != "flat" and faiss is not None and fpath.is_file():
+            if _sha256(fpath.read_bytes()) != meta.get("faiss_sha256"):
+                raise ValueError(f"{fpath}: FAISS structure checksum mismatch (changed or corrupt)")
+            index._faiss = faiss.read_index(str(fpath))
+            if index.kind == "ivf":
+                index._faiss.nprobe = index.params["nprobe"]
+            elif index.kind == "hnsw":
+                index._faiss.hnsw.efSearch = index.params["ef_search"]
         return index
+
+    def set_search_params(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Trade recall for speed at query time (IVF nprobe, HNSW efSearch)."""
+        if nprobe is not None:
+            self.params["nprobe"] = nprobe
+            if self._faiss is not None and self.kind == "ivf":
+                self._faiss.nprobe = nprobe
+        if ef_search is not None:
+            self.params["ef_search"] = ef_search
+            if self._faiss is not None and self.kind == "hnsw":
+                self._faiss.hnsw.efSearch = ef_search
+
+
+# -- KB images -> local files ------------------------------------------------------------------------
+ImageRule = Literal["auto", "basename", "relative", "urlpath"]
+
+
+@dataclass
+class ImageResolver:
+    """Map a KB `image_urls` entry to a local file under `root`.
+
+    Rules: `basename` (ROOT/<last path segment of the url, percent-decoded>), `relative` (ROOT/<the
+    entry as stored>, for KBs that store relative paths), `urlpath` (ROOT/<host-less url path>, for a
+    mirror that keeps the server's directory layout), `auto` (relative for non-URLs, else basename,
+    then urlpath). A callable `rule(url, root) -> Path | None` may replace them."""
+
+    root: Path
+    rule: ImageRule | Callable[[str, Path], Path | None] = "auto"
+
+    def candidates(self, url: str) -> list[Path]:
+        root = Path(self.root)
+        if callable(self.rule):
+            p = self.rule(url, root)
+            return [Path(p)] if p is not None else []
+        is_url = "://" in url
+        path = unquote(urlparse(url).path) if is_url else url
+        base = path.rstrip("/").rsplit("/", 1)[-1]
+        by_rule = {
+            "basename": [root / base, root / url.rstrip("/").rsplit("/", 1)[-1]],
+            "relative": [root / url.lstrip("/")],
+            "urlpath": [root / path.lstrip("/")],
+        }
+        if self.rule == "auto":
+            order = (["basename", "urlpath"] if is_url else ["relative", "basename"])
+            out = [p for r in order for p in by_rule[r]]
+        else:
+            if self.rule not in by_rule:
+                raise ValueError(f"unknown image rule {self.rule!r} (auto, basename, relative, urlpath)")
+            out = by_rule[self.rule]
+        seen, uniq = set(), []
+        for p in out:
+            if p not in seen:
+                seen.add(p)
+                uniq.append(p)
+        return uniq
+
+    def resolve(self, url: str) -> Path | None:
+        for p in self.candidates(url):
+            if p.is_file():
+                return p
+        return None
+
+
+@dataclass
+class BuildReport:
+    """What `build_image_index` did; nothing missing is silent."""
+
+    articles: int = 0
+    articles_without_images: int = 0
+    articles_indexed: int = 0
+    images_listed: int = 0
+    images_resolved: int = 0
+    images_missing: int = 0
+    images_failed: int = 0
+    vectors: int = 0
+    seconds: float = 0.0
+    images_per_second: float = 0.0
+    examples_missing: list[str] = field(default_factory=list)
+    examples_failed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def build_image_index(kb: Any, image_root: str | Path, encoder: Any, *, rule: ImageRule | Callable = "auto",
+                      kind: IndexKind = "flat", max_images_per_article: int | None = None, batch_size: int = 256,
+                      progress: bool = False, urls: Iterable[str] | None = None,
+                      index_params: dict[str, Any] | None = None) -> tuple[ImageIndex, BuildReport]:
+    """Index every KB article's images (or those of `urls`) found under `image_root`.
+
+    Missing files and undecodable images are counted in the report (with up to 20 examples each)."""
+    from kbvqa.models.image_encoders import _progress, encode_files
+
+    t0 = time.perf_counter()
+    resolver = ImageResolver(Path(image_root), rule)
+    report = BuildReport()
+    paths: list[Path] = []
+    owners: list[str] = []
+    names: list[str] = []
+    iterator = (kb.get(u) for u in urls) if urls is not None else iter(kb)
+    for article in iterator:
+        if article is None:
+            continue
+        report.articles += 1
+        listed = list(article.image_urls)
+        if max_images_per_article:
+            listed = listed[:max_images_per_article]
+        if not listed:
+            report.articles_without_images += 1
+        for img_url in listed:
+            report.images_listed += 1
+            p = resolver.resolve(img_url)
+            if p is None:
+                report.images_missing += 1
+                if len(report.examples_missing) < 20:
+                    report.examples_missing.append(img_url)
+                continue
+            paths.append(p)
+            owners.append(article.url)
+            names.append(img_url)
+    report.images_resolved = len(paths)
+    bar = _progress(len(paths), f"index images ({encoder.name})", progress)
+    vecs, kept, failed = encode_files(encoder, paths, batch_size=batch_size, on_batch=bar.advance)
+    bar.close()
+    report.images_failed = len(failed)
+    report.examples_failed = [f"{names[i]}: {msg}" for i, msg in list(failed.items())[:20]]
+    index = ImageIndex(encoder.name, int(vecs.shape[1]) if len(vecs) else int(encoder.dim), kind,
+                       **(index_params or {}))
+    index.add(vecs, [owners[i] for i in kept], [names[i] for i in kept])
+    index.build()
+    report.vectors = len(index)
+    report.articles_indexed = len(Counter(index.urls))
+    report.seconds = round(time.perf_counter() - t0, 3)
+    report.images_per_second = round(len(kept) / report.seconds, 1) if report.seconds else 0.0
+    index.stats = {**report.as_dict(), "image_root": str(image_root),
+                   "rule": rule if isinstance(rule, str) else getattr(rule, "__name__", "callable")}
+    return index, report

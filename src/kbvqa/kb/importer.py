@@ -2,8 +2,9 @@
 
 The 2M-article E-VQA KB does not fit in memory as Python objects, so the file is stream-parsed
 (ijson; never `json.load` of the whole file) and written in big batches inside one transaction.
-The FTS5 index is external-content (the text is stored once, in `sections`) and is built in one
-pass after the load, which is several times faster than indexing row by row.
+The FTS5 index is external-content (the text is stored once, in `sections`); sections are indexed
+batch by batch into a large in-memory FTS5 hash in a background thread (so parsing overlaps the
+SQLite work), and the segments are merged once at the end.
 
 Accepted inputs (detected by content, optionally gzip-compressed):
   * a JSON object mapping url -> article (`title`, `section_titles`, `section_texts`, `image_urls`,
@@ -19,9 +20,11 @@ import gzip
 import json
 import os
 import queue
+import re
 import sqlite3
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
@@ -30,6 +33,8 @@ import ijson
 
 from kbvqa.data.schema import Article
 from kbvqa.data.urls import canonical_url, url_to_title
+
+TOKEN_RE = re.compile(r"\w+")  # the word tokens queries and the df sample agree on
 
 __all__ = ["ImportStats", "KBFormatError", "import_wiki_json", "build_kb", "FORMAT_NAME", "FORMAT_VERSION",
            "SCHEMA_SQL"]
@@ -60,6 +65,10 @@ CREATE TABLE sections(
     title TEXT NOT NULL,
     text TEXT NOT NULL
 );
+CREATE TABLE term_df(            -- estimated section frequency of common words (query planning)
+    term TEXT PRIMARY KEY,
+    df INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE VIRTUAL TABLE fts USING fts5(
     title, text, content='sections', content_rowid='id',
     tokenize='porter unicode61 remove_diacritics 2'
@@ -73,13 +82,15 @@ class KBFormatError(ValueError):
 
 @dataclass
 class ImportStats:
+    """What an import did; `articles` counts distinct canonical urls kept."""
+
     articles: int = 0
     sections: int = 0
     duplicates: int = 0
     seconds: float = 0.0
     articles_per_s: float = 0.0
-    load_seconds: float = 0.0
-    index_seconds: float = 0.0
+    load_seconds: float = 0.0   # parse + insert + FTS tokenising (overlapped)
+    index_seconds: float = 0.0  # FTS segment merge (optimize), ANALYZE, finalise
     duplicate_examples: list[str] = field(default_factory=list)  # first few canonical urls seen twice
     source: str = ""
     out: str = ""
@@ -224,6 +235,10 @@ class _Writer:
     """
 
     FTS_HASHSIZE = 64 << 20  # bytes of pending index kept in memory before a segment is written
+    # Document frequencies of common words are estimated from a sample of sections; the store uses
+    # them to keep OR queries from scoring most of the KB (see KBStore.search).
+    SAMPLE_EVERY = 16
+    SAMPLE_CAP = 50_000
 
     def __init__(self, out: Path, batch_size: int, on_duplicate: OnDuplicate, progress: ProgressFn | None):
         if on_duplicate not in ("keep_first", "error"):
@@ -252,6 +267,8 @@ class _Writer:
         self.art_rows: list[tuple] = []
         self.sec_rows: list[tuple] = []
         self.where: dict[int, str] = {}  # article id -> position (only for on_duplicate='error')
+        self.df_sample: Counter[str] = Counter()
+        self.sampled = 0
         self.t0 = time.perf_counter()
         self._queue: queue.Queue = queue.Queue(maxsize=2)  # bounds memory to ~3 batches in flight
         self._error: BaseException | None = None
@@ -267,6 +284,11 @@ class _Writer:
         self.art_rows.append((aid, canon, raw, title, first, len(sections),
                               json.dumps(images, ensure_ascii=False), json.dumps(meta, ensure_ascii=False)))
         self.sec_rows.extend((first + i, aid, i, t, x) for i, (t, x) in enumerate(sections))
+        if self.sampled < self.SAMPLE_CAP:
+            for i, (t, x) in enumerate(sections):
+                if (first + i) % self.SAMPLE_EVERY == 0:
+                    self.sampled += 1
+                    self.df_sample.update(set(TOKEN_RE.findall(f"{t} {x}".lower())))
         if self.on_duplicate == "error":
             self.where[aid] = where
         if len(self.art_rows) >= self.batch_size:
@@ -337,6 +359,11 @@ class _Writer:
             info["source_size"] = str(source_stat.st_size)
             info["source_mtime_ns"] = str(source_stat.st_mtime_ns)
         db.executemany("INSERT INTO kb_info VALUES (?,?)", list(info.items()))
+        if self.sampled:
+            scale = st.sections / self.sampled
+            floor = max(3, int(0.0005 * self.sampled))
+            db.executemany("INSERT INTO term_df VALUES (?,?)",
+                           ((t, round(c * scale)) for t, c in self.df_sample.items() if c >= floor))
         db.execute("COMMIT")
         db.execute("ANALYZE")
         # Rollback journal (not WAL) for the finished file: readers never write, and a WAL database
@@ -450,23 +477,26 @@ def build_kb(articles: Iterable[Article], out: str | os.PathLike, *, batch_size:
 
 
 class _RichProgress:
-    """A two-phase rich bar: bytes parsed, then the (indeterminate) FTS build."""
+    """A two-phase rich bar: bytes parsed (and indexed as they go), then the FTS segment merge."""
 
     def __init__(self, total: int):
-        from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn,
-                                   TimeElapsedColumn, TransferSpeedColumn)
-        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                          TransferSpeedColumn(), TimeElapsedColumn(), transient=False)
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                          TextColumn("{task.fields[size]}"), TimeElapsedColumn(), transient=False)
         self.p.start()
-        self.load = self.p.add_task("parse + load", total=total)
+        self.total = total
+        self.load = self.p.add_task("parse, load, index", total=total, size=self._size(0))
         self.index = None
+
+    def _size(self, done: int) -> str:
+        return f"{done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB"
 
     def update(self, phase: str, done: int, total: int) -> None:
         if phase == "load":
-            self.p.update(self.load, completed=done)
+            self.p.update(self.load, completed=done, size=self._size(done))
         elif self.index is None:
-            self.p.update(self.load, completed=self.p.tasks[self.load].total)
-            self.index = self.p.add_task("build FTS index", total=None)
+            self.p.update(self.load, completed=self.total, size=self._size(self.total))
+            self.index = self.p.add_task("merge FTS index", total=None, size="")
         elif done >= total:
             self.p.update(self.index, total=1, completed=1)
 

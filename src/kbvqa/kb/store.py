@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import sqlite3
 import tempfile
 import threading
@@ -20,12 +19,11 @@ from typing import Any, Iterator
 from kbvqa.data.schema import Article, Section
 from kbvqa.data.urls import canonical_url
 from kbvqa.kb.base import SearchHit
-from kbvqa.kb.importer import FORMAT_NAME, FORMAT_VERSION, import_wiki_json
+from kbvqa.kb.importer import FORMAT_NAME, FORMAT_VERSION, TOKEN_RE, import_wiki_json
 
-__all__ = ["KBStore", "KBError", "open_kb", "fts_query"]
+__all__ = ["KBStore", "KBError", "open_kb", "fts_query", "plan_query"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_TOKEN = re.compile(r"\w+", re.UNICODE)
 _MAX_TERMS = 32
 # Function words carry no signal for BM25 but match nearly every section, which makes OR queries
 # slow; they are dropped unless the query has nothing else.
@@ -38,29 +36,69 @@ class KBError(RuntimeError):
     """The file is not a usable kbvqa KB (wrong format, version, or missing)."""
 
 
+def _tokens(text: str) -> list[str]:
+    seen: dict[str, None] = {}
+    for t in TOKEN_RE.findall(text.lower()):
+        t = t.replace("_", " ").strip()
+        if t:
+            seen.setdefault(t, None)
+    return list(seen)[:_MAX_TERMS]
+
+
+def _quote(t: str) -> str:
+    return '"' + t.replace('"', '""') + '"'
+
+
 def fts_query(text: str) -> str | None:
     """Turn arbitrary user text into a safe FTS5 MATCH expression (quoted terms OR'ed), or None.
 
     Quotes, hyphens, colons, parentheses and AND/OR/NOT/NEAR are FTS5 syntax; only the word
-    tokens survive, each as a quoted string, so no user text can raise a syntax error.
+    tokens survive, each as a quoted string, so no user text can raise a syntax error. Function
+    words are dropped unless the query has nothing else.
     """
-    toks: list[str] = []
-    seen: set[str] = set()
-    for t in _TOKEN.findall(text.lower()):
-        t = t.replace("_", " ").strip()
-        if t and t not in seen:
-            seen.add(t)
-            toks.append(t)
+    toks = _tokens(text)
     content = [t for t in toks if t not in STOPWORDS] or toks
+    return " OR ".join(_quote(t) for t in content) if content else None
+
+
+def plan_query(text: str, df: dict[str, int], n_sections: int, budget: int) -> list[str]:
+    """MATCH expressions to try in order, keeping the number of sections BM25 must score near `budget`.
+
+    FTS5 scores every section that matches, so an OR of frequent words scores most of the KB
+    (hundreds of ms). The rarest words carry nearly all of the BM25 signal: words are added
+    rarest-first while the estimated matches stay within the budget; if even the rarest word is
+    over budget, the two or three rarest are AND-ed first (falling back to the rarest alone
+    when that finds nothing). A query of function words only becomes one phrase.
+    """
+    toks = _tokens(text)
+    if not toks:
+        return []
+    content = [t for t in toks if t not in STOPWORDS]
     if not content:
-        return None
-    return " OR ".join(f'"{t}"' for t in content[:_MAX_TERMS])
+        return [_quote(" ".join(toks))]
+    ranked = sorted(content, key=lambda t: df.get(t, 0))  # stable: ties keep query order
+    chosen: list[str] = []
+    total = 0
+    for t in ranked:
+        d = df.get(t, 0)
+        if not chosen or total + d <= budget:
+            chosen.append(t)
+            total += d
+    if total <= budget or len(ranked) == 1:
+        return [" OR ".join(_quote(t) for t in chosen)]
+    est, conj = float(n_sections or 1), []
+    for t in ranked[:3]:
+        conj.append(t)
+        est *= df.get(t, 0) / max(n_sections, 1)
+        if len(conj) >= 2 and est <= budget:
+            break
+    return [" AND ".join(_quote(t) for t in conj), _quote(ranked[0])]
 
 
 class KBStore:
     """Read access to a KB database. Thread-safe (one connection behind a lock; `check_same_thread=False`)."""
 
-    def __init__(self, path: str | os.PathLike, *, readonly: bool = True):
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = True, max_scored: int = 10_000):
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: no such KB file")
@@ -84,6 +122,8 @@ class KBStore:
                           f"{FORMAT_VERSION}; re-import the wiki file")
         self._info = info
         self._len = int(info["articles"])
+        self._n_sections = int(info["sections"])
+        self.max_scored = max_scored  # sections BM25 may score per query before rare-first planning kicks in
         self._db.execute("PRAGMA cache_size=-65536")
 
     # -- protocol ---------------------------------------------------------------------------------
@@ -102,7 +142,11 @@ class KBStore:
                        image_urls=json.loads(images), meta=json.loads(meta))
 
     def search(self, query: str, k: int = 10) -> list[SearchHit]:
-        """Top-k sections by BM25 (title matches weigh double); score = -bm25, higher is better."""
+        """Top-k sections by BM25 (title matches weigh double); score = -bm25, higher is better.
+
+        Words so frequent that OR-ing them would score more than `max_scored` sections are left
+        out, rarest kept (see `plan_query`); on a small KB every content word is used.
+        """
         return self._search(query, k, None)
 
     def search_in(self, url: str, query: str, k: int = 10) -> list[SearchHit]:
@@ -122,16 +166,24 @@ class KBStore:
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if k <= 0:
             return []
-        match = fts_query(query)
-        if match is None:
-            return []
         where = "fts MATCH ?" + (" AND rowid BETWEEN ? AND ?" if rowids else "")
-        params: tuple = (match, *rowids, k) if rowids else (match, k)
         sql = (f"SELECT a.url, a.title, s.idx, s.title, s.text, h.r FROM "
                f"(SELECT rowid AS rid, rank AS r FROM fts WHERE {where} ORDER BY rank LIMIT ?) h "
                f"JOIN sections s ON s.id = h.rid JOIN articles a ON a.id = s.article_id ORDER BY h.r, s.id")
+        rows: list = []
         with self._lock:
-            rows = self._db.execute(sql, params).fetchall()
+            if rowids:  # one article: at most a few dozen sections, no planning needed
+                plans = [m] if (m := fts_query(query)) else []
+            else:
+                toks = _tokens(query)
+                df = dict(self._db.execute(f"SELECT term, df FROM term_df WHERE term IN ({','.join('?' * len(toks))})",
+                                           toks).fetchall()) if toks else {}
+                plans = plan_query(query, df, self._n_sections, self.max_scored)
+            for match in plans:
+                params: tuple = (match, *rowids, k) if rowids else (match, k)
+                rows = self._db.execute(sql, params).fetchall()
+                if rows:
+                    break
         return [SearchHit(url=u, title=t, section_index=i, section_title=st, text=x, score=-r)
                 for u, t, i, st, x, r in rows]
 

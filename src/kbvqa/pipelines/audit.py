@@ -4,6 +4,33 @@
 a KB and writes the audited JSONL plus `<out stem>.summary.json`, and `audit_summary(records)` counts
 labels, actions and tags overall and by question type (records that failed in the runner count as
 answer_support "invalid", never as supported).
+
+Model stages. Each stage runs its rules first; with a model role configured it then asks the model
+only about what the rules leave open (each stage class documents exactly which cases the rules
+settle). Roles: `verifier` (one or several clients; joins the verify consensus), `repairer` (answer
+correction in derive, question tagging/repair in posedness), `checker` (final leak/answerability/
+uniqueness check). An `audit.toml`:
+
+    [verify]
+    consensus = "all"            # all (paper) | any | majority
+    llm = "auto"                 # auto: use the role when configured | on: require it | off
+    [derive]
+    llm_role = "repairer"
+    [leakage]
+    llm = "off"                  # rules-only final check
+
+    [[models.verifier]]          # two verifiers: unsupported only when both say so (consensus all)
+    model = "qwen3-30b-a3b"
+    base_url = "http://127.0.0.1:8000/v1"
+    [[models.verifier]]
+    model = "deepseek-chat"
+    base_url = "https://api.deepseek.com"
+    api_key_env = "DEEPSEEK_API_KEY"
+    [models.repairer]
+    model = "qwen3-30b-a3b"
+    base_url = "http://127.0.0.1:8000/v1"
+
+`kbvqa audit run IN --kb KB --llm URL --model NAME` is the shortcut for one model in all three roles.
 """
 
 from __future__ import annotations
@@ -36,8 +63,46 @@ class AuditConfig(BaseModel):
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "AuditConfig":
+        """Stage tables from `[audit]` (or the top level). `[models.*]` and `[cache]` in the same file
+        are the model roles (see `load_audit_roles`), not stage settings."""
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        return cls.model_validate(data.get("audit", data))
+        data = data.get("audit", {k: v for k, v in data.items() if k not in ("models", "cache")})
+        return cls.model_validate(data)
+
+
+LLM_ROLES = ("verifier", "repairer", "checker")
+
+
+def load_audit_roles(config: str | Path | None = None, *, llm: str | None = None, model: str | None = None,
+                     concurrency: int = 8, timeout: float = 120.0, max_retries: int = 4,
+                     env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Model roles for the audit. `config` may hold `[models.verifier]` (or `[[models.verifier]]` for
+    several), `[models.repairer]`, `[models.checker]` (kbvqa.models.config format). `llm` + `model`
+    (the CLI's --llm/--model) fill verifier, repairer and checker with ONE shared OpenAI-compatible
+    client, so its concurrency limit covers all three; they replace those roles from the file."""
+    from kbvqa.models.config import build_roles, load_model_config
+
+    roles: dict[str, Any] = {}
+    if config is not None:
+        data = tomllib.loads(Path(config).read_text(encoding="utf-8"))
+        if data.get("models"):
+            roles.update(build_roles(load_model_config(config, env=env), env=env))
+    if llm or model:
+        if not (llm and model):
+            raise ValueError("--llm and --model go together (server URL and model name)")
+        from kbvqa.models.client import OpenAIChatClient
+        client = OpenAIChatClient(llm, model, concurrency=concurrency, timeout=timeout, max_retries=max_retries)
+        roles.update({r: client for r in LLM_ROLES})
+    return roles
+
+
+async def close_roles(roles: dict[str, Any]) -> None:
+    seen: set[int] = set()
+    for v in roles.values():
+        for c in (v if isinstance(v, list) else [v]):
+            if id(c) not in seen and hasattr(c, "aclose"):
+                seen.add(id(c))
+                await c.aclose()
 
 
 _STAGES = {"verify": VerifyStage, "derive": DeriveStage, "posedness": PosednessStage, "leakage": LeakageStage}

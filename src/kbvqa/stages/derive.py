@@ -42,6 +42,9 @@ class DeriveConfig(StageConfig):
     on_mismatched: Literal["repair", "drop", "keep"] = "repair"
     on_unsupported: Literal["drop", "keep"] = "drop"
     on_missing_kb: Literal["drop", "keep"] = "keep"
+    llm: Literal["auto", "on", "off"] = "auto"  # ask role `llm_role` to correct what the rules cannot
+    llm_role: str = "repairer"
+    max_section_chars: int = 0  # 0 = whole sections go to the model
 
 
 def _range_wanted(question: str) -> bool:
@@ -176,13 +179,85 @@ class DeriveStage(Stage):
                     return None  # sections disagree: no single evidence value
         return None
 
+    def prompt_versions(self) -> dict[str, str]:
+        from kbvqa.stages import prompts
+        return {prompts.CORRECT_ANSWER.id: prompts.CORRECT_ANSWER.sha256}
+
+    def _unsupported(self, audit: dict[str, Any], reason: str, rationale: str) -> dict[str, Any]:
+        audit["answer_support"] = "unsupported"
+        add_tag(audit, "unsupported")
+        if self.config.on_unsupported == "drop":
+            escalate(audit, "drop", "unsupported")
+        return {"label": "unsupported", "reason": reason, "rationale": rationale}
+
+    def _mismatched(self, sample: Sample, audit: dict[str, Any], new_text: str | None, why: str,
+                    reason: str | None = None) -> dict[str, Any]:
+        """Mismatched: rewrite to `new_text` (a value the evidence states) per policy, or, with no
+        value to rewrite to, drop with `reason`."""
+        cfg = self.config
+        audit["answer_support"] = "mismatched"
+        add_tag(audit, "answer_mismatch")
+        if new_text is None:
+            if cfg.on_mismatched != "keep":
+                escalate(audit, "drop", reason or "no_single_evidence_value")
+            return {"label": "mismatched", "reason": reason or "no_single_evidence_value", "rationale": why}
+        if cfg.on_mismatched == "repair":
+            self._set_answers(sample, [Answer(text=new_text)], why)
+            escalate(audit, "repair", "answer_corrected")
+        elif cfg.on_mismatched == "drop":
+            escalate(audit, "drop", "answer_mismatch")
+        return {"label": "mismatched", "correction": new_text, "rationale": why}
+
+    async def _llm_correct(self, client: Any, sample: Sample, units: list[EvidenceUnit], audit: dict[str, Any],
+                           ctx: Context, rules_label: str, reason: str) -> dict[str, Any]:
+        """The repairer proposes what the evidence says; a proposal is accepted only when the rules
+        matcher finds it stated in the evidence (else the sample is dropped: correction_not_in_evidence)."""
+        from kbvqa.stages.llm_audit import llm_correct, validate_correction
+
+        reply, prov = await llm_correct(client, sample, units, ctx, self.config.max_section_chars)
+        llm = {**prov, "status": reply.status, "answer": reply.answer, "evidence_quote": reply.evidence_quote,
+               "rationale": reply.rationale}
+        current = {mt.norm(a) for a in sample.answer_texts}
+        if reply.status == "mismatched" and reply.answer and mt.norm(reply.answer) not in current:
+            ok = validate_correction(reply.answer, units)
+            if ok is not None:
+                new_text, m = ok
+                why = f"repairer: evidence states {m.span!r} ({reply.rationale})"
+                v = self._mismatched(sample, audit, new_text, why)
+                llm["accepted"] = True
+                return {**v, "settled_by": "llm", "llm": llm}
+            add_tag(audit, "correction_rejected")
+            llm["accepted"] = False
+            v = self._mismatched(sample, audit, None,
+                                 f"repairer proposed {reply.answer!r}, which the evidence does not state; dropped",
+                                 "correction_not_in_evidence")
+            if self.config.on_mismatched == "keep":  # the policy keeps mismatches, but this one is unverified
+                escalate(audit, "drop", "correction_not_in_evidence")
+            return {**v, "settled_by": "llm", "llm": llm}
+        if reply.status == "matched":
+            add_tag(audit, "repairer_disagrees")  # the verifiers did not find it: their consensus stands
+        if rules_label == "contradicted":
+            v = self._mismatched(sample, audit, None, "evidence states a different value but no single one "
+                                 "to correct to (repairer: " + reply.status + ")")
+        else:
+            v = self._unsupported(audit, reason, f"no answer alternative is stated in the evidence "
+                                                 f"(repairer: {reply.status})")
+        return {**v, "settled_by": "llm", "llm": llm}
+
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        """Rules settle: missing KB article; verifier consensus entailed (supported); yes/no answers no
+        model verifier judged (unchecked, kept); a single correction value the rules find in the
+        evidence (numbers, coarser dates, stripped names). Only the rest (unsupported, or contradicted
+        without one value) goes to the repairer role when configured."""
+        from kbvqa.stages.llm_audit import resolve_role
+
         sample, audit = split_record(record)
         cfg = self.config
         v = audit["stages"].get("verify", {})
         units = evidence_for(sample, audit, ctx.kb)
         vlabel = v.get("label") or ("entailed" if any(any(match_answer(a, u.text) for a in sample.answers)
                                                       for u in units) else "not_supported")
+        model_judged = any(r.get("backend") != "rules" for r in v.get("verifiers", []))
         if v.get("reason") in ("missing_kb", "no_kb") or (not units and not v):
             verdict = {"label": "unsupported", "reason": "missing_kb",
                        "rationale": "the entity's KB article is not available"}
@@ -190,7 +265,7 @@ class DeriveStage(Stage):
             add_tag(audit, "missing_kb")
             if cfg.on_missing_kb == "drop":
                 escalate(audit, "drop", "missing_kb")
-        elif vlabel != "entailed" and undecidable(sample.answers):
+        elif vlabel != "entailed" and undecidable(sample.answers) and not model_judged:
             # yes/no is never written verbatim: rules abstain rather than flag (a model verifier decides)
             verdict = {"label": "unchecked", "reason": "yes_no_answer",
                        "rationale": "yes/no answers cannot be checked by matching; not flagged"}
@@ -201,29 +276,20 @@ class DeriveStage(Stage):
             audit["answer_support"] = "supported"
         else:
             fix = self._correct(sample, units) if cfg.correct else None
+            client = resolve_role(ctx, cfg.llm, cfg.llm_role) if cfg.correct and units else None
             if fix is not None:
-                new_text, why = fix
-                verdict = {"label": "mismatched", "correction": new_text, "rationale": why}
-                audit["answer_support"] = "mismatched"
-                add_tag(audit, "answer_mismatch")
-                if cfg.on_mismatched == "repair":
-                    self._set_answers(sample, [Answer(text=new_text)], why)
-                    escalate(audit, "repair", "answer_corrected")
-                elif cfg.on_mismatched == "drop":
-                    escalate(audit, "drop", "answer_mismatch")
+                verdict = self._mismatched(sample, audit, fix[0], fix[1])
+            elif client is not None:
+                verdict = await self._llm_correct(client, sample, units, audit, ctx, vlabel,
+                                                  v.get("reason") or "not_in_evidence")
             elif vlabel == "contradicted":
-                verdict = {"label": "mismatched", "reason": "no_single_evidence_value",
-                           "rationale": "evidence states a different value but no single one to correct to"}
-                audit["answer_support"] = "mismatched"
-                add_tag(audit, "answer_mismatch")
-                if cfg.on_mismatched != "keep":
-                    escalate(audit, "drop", "no_single_evidence_value")
+                verdict = self._mismatched(sample, audit, None, "evidence states a different value but no "
+                                           "single one to correct to")
             else:
-                verdict = {"label": "unsupported", "reason": v.get("reason") or "not_in_evidence",
-                           "rationale": "no answer alternative is stated in the evidence"}
-                audit["answer_support"] = "unsupported"
-                add_tag(audit, "unsupported")
-                if cfg.on_unsupported == "drop":
-                    escalate(audit, "drop", "unsupported")
-        audit["stages"][self.name] = {**verdict, **provenance(self)}
+                verdict = self._unsupported(audit, v.get("reason") or "not_in_evidence",
+                                            "no answer alternative is stated in the evidence")
+        verdict.setdefault("settled_by", "rules")
+        audit["stages"][self.name] = {**provenance(self), **verdict}
+        if "llm" in verdict:  # the model made the call: its provenance is the stage's
+            audit["stages"][self.name].update({k: verdict["llm"][k] for k in ("backend", "model", "version")})
         return join_record(sample, audit)

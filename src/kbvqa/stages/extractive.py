@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kbvqa.data.schema import Evidence, Prediction, Provenance, Sample
+from kbvqa.data.schema import Article, Evidence, Prediction, Provenance, Sample, Section
 from kbvqa.stages.base import Context, Stage, StageConfig
 from kbvqa.stages.matching import NUMBER_WORDS
+from kbvqa.stages.retrieve import record_usage, retrieval_trail
 
 _STOP = set("""a an the of in on at to for from by with and or is are was were be been this that these those
 what which who whom whose when where why how does do did has have had it its their there about as into
@@ -142,12 +143,23 @@ class ExtractiveConfig(StageConfig):
     top_articles: int = 1  # how many retrieved articles to read, best first
 
 
+def articles_from_sections(sections: list[dict[str, Any]]) -> list[Article]:
+    """Group reranked section candidates (best first) into per-article views, in first-seen order."""
+    by_url: dict[str, Article] = {}
+    for c in sections:
+        art = by_url.setdefault(c["url"], Article(url=c["url"], title=c.get("title") or ""))
+        art.sections.append(Section(index=int(c.get("section_index", 0)), title=c.get("section_title") or "",
+                                    text=c.get("text") or ""))
+    return list(by_url.values())
+
+
 class ExtractiveAnswer(Stage):
-    """Reads `retrieved` (or, without retrieval, the sample's entity url: an oracle setting that the
-    output records) and writes a Prediction."""
+    """Reads the reranked `sections` when a rerank stage ran, else the top `retrieved` article (or,
+    without retrieval, the sample's entity url: an oracle setting that the output records) and writes
+    a Prediction carrying the retrieval trail."""
 
     name = "answer-extractive"
-    version = "1"
+    version = "2"
     config_model = ExtractiveConfig
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -155,16 +167,24 @@ class ExtractiveAnswer(Stage):
                                         if k in Sample.model_fields})
         urls = record.get("retrieved") or []
         setting = "retrieved"
-        if not urls and sample.entity and sample.entity.url:
-            urls, setting = [sample.entity.url], "oracle-entity"
+        if record.get("sections"):
+            articles: list[Any] = articles_from_sections(record["sections"])[: self.config.top_articles]
+            setting = "reranked-sections"
+        else:
+            if not urls and sample.entity and sample.entity.url:
+                urls, setting = [sample.entity.url], "oracle-entity"
+            articles = [ctx.kb.get(url) if ctx.kb is not None else None for url in urls[: self.config.top_articles]]
         answer, evidence = None, None
-        for url in urls[: self.config.top_articles]:
-            article = ctx.kb.get(url) if ctx.kb is not None else None
+        for article in articles:
             answer, evidence, kind = extract_answer(sample, article)
             if answer:
                 break
+        meta: dict[str, Any] = {"setting": setting, "question": sample.question}
+        trail = retrieval_trail(record)
+        if trail:
+            meta["retrieval"] = trail
         pred = Prediction(sample_id=sample.id, answer=answer, retrieved=list(record.get("retrieved") or []),
-                          evidence_used=[evidence] if evidence else [],
+                          evidence_used=[evidence] if evidence else [], usage=record_usage(record),
                           producer=Provenance(backend="rules", model=f"{self.name}-v{self.version}"),
-                          meta={"setting": setting, "question": sample.question})
+                          meta=meta)
         return {"id": sample.id, **pred.model_dump(mode="json", exclude_none=True)}

@@ -1,8 +1,10 @@
 """The LLM answerer: answer from retrieved KB sections with the configured `answerer` role.
 
-Retrieval picks the article (image retrieval, or the oracle entity when none ran); the article's
-sections are ranked by BM25 against the question when the KB store offers `search_in`, and the top
-sections go to the model with the image. The reply must be JSON {"answer": ...}; anything else ends
+Retrieval picks the article (image retrieval, or the oracle entity when none ran). When a rerank
+stage ran, its `sections` are the evidence; otherwise the article's sections are ranked by BM25
+against the question when the KB store offers `search_in`. The top sections go to the model with
+the image, and the prediction carries the retrieval trail and the usage of every model call.
+The reply must be JSON {"answer": ...}; anything else ends
 the record `invalid`, and an API failure ends it `error` (never an empty answer).
 """
 
@@ -17,6 +19,7 @@ from pydantic import BaseModel
 from kbvqa.data.schema import Evidence, Prediction, Sample
 from kbvqa.models.images import user_message
 from kbvqa.stages.base import Context, Invalid, Stage, StageConfig
+from kbvqa.stages.retrieve import record_usage, retrieval_trail
 
 PROMPT_VERSION = "answer-short-v1"
 SYSTEM = (
@@ -49,7 +52,12 @@ class GenerateAnswer(Stage):
     def prompt_versions(self) -> dict[str, str]:
         return {PROMPT_VERSION: hashlib.sha256(SYSTEM.encode()).hexdigest()}
 
-    def _evidence(self, sample: Sample, urls: list[str], ctx: Context) -> list[Evidence]:
+    def _evidence(self, sample: Sample, urls: list[str], ctx: Context,
+                  sections: list[dict[str, Any]] | None = None) -> list[Evidence]:
+        if sections:  # a rerank stage already chose them
+            return [Evidence(text=c.get("text") or "", section_id=str(c.get("section_index")),
+                             section_title=c.get("section_title"), url=c.get("url"))
+                    for c in sections[: self.config.sections]]
         if ctx.kb is None or not urls:
             return list(sample.evidence)
         url = urls[0]
@@ -70,7 +78,9 @@ class GenerateAnswer(Stage):
         setting = "retrieved"
         if not urls and sample.entity and sample.entity.url:
             urls, setting = [sample.entity.url], "oracle-entity"
-        evidence = self._evidence(sample, urls, ctx)
+        evidence = self._evidence(sample, urls, ctx, record.get("sections"))
+        if record.get("sections"):
+            setting = "reranked-sections"
         passages = "\n\n".join(f"[{i + 1}] {e.section_title or ''}: {e.text[: self.config.max_section_chars]}"
                                for i, e in enumerate(evidence)) or "(no evidence retrieved)"
         images = []
@@ -87,7 +97,11 @@ class GenerateAnswer(Stage):
         if result.status == "invalid":
             raise Invalid(f"answerer reply unusable: {result.reason}")
         answer = result.as_model(ShortAnswer).answer.strip()
+        meta: dict[str, Any] = {"setting": setting, "question": sample.question}
+        trail = retrieval_trail(record)
+        if trail:
+            meta["retrieval"] = trail
         pred = Prediction(sample_id=sample.id, answer=answer, retrieved=list(record.get("retrieved") or []),
-                          evidence_used=evidence, usage=result.usage, producer=result.provenance,
-                          meta={"setting": setting, "question": sample.question})
+                          evidence_used=evidence, usage=record_usage(record).add(result.usage),
+                          producer=result.provenance, meta=meta)
         return {"id": sample.id, **pred.model_dump(mode="json", exclude_none=True)}

@@ -22,6 +22,10 @@ class LeakageConfig(StageConfig):
     on_leak: Literal["keep", "drop"] = "keep"  # what to do when even the unrepaired question leaks
     min_answer_chars: int = 1  # answers shorter than this are never reported as leaks
     recheck_support: bool = True
+    llm: Literal["auto", "on", "off"] = "auto"  # final check by role `llm_role` when configured
+    llm_role: str = "checker"
+    on_not_answerable: Literal["drop", "keep"] = "drop"  # the checker finds the answer not in the evidence
+    max_section_chars: int = 0
 
 
 def _is_choice_option(qn: str, form: str) -> bool:
@@ -64,7 +68,23 @@ class LeakageStage(Stage):
         super().__init__(config)
         self.config: LeakageConfig
 
+    def prompt_versions(self) -> dict[str, str]:
+        from kbvqa.stages import prompts
+        return {prompts.FINAL_CHECK.id: prompts.FINAL_CHECK.sha256}
+
+    def _rollback(self, sample: Any, audit: dict[str, Any], original: str, why: str) -> None:
+        sample.record_change(self.name, "question", sample.question, original, why, f"{self.name}@{self.version}")
+        sample.question = original
+        add_tag(audit, "leak_rolled_back")
+
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        """Rules settle: a word-bounded leak (rolled back when stage 3 caused it), the final-answer
+        recheck and the uniqueness counts. The checker role (when configured) then reviews samples
+        that are not dropped and have evidence: a leak it finds in a question stage 3 edited rolls
+        the edit back (else answer_leak, per `on_leak`); not answerable → `on_not_answerable`; not
+        unique → tag not_unique."""
+        from kbvqa.stages.llm_audit import llm_final_check, resolve_role
+
         sample, audit = split_record(record)
         cfg = self.config
         checks: dict[str, Any] = {}
@@ -75,11 +95,7 @@ class LeakageStage(Stage):
         if leak and pos.get("repaired") and pos.get("question_in") != sample.question:
             original = pos["question_in"]
             if not leaked(original, sample.answers, cfg.min_answer_chars):
-                sample.record_change(self.name, "question", sample.question, original,
-                                     f"question repair leaked the answer {leak!r}; rolled back",
-                                     f"{self.name}@{self.version}")
-                sample.question = original
-                add_tag(audit, "leak_rolled_back")
+                self._rollback(sample, audit, original, f"question repair leaked the answer {leak!r}; rolled back")
                 notes.append(f"repair leaked {leak!r}: rolled back")
                 leak = None
         checks["leak"] = leak
@@ -117,9 +133,38 @@ class LeakageStage(Stage):
             notes.append(f"{len(distinct)} different answers remain")
         checks["unique"] = unique
 
+        extra: dict[str, Any] = {"settled_by": "rules"}
+        client = resolve_role(ctx, cfg.llm, cfg.llm_role)
+        units = evidence_for(sample, audit, ctx.kb) if client is not None else []
+        if client is not None and audit.get("action") != "drop" and units and sample.answers and not leak:
+            reply, prov = await llm_final_check(client, sample, units, ctx, cfg.max_section_chars)
+            extra = {"settled_by": "llm", "llm": {**prov, **reply.model_dump()}}
+            if reply.leak:
+                original = pos.get("question_in")
+                if original and original != sample.question and pos.get("repaired"):
+                    self._rollback(sample, audit, original, f"checker: question edit leaks the answer "
+                                                            f"({reply.rationale}); rolled back")
+                    notes.append("checker found the edited question leaks: rolled back")
+                    extra["llm"]["rolled_back"] = True
+                else:
+                    checks["leak"] = f"checker: {reply.rationale}"
+                    add_tag(audit, "answer_leak")
+                    notes.append("checker: question gives the answer away")
+                    if cfg.on_leak == "drop":
+                        escalate(audit, "drop", "answer_leak")
+            if not reply.answerable:
+                add_tag(audit, "not_answerable")
+                notes.append("checker: the evidence does not support the answer to this question")
+                if cfg.on_not_answerable == "drop":
+                    escalate(audit, "drop", "not_answerable")
+            if not reply.unique:
+                checks["unique"] = False
+                add_tag(audit, "not_unique")
+                notes.append("checker: more than one answer fits")
+
         audit.setdefault("answer_support", "unsupported")
         audit["stages"][self.name] = {"label": "ok" if not notes else "issues", **checks,
                                       "rationale": "; ".join(notes) or "no leak; answer supported and unique",
-                                      **provenance(self)}
+                                      **provenance(self), **extra}
         return join_record(sample, audit)
 

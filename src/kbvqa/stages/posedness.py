@@ -15,7 +15,7 @@ Everything else is tagged and left to a model repairer or a human.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from kbvqa.data.schema import Sample
 from kbvqa.stages import matching as mt
@@ -42,6 +42,10 @@ _UNIT_NAMES = {"m": "metres", "km": "kilometres", "cm": "centimetres", "mm": "mi
 
 class PosednessConfig(StageConfig):
     repair: bool = True  # apply the template repairs (tags are always written)
+    llm: Literal["auto", "on", "off"] = "auto"  # ask role `llm_role` about what the rules leave open
+    llm_role: str = "repairer"
+    min_similarity: float = 0.6  # a model's suggested question must keep this much of the wording
+    max_section_chars: int = 0
 
 
 def _append_constraint(question: str, phrase: str) -> str:
@@ -142,14 +146,55 @@ class PosednessStage(Stage):
         super().__init__(config)
         self.config: PosednessConfig
 
+    def prompt_versions(self) -> dict[str, str]:
+        from kbvqa.stages import prompts
+        return {prompts.POSEDNESS.id: prompts.POSEDNESS.sha256}
+
+    async def _llm(self, client: Any, sample: Sample, units: list[EvidenceUnit], audit: dict[str, Any],
+                   ctx: Context, may_repair: bool) -> tuple[dict[str, Any], list[str], str | None]:
+        """(llm verdict part, tags, accepted suggestion). A suggestion is accepted only as a minimal
+        edit that does not state the answer."""
+        from kbvqa.stages.leakage import leaked
+        from kbvqa.stages.llm_audit import llm_posedness, minimal_edit
+
+        reply, prov = await llm_posedness(client, sample, units, ctx, self.config.max_section_chars)
+        llm = {**prov, "tags": list(reply.tags), "suggested_question": reply.suggested_question,
+               "rationale": reply.rationale}
+        sug = (reply.suggested_question or "").strip()
+        if not sug or mt.norm(sug) == mt.norm(sample.question):
+            return llm, list(reply.tags), None
+        why = None
+        if not reply.tags:
+            why = "suggestion without a tag"
+        elif leaked(sug, sample.answers) and not leaked(sample.question, sample.answers):
+            why = "suggestion states the answer"
+        else:
+            why = minimal_edit(sample.question, sug, self.config.min_similarity)
+        if why is None and not may_repair:
+            why = "repairs disabled for this sample"
+        if why is not None:
+            llm["rejected"] = why
+            add_tag(audit, "repair_rejected")
+            return llm, list(reply.tags), None
+        llm["accepted"] = True
+        return llm, list(reply.tags), sug
+
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        """Rules settle: dropped samples (not reviewed further), samples with no evidence behind
+        their answer (not repaired), and samples whose every rules tag got an evidence-backed
+        template repair. The rest (no tag found, or a tag the templates cannot repair) go to the
+        repairer role when configured: its tags are added, and its suggested question is applied
+        only when it is a minimal edit that does not state the answer."""
+        from kbvqa.stages.llm_audit import resolve_role
+
         sample, audit = split_record(record)
         units = evidence_for(sample, audit, ctx.kb)
         found = tag_question(sample, units)
         before = sample.question
         applied = []
         evidence_backed = audit.get("answer_support") in ("supported", "mismatched", None)
-        if self.config.repair and audit.get("action") != "drop" and evidence_backed:
+        may_repair = self.config.repair and audit.get("action") != "drop" and evidence_backed
+        if may_repair:
             for item in found:
                 if "repair" in item and item["repair"] != sample.question:
                     # repairs are computed on the original wording; apply them one after another
@@ -160,13 +205,32 @@ class PosednessStage(Stage):
                                              f"{item['tag']}: {item['rationale']}", f"{self.name}@{self.version}")
                         sample.question = cand
                         applied.append(item["tag"])
-        for item in found:
-            add_tag(audit, item["tag"])
+        tags = [i["tag"] for i in found]
+        for t in tags:
+            add_tag(audit, t)
+        rationale = "; ".join(i["rationale"] for i in found) or "no ambiguity pattern"
+        extra: dict[str, Any] = {"settled_by": "rules"}
+        settled = (audit.get("action") == "drop" or not evidence_backed or not units
+                   or (found and all(i["tag"] in applied for i in found)))
+        client = None if settled else resolve_role(ctx, self.config.llm, self.config.llm_role)
+        if client is not None:
+            llm, llm_tags, sug = await self._llm(client, sample, units, audit, ctx, may_repair)
+            extra = {"settled_by": "llm", "llm": llm}
+            for t in llm_tags:
+                add_tag(audit, t)
+                if t not in tags:
+                    tags.append(t)
+            if sug is not None:
+                sample.record_change(self.name, "question", sample.question, sug,
+                                     f"{', '.join(llm_tags)}: {llm['rationale']}", llm["version"])
+                sample.question = sug
+                applied += [t for t in llm_tags if t not in applied]
+            if llm_tags:
+                rationale = "; ".join(x for x in (rationale if found else "", f"model: {llm['rationale']}") if x)
         if applied:
             escalate(audit, "repair", "question_repaired")
         audit["stages"][self.name] = {
-            "label": "ambiguous" if found else "clear", "tags": [i["tag"] for i in found],
-            "repaired": applied, "question_in": before,
-            "rationale": "; ".join(i["rationale"] for i in found) or "no ambiguity pattern",
-            **provenance(self)}
+            "label": "ambiguous" if tags else "clear", "tags": tags,
+            "repaired": applied, "question_in": before, "rationale": rationale,
+            **provenance(self), **extra}
         return join_record(sample, audit)

@@ -1,18 +1,45 @@
 """Image-to-image KB retrieval as a stage: writes the ranked, entity-deduplicated article urls.
 
-The record gains `retrieved` (ranked canonical urls) and `retrieval` (scores, encoder name), which is
-the retrieval-record shape the Recall@K scorer reads ({id, retrieved, stage}).
+The record gains `retrieved` (ranked canonical urls) and `retrieval` (stage "initial", the ranking,
+its scores and the encoder name): the retrieval-record shape the Recall@K scorer reads
+({id, retrieved, stage}). A sample whose image is missing fails this stage with FileNotFoundError,
+which the runner records as an `error` line; the run goes on.
+
+Helpers shared by the answer stages turn a record's retrieval trail and per-record usage into
+prediction fields, so every prediction carries what was retrieved, reranked and spent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
+from kbvqa.data.schema import Usage
 from kbvqa.kb.image_index import ImageIndex
 from kbvqa.models.image_encoders import ImageEncoder
 from kbvqa.stages.base import Context, Stage, StageConfig
+
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".JPEG", ".JPG", ".webp")
+
+
+def resolve_sample_image(image: str, root: Path | None) -> Path:
+    """A sample's image as a path: absolute as is, else under `root`; an id without an extension
+    (InfoSeek `oven_...`, E-VQA image ids) is tried with the usual ones. Returns the first existing
+    candidate, or the plain joined path (which the caller reports as missing)."""
+    p = Path(image)
+    if not p.is_absolute() and root is not None:
+        p = Path(root) / p
+    if p.is_file() or p.suffix.lower() in (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp"):
+        return p
+    for ext in IMAGE_EXTENSIONS:
+        q = p.with_name(p.name + ext)
+        if q.is_file():
+            return q
+    return p
 
 
 class RetrieveConfig(StageConfig):
@@ -21,7 +48,7 @@ class RetrieveConfig(StageConfig):
 
 class ImageRetrieve(Stage):
     name = "retrieve-image"
-    version = "1"
+    version = "2"
     config_model = RetrieveConfig
 
     def __init__(self, index: ImageIndex, encoder: ImageEncoder, image_root: Path | None = None,
@@ -30,20 +57,70 @@ class ImageRetrieve(Stage):
         if index.encoder != encoder.name:
             raise ValueError(f"index was built with {index.encoder!r} but the encoder is {encoder.name!r}")
         self.index, self.encoder, self.image_root = index, encoder, image_root
+        # Neural encoders run one batch at a time (torch already uses every core); the histogram
+        # baseline is plain numpy and may run in parallel threads.
+        self._lock = contextlib.nullcontext() if getattr(encoder, "baseline", False) else threading.Lock()
 
     def _path(self, image: str) -> Path:
-        p = Path(image)
-        return p if p.is_absolute() or self.image_root is None else self.image_root / p
+        return resolve_sample_image(image, self.image_root)
+
+    def _encode_search(self, path: Path) -> list[tuple[str, float]]:
+        with self._lock:
+            vec = self.encoder.encode([path])
+        return self.index.search(vec, k=self.config.k)[0]
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         images = record.get("images") or []
         if not images:
             raise ValueError(f"sample {record.get('id')!r} has no image to retrieve with")
         path = self._path(images[0])
-        if not path.exists():
+        if not path.is_file():
             raise FileNotFoundError(f"image not found: {path}")
-        vec = await asyncio.to_thread(self.encoder.encode, [path])
-        ranked = self.index.search(vec, k=self.config.k)[0]
-        return {**record, "retrieved": [u for u, _ in ranked],
-                "retrieval": {"stage": "initial", "encoder": self.encoder.name,
+        ranked = await asyncio.to_thread(self._encode_search, path)
+        urls = [u for u, _ in ranked]
+        return {**record, "retrieved": urls,
+                "retrieval": {"stage": "initial", "encoder": self.encoder.name, "retrieved": urls,
                               "scores": [round(s, 6) for _, s in ranked]}}
+
+
+def add_record_usage(record: dict[str, Any], usage: Usage | None) -> dict[str, Any]:
+    """Accumulate a stage's model usage on the record (`_usage`), for the prediction to report."""
+    if usage is None:
+        return record
+    prev = Usage.model_validate(record.get("_usage") or {})
+    return {**record, "_usage": prev.add(usage).model_dump()}
+
+
+def record_usage(record: dict[str, Any]) -> Usage:
+    return Usage.model_validate(record.get("_usage") or {})
+
+
+def retrieval_trail(record: dict[str, Any]) -> dict[str, Any]:
+    """{"initial": {...}, "post": {...}, "identify": {...}}: whichever retrieval steps ran."""
+    out: dict[str, Any] = {}
+    if isinstance(record.get("image_retrieval"), dict):  # image retrieval that ran before identify
+        r = dict(record["image_retrieval"])
+        out[r.pop("stage", "initial")] = r
+    if isinstance(record.get("retrieval"), dict):
+        r = dict(record["retrieval"])
+        stage = r.pop("stage", "initial")
+        if stage == "identify" and isinstance(record.get("identify"), dict):
+            r = {**record["identify"], **r}
+        out[stage] = r
+    if isinstance(record.get("rerank"), dict):
+        out["post"] = record["rerank"]
+    return out
+
+
+def retrieval_records(prediction: dict[str, Any]) -> list[dict[str, Any]]:
+    """Recall@K records ({id, retrieved, stage}) from one prediction line: one per retrieval stage.
+
+    A failed line (status error/invalid) still yields an empty `initial` record, so it counts as a
+    miss rather than vanishing from the denominator."""
+    pid = prediction.get("id") or prediction.get("sample_id")
+    trail = (prediction.get("meta") or {}).get("retrieval") or retrieval_trail(prediction)
+    recs = [{"id": pid, "retrieved": list(v.get("retrieved") or []), "stage": stage}
+            for stage, v in trail.items() if isinstance(v, dict) and "retrieved" in v]
+    if not recs:
+        recs = [{"id": pid, "retrieved": list(prediction.get("retrieved") or []), "stage": "initial"}]
+    return recs

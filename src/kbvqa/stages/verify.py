@@ -254,48 +254,106 @@ def consensus(verdicts: list[str], policy: str) -> str:
 
 class VerifyConfig(StageConfig):
     verifiers: list[str] = Field(default_factory=lambda: ["rules"],
-                                 description="'rules' and/or names of model roles implementing SectionVerifier")
+                                 description="'rules' and/or model role names (a role may hold several "
+                                             "clients; each counts as one verifier)")
     consensus: Literal["all", "any", "majority"] = "all"
     use_sample_evidence: bool = True
     fallback_to_kb: bool = True  # sample evidence does not entail -> also scan the KB article
     max_sections: int = 0  # 0 = every section
+    llm: Literal["auto", "on", "off"] = "auto"  # add role `llm_role` as verifier(s): when configured / required / never
+    llm_role: str = "verifier"
+    rules_settle: bool = True  # a rules entailment is final: model verifiers are not asked
+    stop_at_entailed: bool = True  # a model verifier stops at its first entailed section
+    max_section_chars: int = 0  # 0 = whole sections go to the model
 
 
 class VerifyStage(Stage):
+    """Stage 1. With model verifiers configured, the rules verifier (when listed) runs first and
+    settles, without any model call: samples with no evidence (missing_kb / no_evidence) and, when
+    `rules_settle`, samples where the rules find an answer alternative stated word-bounded in a
+    section. Under the default consensus `all` that second shortcut changes nothing but cost (one
+    entailing verifier already makes the sample entailed); under `any`/`majority` set
+    `rules_settle = false` to let the models overrule a rules match."""
+
     name = "verify"
-    version = RULES_VERSION
+    version = "2"
     config_model = VerifyConfig
 
     def __init__(self, config: VerifyConfig | None = None):
         super().__init__(config)
         self.config: VerifyConfig
 
-    async def _verifier_label(self, vname: str, sample: Sample, units: list[EvidenceUnit],
-                              ctx: Context) -> dict[str, Any]:
+    def prompt_versions(self) -> dict[str, str]:
+        from kbvqa.stages import prompts
+        return {prompts.VERIFY_SECTION.id: prompts.VERIFY_SECTION.sha256}
+
+    def _verifiers(self, ctx: Context) -> list[tuple[str, Any]]:
+        """(label, client) pairs in config order; 'rules' has client None."""
+        from kbvqa.stages.llm_audit import expand, resolve_role
+
+        cfg = self.config
+        out: list[tuple[str, Any]] = []
+        for v in cfg.verifiers:
+            out += [("rules", None)] if v == "rules" else expand(v, ctx.role(v))
+        if cfg.llm_role not in cfg.verifiers:
+            role = resolve_role(ctx, cfg.llm, cfg.llm_role)
+            if role is not None:
+                out += expand(cfg.llm_role, role)
+        if not out:
+            raise ValueError("verify: no verifiers configured")
+        return out
+
+    def _rules_label(self, sample: Sample, units: list[EvidenceUnit]) -> dict[str, Any]:
         sections = []
-        if vname == "rules":
-            prov = {"backend": "rules", "model": None, "version": f"{self.name}@{self.version}"}
-            for u in units:
-                label, why = rules_section_label(sample.question, sample.answers, u.text)
-                sections.append({**u.dump(), "label": label, "rationale": why})
-        else:
-            role = ctx.role(vname)
-            if not isinstance(role, SectionVerifier):
-                raise TypeError(f"role {vname!r} cannot verify sections (needs verify_section())")
+        for u in units:
+            label, why = rules_section_label(sample.question, sample.answers, u.text)
+            sections.append({**u.dump(), "label": label, "rationale": why})
+        return {"verifier": "rules", "backend": "rules", "model": None, "version": f"{self.name}@{self.version}",
+                "label": _combine([s["label"] for s in sections]), "sections": sections}
+
+    async def _model_label(self, vname: str, role: Any, sample: Sample, units: list[EvidenceUnit],
+                           ctx: Context) -> dict[str, Any]:
+        from kbvqa.stages.llm_audit import llm_verifier_label
+
+        if isinstance(role, SectionVerifier):  # a ready-made adapter (tests, custom verifiers)
             prov = {"backend": getattr(role, "backend", type(role).__name__),
                     "model": getattr(role, "model", None), "version": getattr(role, "prompt_version", None)}
+            sections = []
             for u in units:
                 reply = await role.verify_section(sample.question, sample.answer_texts, u.title or "", u.text)
                 label = reply.get("label") if isinstance(reply, dict) else None
                 if label not in ("entailed", "contradicted", "not_supported"):
                     raise Invalid(f"verifier {vname!r} returned no usable label: {reply!r:.200}")
                 sections.append({**u.dump(), "label": label, "rationale": str(reply.get("rationale", ""))})
-        return {"verifier": vname, **prov, "label": _combine([s["label"] for s in sections]),
-                "sections": sections}
+            return {"verifier": vname, **prov, "label": _combine([s["label"] for s in sections]),
+                    "sections": sections}
+        if not hasattr(role, "chat"):
+            raise TypeError(f"role {vname!r} cannot verify sections (needs chat() or verify_section())")
+        return await llm_verifier_label(vname, role, sample, units, ctx, stop_at_entailed=self.config.stop_at_entailed,
+                                        max_chars=self.config.max_section_chars)
+
+    async def _verify_units(self, sample: Sample, units: list[EvidenceUnit], ctx: Context,
+                            verifiers: list[tuple[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+        """Per-verifier results over `units`, and whether the rules settled it (models not asked)."""
+        from kbvqa.stages.llm_audit import gather_strict
+
+        results: list[dict[str, Any] | None] = [None] * len(verifiers)
+        for i, (name, client) in enumerate(verifiers):
+            if client is None:
+                results[i] = self._rules_label(sample, units)
+        rules_entailed = any(r is not None and r["label"] == "entailed" for r in results)
+        models = [(i, n, c) for i, (n, c) in enumerate(verifiers) if c is not None]
+        if models and rules_entailed and self.config.rules_settle:
+            return [r for r in results if r is not None], True
+        got = await gather_strict([self._model_label(n, c, sample, units, ctx) for _, n, c in models])
+        for (i, _, _), r in zip(models, got):
+            results[i] = r
+        return [r for r in results if r is not None], False
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         sample, audit = split_record(record)
         cfg = self.config
+        verifiers = self._verifiers(ctx)
         units: list[EvidenceUnit] = sample_evidence(sample) if cfg.use_sample_evidence else []
         source, missing = "sample", None
         if not units:
@@ -306,26 +364,34 @@ class VerifyStage(Stage):
         if not units:
             verdict = {"label": "not_supported", "reason": missing or "no_evidence", "evidence_source": None,
                        "rationale": "no evidence text to verify against", "verifiers": [],
-                       **provenance(self)}
+                       "settled_by": "rules", **provenance(self)}
             audit["stages"][self.name] = verdict
             return join_record(sample, audit)
-        results = [await self._verifier_label(v, sample, units, ctx) for v in cfg.verifiers]
+        results, settled = await self._verify_units(sample, units, ctx, verifiers)
         label = consensus([r["label"] for r in results], cfg.consensus)
         if label != "entailed" and source == "sample" and cfg.fallback_to_kb:
             kb_units, _ = kb_evidence(sample, ctx.kb)
+            if cfg.max_sections:
+                kb_units = kb_units[:cfg.max_sections]
             if kb_units:
-                kb_results = [await self._verifier_label(v, sample, kb_units, ctx) for v in cfg.verifiers]
-                for r, k in zip(results, kb_results):
-                    r["sections"] += k["sections"]
-                    r["label"] = _combine([s["label"] for s in r["sections"]])
-                label = consensus([r["label"] for r in results], cfg.consensus)
+                kb_results, settled = await self._verify_units(sample, kb_units, ctx, verifiers)
+                by_name = {k["verifier"]: k for k in kb_results}
+                for r in results:
+                    k = by_name.get(r["verifier"])
+                    if k is not None:
+                        r["sections"] += k["sections"]
+                        r["label"] = _combine([s["label"] for s in r["sections"]])
+                label = "entailed" if settled else consensus([r["label"] for r in results], cfg.consensus)
                 source = "sample+kb"
         entailed = sorted({(s["source"], s["section_id"]) for r in results for s in r["sections"]
                            if s["label"] == "entailed"}, key=str)
+        models = [n for n, c in verifiers if c is not None]
         audit["stages"][self.name] = {
             "label": label, "consensus": cfg.consensus, "evidence_source": source,
             "entailed_sections": [list(e) for e in entailed],
-            "rationale": f"{sum(r['label'] == 'entailed' for r in results)}/{len(results)} verifiers found support",
+            "rationale": f"{sum(r['label'] == 'entailed' for r in results)}/{len(results)} verifiers found support"
+                         + (f"; rules match settled it, model verifiers {models} not asked" if settled else ""),
+            "settled_by": "rules" if settled or not models else "consensus",
             "verifiers": results, **provenance(self),
         }
         return join_record(sample, audit)

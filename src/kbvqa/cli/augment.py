@@ -1,0 +1,64 @@
+"""`kbvqa augment`: multi-entity composites with minimally rewritten questions (seed 000 §5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def _colour(text: str) -> tuple[int, int, int]:
+    t = text.strip().lstrip("#")
+    if len(t) == 6 and all(c in "0123456789abcdefABCDEF" for c in t):
+        return int(t[0:2], 16), int(t[2:4], 16), int(t[4:6], 16)
+    parts = [p for p in text.replace(" ", "").split(",") if p]
+    if len(parts) == 3 and all(p.isdigit() and int(p) < 256 for p in parts):
+        return int(parts[0]), int(parts[1]), int(parts[2])
+    raise typer.BadParameter(f"colour {text!r}: use RRGGBB or R,G,B")
+
+
+def augment(
+    input: Path = typer.Argument(..., exists=True, dir_okay=False, help="Benchmark file (kbvqa JSONL, InfoSeek, E-VQA, ARA CSV)."),
+    images: Path = typer.Option(..., "--images", exists=True, file_okay=False, help="Root that relative image paths are under."),
+    out: Path = typer.Option(..., "--out", help="Output directory (manifest.csv/.jsonl, samples.jsonl, stats.json, composites/)."),
+    fmt: Optional[str] = typer.Option(None, "--from", help="Input format (default: detected)."),
+    variants: str = typer.Option("intra,inter,blank,double", "--variants", help="Comma-separated: intra, inter, blank, double."),
+    seed: int = typer.Option(3185, "--seed", help="RNG seed (3185 = the released ARA files)."),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples", min=1, help="Anchors to draw, balanced across types (default: all)."),
+    height: int = typer.Option(512, "--height", min=8, help="Panel height in pixels."),
+    gap: int = typer.Option(0, "--gap", min=0, help="Pixels between panels."),
+    background: str = typer.Option("000000", "--background", help="Gap/canvas colour, RRGGBB or R,G,B."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Composite processes (default: CPU count)."),
+    with_position: bool = typer.Option(False, "--with-position", help="Inter query with the spatial cue (the authors' release) instead of unchanged (the paper)."),
+    k: int = typer.Option(1, "--k", min=1, help="Distractors per composite."),
+    layout: str = typer.Option("row", "--layout", help="row or grid."),
+    image_format: str = typer.Option("jpg", "--image-format", help="jpg or png."),
+    min_entities: int = typer.Option(4, "--min-entities", min=2, help="Drop types with fewer distinct entities."),
+    types: Optional[str] = typer.Option(None, "--types", help="Comma-separated type vocabulary (default: the 19 InfoSeek types)."),
+    url_types: Optional[Path] = typer.Option(None, "--url-types", exists=True, dir_okay=False, help="JSON {url: type} KB-category fallback."),
+    similar: bool = typer.Option(False, "--similar", help="Hardest same-type distractor by image similarity (histogram baseline encoder)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stats as JSON."),
+) -> None:
+    """Augment INPUT: intra/inter-category composites, Blank/Double controls, rewritten questions."""
+    from kbvqa.pipelines.augment.run import AugmentConfig, augment_file
+    from kbvqa.pipelines.augment.types import INFOSEEK_TYPES
+
+    cfg = AugmentConfig(
+        height=height, gap=gap, background=_colour(background), workers=workers, with_position=with_position,
+        k=k, layout=layout, image_format=image_format, min_entities=min_entities,
+        types=tuple(t.strip() for t in types.split(",") if t.strip()) if types else INFOSEEK_TYPES,
+        url_types=json.loads(url_types.read_text(encoding="utf-8")) if url_types else None)
+    if similar:
+        from kbvqa.models.image_encoders import HistogramEncoder
+        cfg.encoder = HistogramEncoder()
+    try:
+        stats = augment_file(input, images, out, fmt=fmt, config=cfg, seed=seed, num_samples=num_samples,
+                             variants=[v.strip() for v in variants.split(",") if v.strip()], show=not as_json)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    if as_json:
+        typer.echo(json.dumps(stats, indent=2, ensure_ascii=False))
+    else:
+        typer.echo(f"wrote {out / 'manifest.csv'}, {out / 'manifest.jsonl'}, {out / 'samples.jsonl'}, {out / 'stats.json'}")

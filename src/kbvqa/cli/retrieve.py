@@ -1,0 +1,196 @@
+"""`kbvqa retrieve`, `kbvqa answer` (and the augmentation `study`): command functions the app registers.
+
+`retrieve` writes clean retrieval records ({id, retrieved, stage, scores, status}) that `kbvqa score
+retrieval` reads; the runner's journal and manifest sit beside them (`OUT.run.jsonl`). `answer` writes
+predictions (runner output, one line per sample with status) and `OUT.retrieval.jsonl` with every
+retrieval stage's ranking.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+
+class Pipeline(str, Enum):
+    echosight = "echosight"
+    iba = "iba"
+    extractive = "extractive"
+
+
+class RerankerName(str, Enum):
+    bm25 = "bm25"
+    dense = "dense"
+    cross_encoder = "cross-encoder"
+    llm = "llm"
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from kbvqa.data.errors import DataError
+    from kbvqa.kb.store import KBError
+
+    return (FileNotFoundError, ValueError, ImportError, OSError, KeyError, DataError, KBError)
+
+
+def _fail(exc: BaseException) -> None:
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _load_index(index: Path, model_dir: Optional[Path], device: Optional[str] = None):
+    from kbvqa.kb.image_index import ImageIndex
+    from kbvqa.models.image_encoders import get_encoder
+
+    idx = ImageIndex.load(index)
+    kwargs: dict[str, Any] = {"device": device} if device and idx.encoder.startswith(("hf-", "open_clip")) else {}
+    return idx, get_encoder(idx.encoder, model_dir, **kwargs)
+
+
+def _samples(samples: Path, fmt: Optional[str]):
+    from kbvqa.data.formats import read_samples
+
+    return (s.dump() for s in read_samples(samples, fmt))
+
+
+def retrieve(
+    index: Path = typer.Option(..., "--index", help="Image index built by `kbvqa index images`."),
+    samples: Path = typer.Option(..., "--samples", help="Benchmark file (kbvqa JSONL, InfoSeek, E-VQA CSV ...)."),
+    images: Path = typer.Option(..., "--images", help="Folder the samples' image paths/ids are relative to."),
+    out: Path = typer.Option(..., "--out", help="Retrieval records JSONL (R.jsonl)."),
+    k: int = typer.Option(20, "--k", min=1, help="Articles kept per query (entity-deduplicated)."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="The encoder's local model dir (neural indexes)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Samples format (default: detected)."),
+    concurrency: int = typer.Option(4, "--concurrency", min=1),
+    device: Optional[str] = typer.Option(None, "--device"),
+) -> None:
+    """Image-to-image retrieval: rank KB articles for each sample's image; missing images become error records."""
+    from kbvqa.runner import read_results, run
+    from kbvqa.stages.base import Context
+    from kbvqa.stages.retrieve import ImageRetrieve, RetrieveConfig
+
+    console = Console(stderr=True)
+    try:
+        idx, enc = _load_index(index, model_dir, device)
+        stage = ImageRetrieve(idx, enc, image_root=images, config=RetrieveConfig(k=k))
+        journal = out.with_suffix(".run.jsonl")
+        summary = run(_samples(samples, fmt), [stage], Context(), out=journal, concurrency=concurrency,
+                      resume=False, progress=console.is_terminal, description="retrieve",
+                      run_config={"index": str(index), "encoder": enc.name, "k": k})
+    except _errors() as e:
+        _fail(e)
+        return
+    n = 0
+    with out.open("w", encoding="utf-8") as f:
+        for rec in read_results(journal):
+            r = rec.get("retrieval") or {}
+            line = {"id": rec["id"], "retrieved": rec.get("retrieved") or [], "stage": "initial",
+                    "scores": r.get("scores") or [], "encoder": enc.name, "status": rec.get("status")}
+            if rec.get("status") != "ok":
+                line["reason"] = rec.get("reason")
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+            n += 1
+    typer.echo(json.dumps({"out": str(out), "records": n, "ok": summary.ok, "error": summary.error,
+                           "encoder": enc.name, "k": k, "seconds": round(summary.seconds, 3)}))
+
+
+def answer(
+    samples: Path = typer.Option(..., "--samples", help="Benchmark file."),
+    kb: Path = typer.Option(..., "--kb", help="KB (SQLite or wiki JSON)."),
+    out: Path = typer.Option(..., "--out", help="Predictions JSONL (P.jsonl)."),
+    pipeline: Pipeline = typer.Option(Pipeline.extractive, "--pipeline", help="echosight | iba | extractive"),
+    index: Optional[Path] = typer.Option(None, "--index", help="Image index (required except for iba)."),
+    images: Optional[Path] = typer.Option(None, "--images", help="Folder the samples' images are relative to."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="The image encoder's local model dir."),
+    reranker: RerankerName = typer.Option(RerankerName.bm25, "--reranker", help="Section reranker."),
+    rerank_model_dir: Optional[Path] = typer.Option(None, "--rerank-model-dir",
+                                                    help="Local model for dense / cross-encoder rerank."),
+    text_index: Optional[Path] = typer.Option(None, "--text-index", help="Dense section index (`kbvqa index text`)."),
+    k: int = typer.Option(20, "--k", min=1),
+    articles: int = typer.Option(5, "--articles", min=1, help="Retrieved articles whose sections are reranked."),
+    sections: int = typer.Option(5, "--sections", min=1, help="Sections given to the answerer."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", min=0.0, max=1.0,
+                                          help="Weight of the retrieval score in the fused section order."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL for the model roles."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name on that server."),
+    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml with [models.*] roles."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env"),
+    fmt: Optional[str] = typer.Option(None, "--format"),
+    concurrency: int = typer.Option(4, "--concurrency", min=1),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1),
+) -> None:
+    """Answer a benchmark with a reference MM-RAG pipeline; predictions carry retrieval, evidence and usage."""
+    from kbvqa.kb.store import open_kb
+    from kbvqa.models.config import build_roles, load_model_config
+    from kbvqa.pipelines.answer import answer_samples, build_stages, write_retrieval_records
+
+    console = Console(stderr=True)
+    try:
+        overrides: dict[str, Any] = {}
+        if llm or model:
+            if not (llm and model):
+                raise ValueError("--llm and --model go together")
+            wanted = ["answerer"] + (["vision"] if pipeline == Pipeline.iba else []) + \
+                (["checker"] if reranker == RerankerName.llm else [])
+            role = {"backend": "openai", "base_url": llm, "model": model, "concurrency": concurrency,
+                    **({"api_key_env": api_key_env} if api_key_env else {})}
+            overrides["roles"] = {r: role for r in wanted}
+        roles = build_roles(load_model_config(config, overrides)) if (config or overrides) else {}
+        store = open_kb(kb)
+        idx = enc = None
+        if index is not None:
+            idx, enc = _load_index(index, model_dir)
+        tidx = None
+        if text_index is not None:
+            from kbvqa.kb.text_index import TextIndex
+
+            tidx = TextIndex.load(text_index)
+        stages = build_stages(pipeline.value, index=idx, encoder=enc, image_root=images, roles=roles,
+                              reranker=reranker.value, k=k, articles=articles, sections=sections, alpha=alpha,
+                              text_index=tidx, rerank_model_dir=rerank_model_dir)
+        records = _samples(samples, fmt)
+        if limit:
+            import itertools
+
+            records = itertools.islice(records, limit)
+        summary = answer_samples(records, stages, kb=store, out=out, roles=roles, concurrency=concurrency,
+                                 progress=console.is_terminal,
+                                 run_config={"pipeline": pipeline.value, "reranker": reranker.value,
+                                             "index": str(index) if index else None})
+        rr = write_retrieval_records(out, out.with_suffix(".retrieval.jsonl"))
+    except _errors() as e:
+        _fail(e)
+        return
+    typer.echo(json.dumps({"out": str(out), "retrieval_records": str(rr), "ok": summary.ok, "error": summary.error,
+                           "invalid": summary.invalid, "pipeline": pipeline.value,
+                           "stages": [s.name for s in stages], "usage": summary.usage.model_dump(),
+                           "seconds": round(summary.seconds, 3)}))
+
+
+def study(
+    records: list[Path] = typer.Option(..., "--records", help="Retrieval records with __anchor/__intra/__inter/"
+                                                              "__blank/__double id suffixes (one or more files)."),
+    references: Path = typer.Option(..., "--references", help="Gold urls: kbvqa JSONL or CSV with wikipedia_url."),
+    ks: str = typer.Option("1,5,10,20", "--ks", help="Comma-separated K values."),
+    stage: str = typer.Option("initial", "--stage", help="Which retrieval stage to tabulate."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON here."),
+) -> None:
+    """Augmentation study: Recall@K per variant side by side, with deltas against the anchor."""
+    from kbvqa.evaluate.io import read_jsonl
+    from kbvqa.evaluate.retrieval import load_retrieval_references
+    from kbvqa.pipelines.answer import augmentation_recall_table, markdown_table
+
+    try:
+        refs = load_retrieval_references(references)
+        recs = [obj for p in records for _, obj in read_jsonl(p)]
+        rows = augmentation_recall_table(recs, refs, ks=[int(x) for x in ks.split(",") if x.strip()], stage=stage)
+    except _errors() as e:
+        _fail(e)
+        return
+    typer.echo(markdown_table(rows))
+    if out:
+        out.write_text(json.dumps(rows, indent=2), encoding="utf-8")

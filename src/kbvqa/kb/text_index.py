@@ -1,0 +1,175 @@
+"""Dense section embeddings beside the KB's FTS5 (BM25) index.
+
+One row per KB section, in KB order, so the rows of one article are contiguous: `search_in(url, ...)`
+scores an article's sections with a slice and a dot product (no FAISS needed), and `search` runs a
+flat FAISS inner-product search over everything. Saved as `<path>.npy` + `<path>.json` (embedder
+name, per-article row ranges, sha256 of the vectors); a checksum or embedder mismatch is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from kbvqa.data.urls import canonical_url
+
+try:
+    import faiss  # type: ignore
+except ImportError:  # pragma: no cover
+    faiss = None
+
+FORMAT = "kbvqa-text-index"
+
+
+def section_text(article_title: str, section_title: str, text: str, max_chars: int = 1500) -> str:
+    """What gets embedded for a section: titles give the (often pronoun-only) body its subject."""
+    head = article_title if not section_title or section_title == article_title else f"{article_title} - {section_title}"
+    return f"{head}: {text[:max_chars]}"
+
+
+class TextIndex:
+    def __init__(self, embedder: str, dim: int):
+        self.embedder = embedder
+        self.dim = dim
+        self.vectors = np.zeros((0, dim), dtype=np.float32)
+        self.ranges: dict[str, tuple[int, int]] = {}  # canonical url -> [start, end) rows
+        self.section_ids: list[int] = []  # section index of each row
+        self._faiss = None
+        self._order: list[str] = []  # urls in row order (for `search`)
+        self._starts = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+    def __contains__(self, url: object) -> bool:
+        return isinstance(url, str) and canonical_url(url) in self.ranges
+
+    def _reindex(self) -> None:
+        self._order = sorted(self.ranges, key=lambda u: self.ranges[u][0])
+        self._starts = np.array([self.ranges[u][0] for u in self._order], dtype=np.int64)
+        self._faiss = None
+
+    def url_of_row(self, row: int) -> str:
+        return self._order[int(np.searchsorted(self._starts, row, side="right")) - 1]
+
+    def search_in(self, url: str, query_vec: np.ndarray, k: int = 10) -> list[tuple[int, float]]:
+        """(section index, cosine) of one article's best sections; [] if the article is not indexed."""
+        r = self.ranges.get(canonical_url(url))
+        if r is None or r[0] == r[1]:
+            return []
+        sims = self.vectors[r[0]:r[1]] @ np.asarray(query_vec, dtype=np.float32).ravel()
+        order = np.argsort(-sims)[:k]
+        return [(self.section_ids[r[0] + i], float(sims[i])) for i in order]
+
+    def section_vectors(self, url: str) -> dict[int, np.ndarray]:
+        r = self.ranges.get(canonical_url(url))
+        if r is None:
+            return {}
+        return {self.section_ids[i]: self.vectors[i] for i in range(r[0], r[1])}
+
+    def search(self, query_vec: np.ndarray, k: int = 10) -> list[tuple[str, int, float]]:
+        """(url, section index, cosine) over the whole KB."""
+        if len(self) == 0:
+            return []
+        q = np.ascontiguousarray(np.atleast_2d(query_vec), dtype=np.float32)
+        if faiss is not None:
+            if self._faiss is None:
+                self._faiss = faiss.IndexFlatIP(self.dim)
+                self._faiss.add(self.vectors)
+            scores, ids = self._faiss.search(q, min(k, len(self)))
+            pairs = [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
+        else:
+            sims = self.vectors @ q[0]
+            top = np.argsort(-sims)[:k]
+            pairs = [(int(i), float(sims[i])) for i in top]
+        return [(self.url_of_row(i), self.section_ids[i], s) for i, s in pairs]
+
+    def checksum(self) -> str:
+        return hashlib.sha256(memoryview(np.ascontiguousarray(self.vectors)).cast("B")).hexdigest()
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path.with_suffix(".npy"), self.vectors)
+        meta = {"format": FORMAT, "version": 1, "embedder": self.embedder, "dim": self.dim, "n": len(self),
+                "sha256": self.checksum(), "ranges": self.ranges, "section_ids": self.section_ids}
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, path.with_suffix(".json"))
+        return path.with_suffix(".json")
+
+    @classmethod
+    def load(cls, path: str | Path, expect_embedder: str | None = None) -> "TextIndex":
+        path = Path(path)
+        meta_path = path.with_suffix(".json")
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{meta_path}: no text index here (build one with `kbvqa index text`)")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{meta_path}: not a kbvqa text index (format {meta.get('format')!r})")
+        if expect_embedder and meta["embedder"] != expect_embedder:
+            raise ValueError(f"{path}: built with embedder {meta['embedder']!r}, not {expect_embedder!r}")
+        idx = cls(meta["embedder"], meta["dim"])
+        idx.vectors = np.load(path.with_suffix(".npy"))
+        idx.ranges = {u: (int(a), int(b)) for u, (a, b) in meta["ranges"].items()}
+        idx.section_ids = [int(s) for s in meta["section_ids"]]
+        if idx.checksum() != meta["sha256"]:
+            raise ValueError(f"{path}: vector checksum mismatch (index file changed or corrupt)")
+        idx._reindex()
+        return idx
+
+
+def build_text_index(kb: Any, embedder: Any, *, urls: Iterable[str] | None = None, batch_articles: int = 512,
+                     max_chars: int = 1500, progress: bool = False) -> tuple[TextIndex, dict[str, Any]]:
+    """Embed every section of every KB article (or of `urls`). Returns (index, stats)."""
+    from kbvqa.models.image_encoders import _progress
+
+    t0 = time.perf_counter()
+    index = TextIndex(embedder.name, embedder.dim)
+    chunks: list[np.ndarray] = []
+    row = 0
+    n_articles = n_empty = 0
+    total = len(kb) if urls is None and hasattr(kb, "__len__") else 0
+    bar = _progress(total, "embed KB sections", progress and total > 0)
+    buf_texts: list[str] = []
+
+    def flush() -> None:
+        if buf_texts:
+            chunks.append(embedder.encode(buf_texts))
+            buf_texts.clear()
+
+    articles = (kb.get(u) for u in urls) if urls is not None else iter(kb)
+    pending = 0
+    for art in articles:
+        if art is None:
+            continue
+        n_articles += 1
+        start = row
+        for s in art.sections:
+            if not (s.text or s.title).strip():
+                continue
+            buf_texts.append(section_text(art.title, s.title, s.text, max_chars))
+            index.section_ids.append(s.index)
+            row += 1
+        if row == start:
+            n_empty += 1
+        index.ranges[canonical_url(art.url)] = (start, row)
+        pending += 1
+        if pending >= batch_articles:
+            flush()
+            bar.advance(pending)
+            pending = 0
+    flush()
+    bar.advance(pending)
+    bar.close()
+    index.vectors = np.concatenate(chunks) if chunks else np.zeros((0, embedder.dim), dtype=np.float32)
+    index._reindex()
+    secs = time.perf_counter() - t0
+    return index, {"articles": n_articles, "articles_without_text": n_empty, "sections": len(index),
+                   "seconds": round(secs, 3), "sections_per_second": round(len(index) / secs, 1) if secs else 0.0}

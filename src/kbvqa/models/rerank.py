@@ -1,0 +1,237 @@
+"""Section rerankers: order candidate KB sections by how well they answer a question.
+
+All share one async interface, `rerank(question, candidates, ctx) -> (ranked candidates, usage)`, so
+the rerank stage does not care whether the score came from BM25, an embedding, a cross-encoder or
+an LLM:
+
+- `BM25Reranker`: the KB store's FTS5 BM25 (`search_in`) when available, else an in-process BM25
+  over the candidates (same formula, k1=1.2, b=0.75). No model.
+- `DenseReranker`: cosine between question and section embeddings (sentence-transformers, offline);
+  reuses a prebuilt `TextIndex` when the section is in it.
+- `CrossEncoderReranker`: a sentence-transformers CrossEncoder from a local directory (optional).
+- `LLMReranker`: asks a configured model role to order numbered sections (JSON reply); an unusable
+  reply raises `Invalid`, a failed call raises, so no ordering is ever invented.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from pydantic import BaseModel
+
+from kbvqa.data.schema import Evidence, Usage
+
+_TOK = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass
+class SectionCandidate:
+    url: str
+    title: str
+    section_index: int
+    section_title: str
+    text: str
+    visual: float | None = None  # the article's retrieval score (image similarity), when known
+    article_rank: int = 0  # 0-based rank of the article in the retrieval list
+    score: float = 0.0  # the reranker's score (higher is better)
+    fused: float = 0.0  # what the stage finally sorts by
+
+    def evidence(self) -> Evidence:
+        return Evidence(text=self.text, section_id=str(self.section_index), section_title=self.section_title,
+                        url=self.url)
+
+    def dump(self, max_chars: int | None = None) -> dict[str, Any]:
+        d = asdict(self)
+        if max_chars is not None:
+            d["text"] = d["text"][:max_chars]
+        return d
+
+
+def _tokens(text: str) -> list[str]:
+    from kbvqa.kb.store import STOPWORDS
+
+    return [t for t in _TOK.findall(text.lower()) if t not in STOPWORDS]
+
+
+def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.2, b: float = 0.75) -> list[float]:
+    """Okapi BM25 of `query` against each doc, with IDF from the docs themselves."""
+    q = set(_tokens(query))
+    toks = [_tokens(d) for d in docs]
+    n = len(docs)
+    if not n or not q:
+        return [0.0] * n
+    avg = sum(len(t) for t in toks) / n or 1.0
+    df = Counter(w for t in toks for w in set(t) if w in q)
+    idf = {w: math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5)) for w in df}
+    out = []
+    for t in toks:
+        tf = Counter(w for w in t if w in idf)
+        out.append(sum(idf[w] * c * (k1 + 1) / (c + k1 * (1 - b + b * len(t) / avg)) for w, c in tf.items()))
+    return out
+
+
+class Reranker:
+    name = "reranker"
+
+    def score(self, question: str, candidates: Sequence[SectionCandidate], ctx: Any = None) -> list[float]:
+        raise NotImplementedError
+
+    async def rerank(self, question: str, candidates: list[SectionCandidate], ctx: Any = None
+                     ) -> tuple[list[SectionCandidate], Usage]:
+        if not candidates:
+            return [], Usage()
+        scores = await asyncio.to_thread(self.score, question, candidates, ctx)
+        for c, s in zip(candidates, scores):
+            c.score = float(s)
+        return sorted(candidates, key=lambda c: -c.score), Usage()
+
+
+class BM25Reranker(Reranker):
+    """FTS5 BM25 from the KB store per article (so IDF is the whole KB's), else in-process BM25."""
+
+    name = "bm25"
+
+    def score(self, question: str, candidates: Sequence[SectionCandidate], ctx: Any = None) -> list[float]:
+        kb = getattr(ctx, "kb", None)
+        if kb is not None and hasattr(kb, "search_in"):
+            by_url: dict[str, dict[int, float]] = {}
+            for url in dict.fromkeys(c.url for c in candidates):
+                try:
+                    hits = kb.search_in(url, question, k=1000)
+                except KeyError:
+                    hits = []
+                by_url[url] = {h.section_index: h.score for h in hits}
+            return [by_url.get(c.url, {}).get(c.section_index, 0.0) for c in candidates]
+        return bm25_scores(question, [f"{c.section_title} {c.text}" for c in candidates])
+
+
+class DenseReranker(Reranker):
+    """Cosine(question, section) with a sentence-transformers embedder."""
+
+    name = "dense"
+
+    def __init__(self, embedder: Any = None, text_index: Any = None, model_dir: str | Path | None = None):
+        if embedder is None:
+            from kbvqa.models.text_embed import shared_embedder
+
+            embedder = shared_embedder(model_dir)
+        if text_index is not None and text_index.embedder != embedder.name:
+            raise ValueError(f"text index was built with {text_index.embedder!r}, embedder is {embedder.name!r}")
+        self.embedder, self.text_index = embedder, text_index
+        self.name = f"dense:{embedder.name}"
+
+    def score(self, question: str, candidates: Sequence[SectionCandidate], ctx: Any = None) -> list[float]:
+        from kbvqa.kb.text_index import section_text
+
+        q = self.embedder.encode([question])[0]
+        cached: dict[str, dict[int, Any]] = {}
+        vecs: list[Any] = [None] * len(candidates)
+        todo = []
+        for i, c in enumerate(candidates):
+            if self.text_index is not None:
+                if c.url not in cached:
+                    cached[c.url] = self.text_index.section_vectors(c.url)
+                vecs[i] = cached[c.url].get(c.section_index)
+            if vecs[i] is None:
+                todo.append(i)
+        if todo:
+            enc = self.embedder.encode([section_text(candidates[i].title, candidates[i].section_title,
+                                                     candidates[i].text) for i in todo])
+            for i, v in zip(todo, enc):
+                vecs[i] = v
+        return [float(v @ q) for v in vecs]
+
+
+class CrossEncoderReranker(Reranker):
+    """A sentence-transformers CrossEncoder from a local directory (never downloaded)."""
+
+    name = "cross-encoder"
+
+    def __init__(self, model_dir: str | Path, max_chars: int = 2000):
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from sentence_transformers import CrossEncoder
+
+        if not Path(model_dir).is_dir():
+            raise FileNotFoundError(f"{model_dir}: not a local cross-encoder directory")
+        self.model = CrossEncoder(str(model_dir), local_files_only=True)
+        self.max_chars = max_chars
+        self.name = f"cross-encoder:{Path(model_dir).name}"
+
+    def score(self, question: str, candidates: Sequence[SectionCandidate], ctx: Any = None) -> list[float]:
+        pairs = [(question, f"{c.section_title}: {c.text[: self.max_chars]}") for c in candidates]
+        return [float(s) for s in self.model.predict(pairs)]
+
+
+LLM_PROMPT_VERSION = "rerank-sections-v1"
+LLM_SYSTEM = (
+    "You rank knowledge-base passages by how useful they are for answering a question about the entity "
+    "in an image. Reply with JSON only: {\"ranking\": [passage numbers, most useful first]}. Include "
+    "every passage that could contain the answer; omit the rest."
+)
+
+
+class Ranking(BaseModel):
+    ranking: list[int]
+
+
+class LLMReranker(Reranker):
+    """Orders sections with a model role (default `checker`); sections it omits keep their order after it."""
+
+    name = "llm"
+
+    def __init__(self, role: str = "checker", max_chars: int = 600):
+        self.role, self.max_chars = role, max_chars
+        self.name = f"llm:{role}"
+
+    async def rerank(self, question: str, candidates: list[SectionCandidate], ctx: Any = None
+                     ) -> tuple[list[SectionCandidate], Usage]:
+        from kbvqa.stages.base import Invalid
+
+        if not candidates:
+            return [], Usage()
+        listing = "\n\n".join(f"[{i + 1}] {c.title} / {c.section_title}: {c.text[: self.max_chars]}"
+                              for i, c in enumerate(candidates))
+        messages = [{"role": "system", "content": LLM_SYSTEM},
+                    {"role": "user", "content": f"Question: {question}\n\nPassages:\n{listing}"}]
+        client = ctx.role(self.role)
+        payload = {"question": question, "passages": [c.dump(self.max_chars) for c in candidates]}
+        kwargs = {"payload": payload} if getattr(client, "backend", "") == "rules" else {}
+        result = await client.chat(messages, schema=Ranking, prompt_version=LLM_PROMPT_VERSION, **kwargs)
+        if result.status == "error":
+            raise RuntimeError(f"reranker call failed: {result.reason}")
+        if result.status == "invalid":
+            raise Invalid(f"reranker reply unusable: {result.reason}")
+        order = [i - 1 for i in result.as_model(Ranking).ranking if 1 <= i <= len(candidates)]
+        order = list(dict.fromkeys(order))
+        rest = [i for i in range(len(candidates)) if i not in set(order)]
+        n = len(candidates)
+        ranked = []
+        for pos, i in enumerate(order + rest):
+            c = candidates[i]
+            c.score = float(n - pos) / n if i in set(order) else 0.0
+            ranked.append(c)
+        return ranked, result.usage
+
+
+def get_reranker(name: str, *, model_dir: str | Path | None = None, text_index: Any = None,
+                 role: str = "checker") -> Reranker:
+    """`bm25` | `dense` | `cross-encoder` (needs model_dir) | `llm` (uses `role`)."""
+    if name == "bm25":
+        return BM25Reranker()
+    if name == "dense":
+        return DenseReranker(model_dir=model_dir, text_index=text_index)
+    if name in ("cross-encoder", "cross"):
+        if model_dir is None:
+            raise ValueError("the cross-encoder reranker needs a local model directory")
+        return CrossEncoderReranker(model_dir)
+    if name == "llm":
+        return LLMReranker(role=role)
+    raise ValueError(f"unknown reranker {name!r} (bm25, dense, cross-encoder, llm)")

@@ -1,0 +1,155 @@
+"""The audit prompts: one versioned registry, the only place their wording lives.
+
+Why a registry: a verdict is only reproducible if we know exactly which instructions produced it.
+Every prompt has a name, a version and a sha256 over its text; stages put `name@version` and the
+hash in each verdict's provenance and in the run manifest (`Stage.prompt_versions`). Changing the
+wording of a prompt means bumping its version (a test checks the pinned hashes), so old and new
+verdicts are never confused.
+
+Prompts are `str.format` templates. Values are inserted as JSON strings where they come from the
+data (question, answers, evidence), so quotes or braces in a question cannot break the layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    version: str
+    system: str
+    user: str
+    fields: tuple[str, ...] = field(default=())
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(f"{self.system}\n\x00\n{self.user}".encode("utf-8")).hexdigest()
+
+    def messages(self, **values: Any) -> list[dict[str, str]]:
+        """Chat messages with `values` filled in; every declared field must be given (no silent blanks)."""
+        missing = [f for f in self.fields if f not in values]
+        extra = [k for k in values if k not in self.fields]
+        if missing or extra:
+            raise KeyError(f"prompt {self.id}: missing fields {missing}, unexpected {extra}")
+        filled = {k: (v if isinstance(v, str) and k.endswith("_raw") else json.dumps(v, ensure_ascii=False))
+                  for k, v in values.items()}
+        return [{"role": "system", "content": self.system},
+                {"role": "user", "content": self.user.format(**filled)}]
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version, "sha256": self.sha256}
+
+
+_REGISTRY: dict[str, Prompt] = {}
+
+
+def register(p: Prompt) -> Prompt:
+    if p.name in _REGISTRY and _REGISTRY[p.name] != p:
+        raise ValueError(f"prompt {p.name!r} is already registered with different content")
+    _REGISTRY[p.name] = p
+    return p
+
+
+def get(name: str) -> Prompt:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no audit prompt {name!r} (known: {sorted(_REGISTRY)})") from None
+
+
+def all_prompts() -> dict[str, Prompt]:
+    return dict(_REGISTRY)
+
+
+_JSON_ONLY = "Reply with one JSON object and nothing else."
+
+VERIFY_SECTION = register(Prompt(
+    name="audit.verify_section", version="1",
+    system=("You check benchmark annotations against an encyclopedia. You read ONE section of the "
+            "article about the entity in an image and decide whether that section, on its own, "
+            "establishes the annotated answer to the question. " + _JSON_ONLY),
+    user=("Question: {question}\n"
+          "Annotated answer(s) (any one alternative is enough; parts joined by && must all hold): {answers}\n"
+          "Section title: {title}\n"
+          "Section text: {text}\n\n"
+          "Labels:\n"
+          "- entailed: the section states the answer (or an exact equivalent: same value in another "
+          "unit spelling, a country for its adjective, a full date for the same day).\n"
+          "- contradicted: the section states a DIFFERENT value for exactly what the question asks.\n"
+          "- not_supported: the section does not settle the question either way.\n"
+          "Judge only from this section, not from your own knowledge.\n"
+          'Return {{"label": "entailed" | "contradicted" | "not_supported", "rationale": "<one sentence, '
+          'quoting the decisive words>"}}'),
+    fields=("question", "answers", "title", "text"),
+))
+
+CORRECT_ANSWER = register(Prompt(
+    name="audit.correct_answer", version="1",
+    system=("You repair benchmark answers using only the evidence given. You never use outside "
+            "knowledge and never invent a value the evidence does not contain. " + _JSON_ONLY),
+    user=("Question: {question}\n"
+          "Answer type: {answer_type}\n"
+          "Annotated answer(s): {answers}\n"
+          "Evidence sections:\n{evidence}\n\n"
+          "Decide what the evidence says the answer is.\n"
+          "- matched: the evidence states the annotated answer.\n"
+          "- mismatched: the evidence states a different answer; give it in `answer`.\n"
+          "- not_answerable: the evidence does not answer the question.\n"
+          "Rules for `answer`: copy it from the evidence as written (numbers with the evidence's digits, "
+          "no unit conversion, unit left out when the question already names it); a single value when "
+          "the question asks for one, a range such as \"6 - 7\" only when the question asks for a range "
+          "or the evidence gives only a range; the shortest phrase that answers a text question; "
+          "`evidence_quote` is the sentence you took it from.\n"
+          'Return {{"status": "matched" | "mismatched" | "not_answerable", "answer": "<string or null>", '
+          '"evidence_quote": "<string>", "rationale": "<one sentence>"}}'),
+    fields=("question", "answer_type", "answers", "evidence"),
+))
+
+POSEDNESS = register(Prompt(
+    name="audit.posedness", version="1",
+    system=("You review visual question answering items whose question refers to the entity in an "
+            "image (\"this building\", \"this bird\"). You flag questions that admit more than one "
+            "correct answer and propose the smallest edit that fixes them. " + _JSON_ONLY),
+    user=("Question: {question}\n"
+          "Annotated answer: {answer}\n"
+          "Evidence:\n{evidence}\n\n"
+          "Possible problems (zero or more):\n"
+          "- missing_attribute_constraint: the question does not say which property or unit is meant "
+          "(\"how big\" - height, length or weight?).\n"
+          "- missing_temporal_scope: the question does not say which time or granularity is meant "
+          "(\"when\" - year, date, season?).\n"
+          "- missing_spatial_reference: the question does not say which place level is meant "
+          "(\"where\" - country, region, city?).\n"
+          "If there is a problem, `suggested_question` adds only the missing constraint, as stated by "
+          "the evidence; it keeps the wording otherwise, keeps referring to the entity as in the "
+          "original, and must not contain the answer. Otherwise `suggested_question` is null.\n"
+          'Return {{"tags": [<zero or more of the three names>], "suggested_question": "<string or null>", '
+          '"rationale": "<one sentence>"}}'),
+    fields=("question", "answer", "evidence"),
+))
+
+FINAL_CHECK = register(Prompt(
+    name="audit.final_check", version="1",
+    system=("You do the last quality check on a repaired benchmark item before release. "
+            + _JSON_ONLY),
+    user=("Question: {question}\n"
+          "Answer: {answer}\n"
+          "Evidence:\n{evidence}\n\n"
+          "Check three things:\n"
+          "- leak: the question gives away the answer (states it, a synonym, or an obvious form of it). "
+          "Offering it as one option of an either/or question is not a leak.\n"
+          "- answerable: the evidence supports the answer to this question.\n"
+          "- unique: the question, read with the evidence, has one correct answer.\n"
+          'Return {{"leak": true | false, "answerable": true | false, "unique": true | false, '
+          '"rationale": "<one sentence>"}}'),
+    fields=("question", "answer", "evidence"),
+))

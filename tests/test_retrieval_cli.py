@@ -1,0 +1,100 @@
+"""CLI: `index images|text`, `retrieve`, `answer`, `study` on the demo benchmark."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from kbvqa.cli import index as index_cmd
+from kbvqa.cli import retrieve as retrieve_cmd
+from kbvqa.evaluate.retrieval import load_retrieval_records, load_retrieval_references, retrieval_metrics
+from kbvqa.pipelines.demo.bench import build_bench
+
+app = typer.Typer()
+app.add_typer(index_cmd.app, name="index")
+app.command("retrieve")(retrieve_cmd.retrieve)
+app.command("answer")(retrieve_cmd.answer)
+app.command("study")(retrieve_cmd.study)
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    b = build_bench(root / "bench")
+    lines = b.samples.read_text().splitlines()
+    bad = json.loads(lines[0])
+    bad["id"], bad["images"] = "broken_image", ["images/missing.jpg"]
+    samples = root / "samples.jsonl"
+    samples.write_text("\n".join(lines + [json.dumps(bad)]) + "\n")
+    return b, root, samples
+
+
+def _ok(res):
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_index_retrieve_answer_round_trip(bench):
+    b, root, samples = bench
+    idx = root / "idx" / "images"
+    info = _ok(runner.invoke(app, ["index", "images", "--kb", str(b.kb), "--images", str(b.root), "--out", str(idx)]))
+    assert info["vectors"] == len(b.kb_images) and info["images_missing"] == 0 and info["kind"] == "flat"
+    out = root / "R.jsonl"
+    info = _ok(runner.invoke(app, ["retrieve", "--index", str(idx), "--samples", str(samples), "--images", str(b.root),
+                                   "--k", "5", "--out", str(out)]))
+    assert info["ok"] == b.n_samples and info["error"] == 1
+    recs, _ = load_retrieval_records(out)
+    refs = load_retrieval_references(samples)
+    m = retrieval_metrics(recs, refs, ks=(1, 5))["stages"]["initial"]
+    assert m["n_with_record"] == b.n_samples + 1  # the broken sample is a record (a miss), not a drop
+    assert m["recall"]["@1"] == pytest.approx(b.n_samples / (b.n_samples + 1))
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    broken = next(x for x in lines if x["id"] == "broken_image")
+    assert broken["status"] == "error" and "missing.jpg" in broken["reason"] and broken["retrieved"] == []
+    assert all(len(x["retrieved"]) == 5 for x in lines if x["status"] == "ok")
+
+    pred = root / "P.jsonl"
+    info = _ok(runner.invoke(app, ["answer", "--samples", str(b.samples), "--kb", str(b.kb), "--index", str(idx),
+                                   "--images", str(b.root), "--pipeline", "extractive", "--out", str(pred)]))
+    assert info["ok"] == b.n_samples and info["stages"][-1] == "answer-extractive"
+    rr, _ = load_retrieval_records(pred.with_suffix(".retrieval.jsonl"))
+    assert set(rr) == {"initial", "post"} and len(rr["post"]) == b.n_samples
+
+    # a hnsw index answers the same on this tiny KB
+    hn = root / "idx" / "hnsw"
+    _ok(runner.invoke(app, ["index", "images", "--kb", str(b.kb), "--images", str(b.root), "--out", str(hn),
+                            "--kind", "hnsw"]))
+    assert (hn.with_suffix(".faiss")).exists()
+
+
+def test_cli_errors_are_clean(bench, tmp_path):
+    b, root, samples = bench
+    res = runner.invoke(app, ["index", "images", "--kb", str(tmp_path / "none.sqlite"), "--images", str(b.root),
+                              "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "error:" in res.output
+    res = runner.invoke(app, ["index", "images", "--kb", str(b.kb), "--images", str(b.root), "--out",
+                              str(tmp_path / "x"), "--encoder", "clip"])
+    assert res.exit_code == 2 and "model directory" in res.output
+    res = runner.invoke(app, ["answer", "--samples", str(b.samples), "--kb", str(b.kb), "--pipeline", "echosight",
+                              "--out", str(tmp_path / "p.jsonl")])
+    assert res.exit_code == 2 and "image index" in res.output
+
+
+def test_index_text_and_study(bench, tmp_path):
+    b, root, samples = bench
+    info = _ok(runner.invoke(app, ["index", "text", "--kb", str(b.kb), "--out", str(tmp_path / "text")]))
+    assert info["sections"] > 0 and info["embedder"].startswith("st:")
+    recs = tmp_path / "aug.jsonl"
+    gold = json.loads(b.samples.read_text().splitlines()[0])
+    rows = [{"id": f"{gold['id']}__anchor", "retrieved": [gold["entity"]["url"]]},
+            {"id": f"{gold['id']}__intra", "retrieved": ["https://en.wikipedia.org/wiki/Other"]}]
+    recs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    res = runner.invoke(app, ["study", "--records", str(recs), "--references", str(b.samples), "--ks", "1",
+                              "--out", str(tmp_path / "study.json")])
+    assert res.exit_code == 0, res.output
+    assert "| anchor | 1 | 1.0 |" in res.output and "| intra | 1 | 0.0 |" in res.output
+    assert json.loads((tmp_path / "study.json").read_text())[1]["dR@1"] == -1.0
