@@ -229,3 +229,12 @@ def test_progress_callback_and_bar(wiki_json, tmp_path):
     size = wiki_json.stat().st_size
     assert ("load", size, size) in calls
     assert import_wiki_json(wiki_json, tmp_path / "b.sqlite", progress=True).articles == 4
+
+
+def test_open_kb_cache_dir(wiki_json, tmp_path):
+    cache_dir = tmp_path / "cache"
+    with open_kb(wiki_json, cache_dir=cache_dir) as kb:
+        assert len(kb) == 4
+    files = list(cache_dir.iterdir())
+    assert len(files) == 1 and files[0].name.startswith("wiki.json.") and files[0].name.endswith(".kb.sqlite")
+    assert not (tmp_path / "wiki.json.kb.sqlite").exists()

@@ -98,3 +98,28 @@ def test_index_text_and_study(bench, tmp_path):
     assert res.exit_code == 0, res.output
     assert "| anchor | 1 | 1.0 |" in res.output and "| intra | 1 | 0.0 |" in res.output
     assert json.loads((tmp_path / "study.json").read_text())[1]["dR@1"] == -1.0
+
+
+def test_batch_retrieve_keeps_order_and_reports_bad_images(bench, tmp_path):
+    from kbvqa.kb.image_index import ImageIndex, build_image_index
+    from kbvqa.kb.store import KBStore
+    from kbvqa.models.image_encoders import HistogramEncoder
+    from kbvqa.stages.retrieve import batch_retrieve
+
+    b, root, samples = bench
+    enc = HistogramEncoder()
+    with KBStore(b.kb) as kb:
+        index, _ = build_image_index(kb, b.root, enc)
+    (tmp_path / "corrupt.jpg").write_bytes(b"\xff\xd8\xff garbage")
+    recs = [json.loads(x) for x in b.samples.read_text().splitlines()[:5]]
+    recs[2]["images"] = [str(tmp_path / "corrupt.jpg")]  # absolute paths bypass the root
+    recs[4]["images"] = []
+    lines = list(batch_retrieve(recs, index, enc, image_root=b.root, k=3, batch_size=2))
+    assert [x["id"] for x in lines] == [r["id"] for r in recs]
+    assert [x["status"] for x in lines] == ["ok", "ok", "error", "ok", "error"]
+    assert "corrupt.jpg" in lines[2]["reason"] and "no image" in lines[4]["reason"]
+    assert lines[0]["retrieved"][0] == recs[0]["entity"]["url"] and len(lines[0]["scores"]) == 3
+    with pytest.raises(ValueError, match="duplicate sample id"):
+        list(batch_retrieve([recs[0], recs[0]], index, enc, image_root=b.root))
+    with pytest.raises(ValueError, match="index was built with"):
+        list(batch_retrieve(recs, ImageIndex("other", enc.dim), enc))

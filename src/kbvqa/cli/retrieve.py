@@ -1,7 +1,8 @@
 """`kbvqa retrieve`, `kbvqa answer` (and the augmentation `study`): command functions the app registers.
 
 `retrieve` writes clean retrieval records ({id, retrieved, stage, scores, status}) that `kbvqa score
-retrieval` reads; the runner's journal and manifest sit beside them (`OUT.run.jsonl`). `answer` writes
+retrieval` reads, encoding query images in batches; failures are error lines (a miss, never a drop).
+`answer` writes
 predictions (runner output, one line per sample with status) and `OUT.retrieval.jsonl` with every
 retrieval stage's ranking.
 """
@@ -65,37 +66,35 @@ def retrieve(
     k: int = typer.Option(20, "--k", min=1, help="Articles kept per query (entity-deduplicated)."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="The encoder's local model dir (neural indexes)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Samples format (default: detected)."),
-    concurrency: int = typer.Option(4, "--concurrency", min=1),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Query images encoded per batch."),
     device: Optional[str] = typer.Option(None, "--device"),
 ) -> None:
     """Image-to-image retrieval: rank KB articles for each sample's image; missing images become error records."""
-    from kbvqa.runner import read_results, run
-    from kbvqa.stages.base import Context
-    from kbvqa.stages.retrieve import ImageRetrieve, RetrieveConfig
+    import time
+
+    from kbvqa.models.image_encoders import _progress
+    from kbvqa.stages.retrieve import batch_retrieve
 
     console = Console(stderr=True)
+    t0 = time.perf_counter()
+    counts = {"ok": 0, "error": 0}
     try:
         idx, enc = _load_index(index, model_dir, device)
-        stage = ImageRetrieve(idx, enc, image_root=images, config=RetrieveConfig(k=k))
-        journal = out.with_suffix(".run.jsonl")
-        summary = run(_samples(samples, fmt), [stage], Context(), out=journal, concurrency=concurrency,
-                      resume=False, progress=console.is_terminal, description="retrieve",
-                      run_config={"index": str(index), "encoder": enc.name, "k": k})
+        bar = _progress(None, "retrieve", console.is_terminal)  # type: ignore[arg-type]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for line in batch_retrieve(_samples(samples, fmt), idx, enc, image_root=images, k=k,
+                                       batch_size=batch_size, on_batch=bar.advance):
+                counts[line["status"]] += 1
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        bar.close()
+        tmp.replace(out)
     except _errors() as e:
         _fail(e)
         return
-    n = 0
-    with out.open("w", encoding="utf-8") as f:
-        for rec in read_results(journal):
-            r = rec.get("retrieval") or {}
-            line = {"id": rec["id"], "retrieved": rec.get("retrieved") or [], "stage": "initial",
-                    "scores": r.get("scores") or [], "encoder": enc.name, "status": rec.get("status")}
-            if rec.get("status") != "ok":
-                line["reason"] = rec.get("reason")
-            f.write(json.dumps(line, ensure_ascii=False) + "\n")
-            n += 1
-    typer.echo(json.dumps({"out": str(out), "records": n, "ok": summary.ok, "error": summary.error,
-                           "encoder": enc.name, "k": k, "seconds": round(summary.seconds, 3)}))
+    typer.echo(json.dumps({"out": str(out), "records": sum(counts.values()), **counts, "encoder": enc.name, "k": k,
+                           "seconds": round(time.perf_counter() - t0, 3)}))
 
 
 def answer(

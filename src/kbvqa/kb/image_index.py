@@ -81,7 +81,9 @@ class ImageIndex:
     @property
     def vectors(self) -> np.ndarray:
         if self._chunks:
-            self._vectors = np.ascontiguousarray(np.vstack([self._vectors, *self._chunks]), dtype=np.float32)
+            parts = ([self._vectors] if len(self._vectors) else []) + self._chunks
+            # one chunk is used as is: no second copy of a multi-GB array
+            self._vectors = parts[0] if len(parts) == 1 else np.ascontiguousarray(np.vstack(parts), dtype=np.float32)
             self._chunks = []
         return self._vectors
 

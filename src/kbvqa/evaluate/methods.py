@@ -1,0 +1,474 @@
+"""Adapters from published methods' output files to kbvqa prediction lines.
+
+Every adapter yields `ConvertedPrediction(data_id, prediction, method, parse_rule)`; `parse_rule`
+says how the answer was found (which key, which CoMEM extraction rule, where the id came from), so a
+surprising score can be traced back to the parsing. `align()` then checks the ids against the
+references: duplicates are an error unless a policy (`last` / `first`) is chosen explicitly, and
+missing and unknown ids are counted and listed in an `AlignmentReport`. Nothing is resolved silently.
+
+Accepted inputs (ara-protocol §3 "Parsing predictions"):
+
+* **iba** – JSONL ``{data_id, prediction}``. With ``dataset="evqa"`` the answer is the first present
+  of ``prediction``, ``answer``, ``final_answer``, ``raw_response``, ``answers`` (a list: its first
+  element). The IBA ``evqa_answer.log`` regex fallback is not implemented.
+* **echosight** – JSONL ``{data_id, prediction}``.
+* **reflectiva** – a JSON file, or a directory whose ``*.json`` files (sorted by name; the InfoSeek
+  layout) are read in turn. Each file is a JSON list of objects, or an object mapping id -> answer.
+  In an object the id is the first present of ``data_id``, ``question_id``, ``id`` and the answer the
+  first present of ``prediction``, ``answer``, ``output``, ``generated_answer``, ``response``.
+* **wikiprf** – ``*_generation_details.jsonl`` (a file or a directory holding them): one object per
+  line, id and answer keys as for ReflectiVA (plus ``final_answer``). Legacy JSON
+  ``{"data_id": [...], "results": [...]}``: ids zipped with results when both are present and of the
+  same length; otherwise ids come from a ``*_raw_outputs.jsonl`` file (given, or the single one next
+  to the input); the original code's last resort, **GT row order** (the i-th result belongs to the
+  i-th reference row), runs only with ``allow_gt_order=True`` and marks every line
+  ``parse_rule="id:gt-row-order"`` plus a warning.
+* **comem** – JSONL with an id key as above and the generated text under ``prediction``, ``output``,
+  ``response``, ``raw_output``, ``generated_text`` or ``answer``; the answer is the content of the last
+  ``\\boxed{...}``, else of the last ``<answer>...</answer>``, else the text after the last
+  "final answer:", else the stripped raw text (`parse_rule` boxed / answer-tag / final-answer / raw).
+* **generic** – JSONL with configurable ``id_key`` / ``answer_key`` (dotted paths such as
+  ``output.answer`` reach into nested objects) and an optional ``extract="comem"``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Literal
+
+from kbvqa.evaluate.io import ScoreInputError, dumps_line, read_csv, read_jsonl
+
+__all__ = [
+    "METHODS", "ConvertedPrediction", "AlignmentReport", "ConversionResult", "DuplicateIdError",
+    "extract_comem", "reference_ids", "align", "convert", "write_predictions",
+]
+
+METHODS = ("iba", "echosight", "reflectiva", "wikiprf", "comem", "generic")
+DuplicatePolicy = Literal["error", "last", "first"]
+
+ID_KEYS = ("data_id", "question_id", "id")
+ANSWER_KEYS = ("prediction", "answer", "output", "generated_answer", "response")
+IBA_EVQA_KEYS = ("prediction", "answer", "final_answer", "raw_response", "answers")
+WIKIPRF_KEYS = ("prediction", "answer", "final_answer", "output", "generated_answer", "response")
+COMEM_TEXT_KEYS = ("prediction", "output", "response", "raw_output", "generated_text", "answer")
+_LIST_SHOWN = 20  # ids listed in a report; the counts are always complete
+
+
+class DuplicateIdError(ValueError):
+    """Several predictions share an id and no duplicate policy was chosen."""
+
+
+@dataclass(slots=True)
+class ConvertedPrediction:
+    data_id: str
+    prediction: str | None
+    method: str
+    parse_rule: str
+    source: str = ""  # file:line (or file[index]) the line came from
+
+    def to_json(self) -> dict[str, Any]:
+        return {"data_id": self.data_id, "prediction": self.prediction, "method": self.method,
+                "parse_rule": self.parse_rule}
+
+
+@dataclass
+class AlignmentReport:
+    """How the converted ids line up with the reference ids."""
+
+    n_input: int = 0
+    n_output: int = 0
+    n_references: int | None = None
+    duplicate_policy: str = "error"
+    duplicates: dict[str, int] = field(default_factory=dict)  # id -> number of lines
+    n_missing: int = 0
+    missing_ids: list[str] = field(default_factory=list)  # first few
+    n_unknown: int = 0
+    unknown_ids: list[str] = field(default_factory=list)  # first few; dropped from the output
+    n_null_predictions: int = 0
+
+    @property
+    def n_duplicate_lines(self) -> int:
+        return sum(c - 1 for c in self.duplicates.values())
+
+    @property
+    def clean(self) -> bool:
+        return not self.duplicates and not self.n_missing and not self.n_unknown
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n_input": self.n_input, "n_output": self.n_output, "n_references": self.n_references,
+                "duplicate_policy": self.duplicate_policy, "n_duplicate_ids": len(self.duplicates),
+                "n_duplicate_lines": self.n_duplicate_lines,
+                "duplicate_ids": sorted(self.duplicates)[:_LIST_SHOWN],
+                "n_missing": self.n_missing, "missing_ids": self.missing_ids,
+                "n_unknown": self.n_unknown, "unknown_ids": self.unknown_ids,
+                "n_null_predictions": self.n_null_predictions, "clean": self.clean}
+
+
+@dataclass
+class ConversionResult:
+    method: str
+    predictions: list[ConvertedPrediction]
+    alignment: AlignmentReport
+    parse_rules: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"method": self.method, "parse_rules": self.parse_rules,
+                "alignment": self.alignment.to_json(), "warnings": self.warnings}
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _as_id(value: Any, where: str, key: str) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ScoreInputError(where, None, key, f"id must be a non-empty string, got {value!r}")
+    return value
+
+
+def _as_answer(value: Any, where: str, key: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ScoreInputError(where, None, key, f"answer must be a string, number or null, got {type(value).__name__}")
+
+
+def _first_key(obj: dict[str, Any], keys: Iterable[str]) -> str | None:
+    for k in keys:
+        if k in obj:
+            return k
+    return None
+
+
+def _dig(obj: Any, dotted: str) -> tuple[bool, Any]:
+    cur = obj
+    for part in dotted.split("."):
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return False, None
+    return True, cur
+
+
+def _pick(obj: dict[str, Any], id_keys: Iterable[str], ans_keys: Iterable[str], where: str,
+          method: str, *, rule_prefix: str = "key") -> tuple[str, str | None, str]:
+    """(id, answer, parse_rule) from one object; loud error naming the keys it looked for."""
+    ik = _first_key(obj, id_keys)
+    if ik is None:
+        raise ScoreInputError(where, None, "/".join(id_keys), f"{method}: no id key (looked for {list(id_keys)})")
+    ak = _first_key(obj, ans_keys)
+    if ak is None:
+        raise ScoreInputError(where, None, "/".join(ans_keys),
+                              f"{method}: no answer key (looked for {list(ans_keys)}; got keys {sorted(obj)[:12]})")
+    val = obj[ak]
+    rule = f"{rule_prefix}:{ak}"
+    if isinstance(val, list):
+        val = val[0] if val else None
+        rule = f"{rule_prefix}:{ak}[0]"
+    return _as_id(obj[ik], where, ik), _as_answer(val, where, ak), rule
+
+
+# --------------------------------------------------------------------------------------------------
+# CoMEM answer extraction
+
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_FINAL_ANSWER = re.compile(r"final answer\s*(?:is)?\s*[:：]", re.IGNORECASE)
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...}, with nested braces balanced; None if there is none."""
+    start = text.rfind("\\boxed{")
+    while start != -1:
+        i = start + len("\\boxed{")
+        depth = 1
+        j = i
+        while j < len(text) and depth:
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+            j += 1
+        if depth == 0:
+            return text[i:j - 1]
+        start = text.rfind("\\boxed{", 0, start)  # unbalanced: try the previous one
+    return None
+
+
+def extract_comem(text: str | None) -> tuple[str | None, str]:
+    """CoMEM's answer extraction: (answer, rule) with rule in boxed / answer-tag / final-answer / raw."""
+    if text is None:
+        return None, "null"
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        return boxed.strip(), "boxed"
+    tags = _ANSWER_TAG.findall(text)
+    if tags:
+        return tags[-1].strip(), "answer-tag"
+    marks = list(_FINAL_ANSWER.finditer(text))
+    if marks:
+        rest = text[marks[-1].end():].strip()
+        return rest.splitlines()[0].strip() if rest else "", "final-answer"
+    return text.strip(), "raw"
+
+
+# --------------------------------------------------------------------------------------------------
+# readers (each yields ConvertedPrediction in file order)
+
+
+def _jsonl_objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    for ln, obj in read_jsonl(path):
+        yield f"{path}:{ln}", obj
+
+
+def _read_simple(path: Path, method: str, ans_keys: tuple[str, ...], id_keys: tuple[str, ...] = ("data_id",)
+                 ) -> Iterator[ConvertedPrediction]:
+    for where, obj in _jsonl_objects(path):
+        did, ans, rule = _pick(obj, id_keys, ans_keys, where, method)
+        yield ConvertedPrediction(did, ans, method, rule, where)
+
+
+def _read_reflectiva(path: Path) -> Iterator[ConvertedPrediction]:
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if not files:
+        raise ScoreInputError(path, None, None, "reflectiva: directory holds no *.json files")
+    for f in files:
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ScoreInputError(f, None, None, f"reflectiva: not valid JSON ({exc})") from None
+        if isinstance(data, dict):  # {id: answer} or {id: {answer...}}
+            for k, v in data.items():
+                where = f"{f}[{k!r}]"
+                if isinstance(v, dict):
+                    ak = _first_key(v, ANSWER_KEYS)
+                    if ak is None:
+                        raise ScoreInputError(where, None, "prediction", f"reflectiva: no answer key in {sorted(v)[:12]}")
+                    yield ConvertedPrediction(_as_id(k, where, "key"), _as_answer(v[ak], where, ak), "reflectiva",
+                                              f"key:{ak}", where)
+                else:
+                    yield ConvertedPrediction(_as_id(k, where, "key"), _as_answer(v, where, "value"), "reflectiva",
+                                              "mapping", where)
+        elif isinstance(data, list):
+            for i, obj in enumerate(data):
+                where = f"{f}[{i}]"
+                if not isinstance(obj, dict):
+                    raise ScoreInputError(where, None, None, f"reflectiva: expected an object, got {type(obj).__name__}")
+                did, ans, rule = _pick(obj, ID_KEYS, ANSWER_KEYS, where, "reflectiva")
+                yield ConvertedPrediction(did, ans, "reflectiva", rule, where)
+        else:
+            raise ScoreInputError(f, None, None, f"reflectiva: expected a JSON list or object, got {type(data).__name__}")
+
+
+def _result_answer(res: Any, where: str) -> tuple[str | None, str]:
+    if isinstance(res, dict):
+        ak = _first_key(res, WIKIPRF_KEYS)
+        if ak is None:
+            raise ScoreInputError(where, None, "results", f"wikiprf: no answer key in {sorted(res)[:12]}")
+        return _as_answer(res[ak], where, ak), f"key:{ak}"
+    return _as_answer(res, where, "results"), "results"
+
+
+def _read_wikiprf(path: Path, *, raw_outputs: Path | None, allow_gt_order: bool,
+                  gt_order: list[str] | None, warnings: list[str]) -> Iterator[ConvertedPrediction]:
+    if path.is_dir():
+        files = sorted(path.glob("*_generation_details.jsonl"))
+        if not files:
+            raise ScoreInputError(path, None, None, "wikiprf: directory holds no *_generation_details.jsonl")
+        for f in files:
+            yield from _read_simple(f, "wikiprf", WIKIPRF_KEYS, ID_KEYS)
+        return
+    if path.suffix == ".jsonl":
+        yield from _read_simple(path, "wikiprf", WIKIPRF_KEYS, ID_KEYS)
+        return
+    # legacy {data_id: [...], results: [...]}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ScoreInputError(path, None, None, f"wikiprf: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise ScoreInputError(path, None, "results", "wikiprf legacy file must be an object with a 'results' list")
+    results = data["results"]
+    ids = data.get("data_id")
+    src = "id:data_id[]"
+    if not (isinstance(ids, list) and len(ids) == len(results)):
+        why = "no data_id list" if not isinstance(ids, list) else \
+            f"data_id has {len(ids)} entries for {len(results)} results"
+        if raw_outputs is None:
+            near = sorted(path.parent.glob("*_raw_outputs.jsonl"))
+            if len(near) == 1:
+                raw_outputs = near[0]
+            elif len(near) > 1:
+                warnings.append(f"wikiprf: {len(near)} *_raw_outputs.jsonl files next to {path}; pass one explicitly")
+        ids = None
+        if raw_outputs is not None:
+            ids = [_as_id(obj[k], where, k) for where, obj in _jsonl_objects(raw_outputs)
+                   for k in [_first_key(obj, ID_KEYS)] if k is not None]
+            if len(ids) != len(results):
+                warnings.append(f"wikiprf: {raw_outputs} has {len(ids)} ids for {len(results)} results; not used")
+                ids = None
+            else:
+                src = "id:raw-outputs"
+                warnings.append(f"wikiprf: {why}; ids taken from {raw_outputs} by position")
+        if ids is None:
+            if not allow_gt_order:
+                raise ScoreInputError(path, None, "data_id",
+                                      f"wikiprf legacy file: {why} and no usable *_raw_outputs.jsonl; the original "
+                                      "code would fall back to reference row order – pass allow_gt_order "
+                                      "(--allow-gt-order) with --references to do that explicitly")
+            if gt_order is None:
+                raise ScoreInputError(path, None, "data_id", "GT-row-order fallback needs the references")
+            if len(gt_order) != len(results):
+                raise ScoreInputError(path, None, "results", f"GT-row-order fallback: {len(results)} results but "
+                                                             f"{len(gt_order)} reference rows")
+            ids = gt_order
+            src = "id:gt-row-order"
+            warnings.append(f"wikiprf: {why}; ids assigned from reference ROW ORDER for all {len(results)} results "
+                            "(explicitly allowed; unverifiable)")
+    for i, (did, res) in enumerate(zip(ids, results)):
+        where = f"{path}[{i}]"
+        ans, rule = _result_answer(res, where)
+        yield ConvertedPrediction(_as_id(did, where, "data_id"), ans, "wikiprf", f"{src};{rule}", where)
+
+
+def _read_comem(path: Path, text_keys: tuple[str, ...] = COMEM_TEXT_KEYS,
+                id_keys: tuple[str, ...] = ID_KEYS, method: str = "comem") -> Iterator[ConvertedPrediction]:
+    for where, obj in _jsonl_objects(path):
+        did, text, _ = _pick(obj, id_keys, text_keys, where, method)
+        ans, rule = extract_comem(text)
+        yield ConvertedPrediction(did, ans, method, rule, where)
+
+
+def _read_generic(path: Path, id_key: str, answer_key: str, extract: str | None) -> Iterator[ConvertedPrediction]:
+    for where, obj in _jsonl_objects(path):
+        ok_id, did = _dig(obj, id_key)
+        if not ok_id:
+            raise ScoreInputError(where, None, id_key, "generic: id key missing")
+        ok_ans, ans = _dig(obj, answer_key)
+        if not ok_ans:
+            raise ScoreInputError(where, None, answer_key, "generic: answer key missing (use null for no answer)")
+        ans = _as_answer(ans, where, answer_key)
+        rule = f"key:{answer_key}"
+        if extract == "comem":
+            ans, r = extract_comem(ans)
+            rule += f";{r}"
+        elif extract is not None:
+            raise ValueError(f"unknown extract rule {extract!r} (only 'comem')")
+        yield ConvertedPrediction(_as_id(did, where, id_key), ans, "generic", rule, where)
+
+
+# --------------------------------------------------------------------------------------------------
+# references and alignment
+
+
+def reference_ids(path: str | Path) -> list[str]:
+    """Reference ids in file order: CSV (`data_id` or `id` column) or JSONL (`data_id` or `id`).
+    Duplicate reference ids are an error."""
+    path = Path(path)
+    out: list[str] = []
+    seen: dict[str, int] = {}
+    if path.suffix.lower() == ".csv":
+        rows: Iterable[tuple[int, dict[str, Any]]] = read_csv(path)
+    else:
+        rows = read_jsonl(path)
+    for ln, obj in rows:
+        did = obj.get("data_id") or obj.get("id")
+        if not did:
+            raise ScoreInputError(path, ln, "data_id", "missing reference id (data_id or id)")
+        did = str(did)
+        if did in seen:
+            raise ScoreInputError(path, ln, "data_id", f"duplicate reference id {did!r} (first on line {seen[did]})")
+        seen[did] = ln
+        out.append(did)
+    return out
+
+
+def align(preds: list[ConvertedPrediction], ref_ids: list[str] | None, *,
+          duplicates: DuplicatePolicy = "error") -> tuple[list[ConvertedPrediction], AlignmentReport]:
+    """One prediction per id. Duplicates: `error` (default) raises `DuplicateIdError` listing them;
+    `last` / `first` keep one and report every duplicate id. With references: unknown ids are dropped
+    and counted, missing ids counted (the scorers then count them as wrong)."""
+    rep = AlignmentReport(n_input=len(preds), duplicate_policy=duplicates,
+                          n_references=None if ref_ids is None else len(ref_ids))
+    counts = Counter(p.data_id for p in preds)
+    rep.duplicates = {k: c for k, c in counts.items() if c > 1}
+    if rep.duplicates and duplicates == "error":
+        shown = sorted(rep.duplicates)[:_LIST_SHOWN]
+        raise DuplicateIdError(f"{len(rep.duplicates)} ids occur more than once ({rep.n_duplicate_lines} extra lines), "
+                               f"e.g. {shown}; choose a policy: --duplicates last (ARA's behaviour) or first")
+    kept: dict[str, ConvertedPrediction] = {}
+    for p in preds:
+        if duplicates == "first" and p.data_id in kept:
+            continue
+        kept[p.data_id] = p  # last wins; dict keeps first-insertion order
+    out = list(kept.values())
+    if ref_ids is not None:
+        ref_set = set(ref_ids)
+        unknown = [p.data_id for p in out if p.data_id not in ref_set]
+        rep.n_unknown = len(unknown)
+        rep.unknown_ids = unknown[:_LIST_SHOWN]
+        out = [p for p in out if p.data_id in ref_set]
+        missing = [d for d in ref_ids if d not in kept]
+        rep.n_missing = len(missing)
+        rep.missing_ids = missing[:_LIST_SHOWN]
+    rep.n_output = len(out)
+    rep.n_null_predictions = sum(1 for p in out if p.prediction is None)
+    return out, rep
+
+
+def convert(method: str, path: str | Path, *, references: str | Path | None = None, dataset: str = "infoseek",
+            duplicates: DuplicatePolicy = "error", id_key: str = "data_id", answer_key: str = "prediction",
+            extract: str | None = None, raw_outputs: str | Path | None = None,
+            allow_gt_order: bool = False) -> ConversionResult:
+    """Read one method's output file(s) and align them with the references (if given)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r} (expected one of {', '.join(METHODS)})")
+    if dataset not in ("infoseek", "evqa"):
+        raise ValueError(f"dataset must be infoseek or evqa, got {dataset!r}")
+    ref_ids = reference_ids(references) if references is not None else None
+    warnings: list[str] = []
+    reader: Callable[[], Iterator[ConvertedPrediction]]
+    if method == "iba":
+        keys = IBA_EVQA_KEYS if dataset == "evqa" else ("prediction",)
+        reader = lambda: _read_simple(path, "iba", keys)  # noqa: E731
+    elif method == "echosight":
+        reader = lambda: _read_simple(path, "echosight", ("prediction",))  # noqa: E731
+    elif method == "reflectiva":
+        reader = lambda: _read_reflectiva(path)  # noqa: E731
+    elif method == "wikiprf":
+        reader = lambda: _read_wikiprf(path, raw_outputs=Path(raw_outputs) if raw_outputs else None,  # noqa: E731
+                                       allow_gt_order=allow_gt_order, gt_order=ref_ids, warnings=warnings)
+    elif method == "comem":
+        reader = lambda: _read_comem(path)  # noqa: E731
+    else:
+        reader = lambda: _read_generic(path, id_key, answer_key, extract)  # noqa: E731
+    preds = list(reader())
+    if not preds:
+        warnings.append(f"{method}: {path} holds no predictions")
+    rules = dict(Counter(p.parse_rule for p in preds).most_common())
+    out, rep = align(preds, ref_ids, duplicates=duplicates)
+    if rep.duplicates:
+        warnings.append(f"{len(rep.duplicates)} duplicate ids resolved by explicit policy '{duplicates}'")
+    return ConversionResult(method, out, rep, rules, warnings)
+
+
+def write_predictions(path: str | Path, preds: Iterable[ConvertedPrediction]) -> int:
+    """Write kbvqa prediction lines {data_id, prediction, method, parse_rule}; returns the count."""
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for p in preds:
+            fh.write(dumps_line(p.to_json()) + "\n")
+            n += 1
+    return n
