@@ -86,12 +86,53 @@ print(json.dumps(d))
 """
 
 
+BASELINE = r"""
+import itertools, json, resource, sqlite3, sys, time, ijson
+# The straightforward approach: ijson -> SQLite FTS5 row by row, default pragmas, FTS5 holding the text.
+src, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+db = sqlite3.connect(out)
+db.execute("CREATE TABLE articles(url TEXT PRIMARY KEY, title TEXT, image_urls TEXT)")
+db.execute("CREATE VIRTUAL TABLE fts USING fts5(url UNINDEXED, section_title, section_text)")
+t = time.perf_counter()
+with open(src, "rb") as f:
+    for i, (url, a) in enumerate(itertools.islice(ijson.kvitems(f, ""), n)):
+        db.execute("INSERT OR IGNORE INTO articles VALUES (?,?,?)", (url, a["title"], json.dumps(a["image_urls"])))
+        for st, tx in zip(a["section_titles"], a["section_texts"]):
+            db.execute("INSERT INTO fts VALUES (?,?,?)", (url, st, tx))
+        if i % 1000 == 999:
+            db.commit()
+db.commit()
+print(json.dumps({"articles": n, "seconds": time.perf_counter() - t,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+SUBSET = r"""
+import itertools, json, sys
+import ijson
+# The first N articles of the big file, for a same-input comparison with the baseline.
+with open(sys.argv[1], "rb") as f, open(sys.argv[2], "w", encoding="utf-8") as out:
+    out.write("{")
+    for i, (k, v) in enumerate(itertools.islice(ijson.kvitems(f, "", use_float=True), int(sys.argv[3]))):
+        out.write(("," if i else "") + json.dumps(k) + ":" + json.dumps(v))
+    out.write("}")
+"""
+
+
+def _child(code: str, *args: object) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"child failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000, help="articles to generate")
     ap.add_argument("--batch-size", type=int, default=2000)
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (prints its path)")
+    ap.add_argument("--baseline", type=int, default=10_000,
+                    help="also import the first N articles row by row (the common approach) and with kbvqa; 0 = skip")
     ap.add_argument("--wiki", help="reuse this generated wiki JSON (generated there if missing)")
     args = ap.parse_args()
 
@@ -109,6 +150,18 @@ def main() -> None:
         sys.exit(f"import failed:\n{out.stderr}")
     st = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"import: {json.dumps(st)}", file=sys.stderr)
+
+    cmp = None
+    if args.baseline:
+        n = min(args.baseline, args.n)
+        sub, bdb, kdb = tmp / "subset.json", tmp / "baseline.sqlite", tmp / "subset.sqlite"
+        _child(SUBSET, src, sub, n)
+        base = _child(BASELINE, sub, bdb, n)
+        ours = _child(CHILD, sub, kdb, args.batch_size)
+        cmp = (n, base, ours)
+        print(f"baseline: {json.dumps(base)}", file=sys.stderr)
+        for p in (sub, bdb, kdb):
+            p.unlink()
 
     from kbvqa.kb.store import KBStore
     t = time.perf_counter()
@@ -152,6 +205,12 @@ def main() -> None:
     print(f"| FTS query, median of {len(lat)} (p90) | {statistics.median(lat):.1f} ms "
           f"({sorted(lat)[int(0.9 * len(lat))]:.1f} ms); {answered} returned hits | < 50 ms |")
     print(f"| get(url), median of {len(get_lat)} | {statistics.median(get_lat):.2f} ms | |")
+    if cmp:
+        n, base, ours = cmp
+        b_rate, o_rate = n / base["seconds"], ours["articles"] / ours["seconds"]
+        print(f"\nSame run, first {n:,} articles: row-by-row ijson -> FTS5 {b_rate:,.0f} articles/s "
+              f"({base['peak_rss_mb']:.0f} MB); kbvqa {o_rate:,.0f} articles/s ({ours['peak_rss_mb']:.0f} MB): "
+              f"{o_rate / b_rate:.1f}x.")
     if args.keep:
         print(f"\nkept {tmp}")
     else:

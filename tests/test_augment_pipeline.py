@@ -279,3 +279,23 @@ def test_ara_release_round_trip_and_header(tmp_path):
     assert list(mf.read_csv(out)) == rows
     # prediction ids in the authors' style map back to the anchor
     assert anchor_id(rows[0]["anchor_data_id"] + "__method1__x") == rows[0]["anchor_data_id"]
+
+
+def test_grid_with_three_distractors_and_similarity(bench, tmp_path):
+    from kbvqa.models.image_encoders import HistogramEncoder
+
+    path, imgs, _ = bench
+    out = tmp_path / "grid"
+    stats = augment_file(path, imgs, out, seed=3, height=40, workers=1, variants=("intra", "double"), k=3,
+                         layout="grid", url_types=URL_TYPES, encoder=HistogramEncoder())
+    # every anchor whose image embeds gets the hardest same-type distractors; the missing/corrupt two fall back
+    assert stats["intra_basis"] == {"|".join(["same_type+image_similarity"] * 3): 14, "same_type|same_type|same_type": 2}
+    assert stats["embedding_failures"] == 2
+    e = next(e for e in _manifest(out) if e["anchor_data_id"] == "b2")
+    assert e["method1_image_status"] == "saved"
+    pairs = e["method1_pair_data_id"].split("|")
+    assert len(pairs) == 3 and "b2" not in pairs and len(set(pairs)) == 3
+    assert e["method1_query"] == f"What is the height of the building in the top {e['target_side']}?"
+    im = Image.open(out / e["method1_composite_image_path"])
+    assert im.height == 2 * 40  # 2 x 2 grid of 40-px rows
+    assert Image.open(out / e["double_composite_image_path"]).height == 80

@@ -147,3 +147,19 @@ def test_build_from_kb_counts_missing_and_broken_images(tmp_path):
     assert idx.search(q, k=1)[0][0] == ("https://en.wikipedia.org/wiki/B", pytest.approx(1.0, abs=1e-5))
     idx.save(tmp_path / "kbimg")
     assert ImageIndex.load(tmp_path / "kbimg").stats["images_missing"] == 1
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_load_then_save_in_place_and_extend(tmp_path, clustered, kind):
+    """A loaded index maps its vectors from disk; saving over the same files must not corrupt them."""
+    vecs, urls, queries = clustered
+    idx = ImageIndex("enc", 32, kind)
+    idx.add(vecs[:400], urls[:400])
+    idx.save(tmp_path / "i")
+    back = ImageIndex.load(tmp_path / "i")
+    back.save(tmp_path / "i")
+    back.add(vecs[400:800], urls[400:800])
+    back.save(tmp_path / "i")
+    again = ImageIndex.load(tmp_path / "i")
+    assert len(again) == 800 and np.array_equal(np.asarray(again.vectors), vecs[:800])
+    assert again.search(vecs[700], k=1)[0][0][0] == urls[700]

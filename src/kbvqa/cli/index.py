@@ -55,7 +55,7 @@ def images(
     nlist: Optional[int] = typer.Option(None, "--nlist", min=1, help="IVF centroids (default sqrt(n))."),
     nprobe: int = typer.Option(16, "--nprobe", min=1, help="IVF lists probed per query."),
     m: int = typer.Option(16, "--m", min=2, help="HNSW links per node."),
-    ef_search: int = typer.Option(64, "--ef-search", min=1, help="HNSW search depth."),
+    ef_search: int = typer.Option(128, "--ef-search", min=1, help="HNSW search depth."),
     device: Optional[str] = typer.Option(None, "--device", help="torch device for neural encoders (cpu, cuda)."),
 ) -> None:
     """Encode every KB article's images and save a cosine FAISS index of them, keyed by article url."""

@@ -61,7 +61,8 @@ def _samples(samples: Path, fmt: Optional[str]):
 def retrieve(
     index: Path = typer.Option(..., "--index", help="Image index built by `kbvqa index images`."),
     samples: Path = typer.Option(..., "--samples", help="Benchmark file (kbvqa JSONL, InfoSeek, E-VQA CSV ...)."),
-    images: Path = typer.Option(..., "--images", help="Folder the samples' image paths/ids are relative to."),
+    images: Optional[Path] = typer.Option(None, "--images", help="Folder the samples' image paths/ids are relative "
+                                                                 "to (default: the samples file's folder)."),
     out: Path = typer.Option(..., "--out", help="Retrieval records JSONL (R.jsonl)."),
     k: int = typer.Option(20, "--k", min=1, help="Articles kept per query (entity-deduplicated)."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="The encoder's local model dir (neural indexes)."),
@@ -78,6 +79,7 @@ def retrieve(
     console = Console(stderr=True)
     t0 = time.perf_counter()
     counts = {"ok": 0, "error": 0}
+    images = images or samples.parent
     try:
         idx, enc = _load_index(index, model_dir, device)
         bar = _progress(None, "retrieve", console.is_terminal)  # type: ignore[arg-type]
@@ -103,7 +105,8 @@ def answer(
     out: Path = typer.Option(..., "--out", help="Predictions JSONL (P.jsonl)."),
     pipeline: Pipeline = typer.Option(Pipeline.extractive, "--pipeline", help="echosight | iba | extractive"),
     index: Optional[Path] = typer.Option(None, "--index", help="Image index (required except for iba)."),
-    images: Optional[Path] = typer.Option(None, "--images", help="Folder the samples' images are relative to."),
+    images: Optional[Path] = typer.Option(None, "--images", help="Folder the samples' images are relative to "
+                                                                 "(default: the samples file's folder)."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="The image encoder's local model dir."),
     reranker: RerankerName = typer.Option(RerankerName.bm25, "--reranker", help="Section reranker."),
     rerank_model_dir: Optional[Path] = typer.Option(None, "--rerank-model-dir",
@@ -128,6 +131,7 @@ def answer(
     from kbvqa.pipelines.answer import answer_samples, build_stages, write_retrieval_records
 
     console = Console(stderr=True)
+    images = images or samples.parent
     try:
         overrides: dict[str, Any] = {}
         if llm or model:
@@ -151,6 +155,9 @@ def answer(
         stages = build_stages(pipeline.value, index=idx, encoder=enc, image_root=images, roles=roles,
                               reranker=reranker.value, k=k, articles=articles, sections=sections, alpha=alpha,
                               text_index=tidx, rerank_model_dir=rerank_model_dir)
+        if pipeline != Pipeline.extractive and stages[-1].name == "answer-extractive":
+            console.print("note: no `answerer` role configured (--llm/--model or --config), so the embedded "
+                          "extractive answerer answers; predictions name it as their producer")
         records = _samples(samples, fmt)
         if limit:
             import itertools

@@ -121,7 +121,25 @@ def infoseek(
                    f"{s['extensions']['time_leniency']['n_rescued']} items (kbvqa extension)")
 
 
-def _judge_client(base_url: Optional[str], model: Optional[str], replay: Optional[Path]) -> Any:
+def _judge_client(base_url: Optional[str], model: Optional[str], replay: Optional[Path],
+                  config: Optional[Path] = None, role: Optional[str] = None) -> Any:
+    """The judge: a model role from kbvqa.toml / KBVQA_<ROLE>_* env (--config / --judge-role), or the
+    direct flags; mixing the two is an error so it is always clear which model judged."""
+    if config is not None or role is not None:
+        if base_url or model or replay is not None:
+            raise ValueError("choose either --config/--judge-role or --judge-base-url/--judge-model/--judge-replay")
+        from kbvqa.models.config import build_roles, load_model_config
+
+        role = role or "judge"
+        cfg = load_model_config(config)
+        if role not in cfg.roles:
+            where = f"{config}" if config is not None else "the environment"
+            raise ValueError(f"model role {role!r} is not configured in {where} "
+                             f"(configured: {', '.join(sorted(cfg.roles)) or 'none'})")
+        client = build_roles(cfg)[role]
+        if isinstance(client, list):
+            raise ValueError(f"model role {role!r} lists several models; a judge must be one model")
+        return client
     if replay is not None:
         from kbvqa.models.replay import ReplayClient
 
@@ -135,6 +153,11 @@ def _judge_client(base_url: Optional[str], model: Optional[str], replay: Optiona
     return None
 
 
+_CONFIG_OPT = typer.Option(None, "--config", exists=True, dir_okay=False,
+                           help="kbvqa.toml: the judge is built from its [models.<role>] entry.")
+_ROLE_OPT = typer.Option(None, "--judge-role", help="Model role used as the judge (default 'judge' with --config).")
+
+
 @app.command("evqa")
 def evqa(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
@@ -142,24 +165,42 @@ def evqa(
                                     help="E-VQA CSV with a data_id column, or kbvqa JSONL."),
     per_item: Optional[Path] = typer.Option(None, "--per-item", dir_okay=False),
     as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
-    bem_dir: Optional[Path] = typer.Option(None, "--bem-dir", help="Local BEM model directory (not available yet)."),
+    bem_dir: Optional[Path] = typer.Option(None, "--bem-dir", help="Local BEM model directory (see evqa.load_bem)."),
     judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="Judge model name."),
     judge_replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False,
                                                 help="Answer judge calls from a recorded cassette."),
     judge_concurrency: int = typer.Option(16, "--judge-concurrency", min=1),
+    config: Optional[Path] = _CONFIG_OPT,
+    judge_role: Optional[str] = _ROLE_OPT,
+    semantic: bool = typer.Option(False, "--semantic",
+                                  help="EM-failure fallback: semantic-approx (all-MiniLM-L6-v2 cosine, not BEM)."),
+    semantic_threshold: float = typer.Option(0.8, "--semantic-threshold", help="Cosine threshold for --semantic."),
+    semantic_model_dir: Optional[Path] = typer.Option(None, "--semantic-model-dir", file_okay=False,
+                                                      help="Local sentence-transformers model (default MiniLM)."),
 ) -> None:
-    """E-VQA accuracy: exact match, then an optional equivalence backend when EM fails."""
+    """E-VQA accuracy: exact match, then an optional equivalence backend when EM fails
+    (BEM from --bem-dir, an LLM judge, or --semantic; at most one)."""
     from kbvqa.evaluate import evqa as ev
     from kbvqa.evaluate.io import ScoreInputError, load_predictions
 
     try:
+        client = _judge_client(judge_base_url, judge_model, judge_replay, config, judge_role)
+        chosen = [n for n, on in (("--bem-dir", bem_dir is not None), ("an LLM judge", client is not None),
+                                  ("--semantic", semantic)) if on]
+        if len(chosen) > 1:
+            raise ValueError(f"choose one equivalence backend, got {' and '.join(chosen)}")
+        backend: Any = None
         if bem_dir is not None:
-            ev.load_bem(bem_dir)
+            backend = ev.load_bem(bem_dir)
+        elif client is not None:
+            backend = ev.LLMJudgeBackend(client, concurrency=judge_concurrency)
+        elif semantic:
+            from kbvqa.evaluate.semantic import SemanticBackend
+
+            backend = SemanticBackend(semantic_model_dir, threshold=semantic_threshold)
         refs = ev.load_evqa_references(references)
         preds = load_predictions(predictions)
-        client = _judge_client(judge_base_url, judge_model, judge_replay)
-        backend = ev.LLMJudgeBackend(client, concurrency=judge_concurrency) if client is not None else None
 
         async def _run() -> Any:
             try:
@@ -222,6 +263,8 @@ def judge(
     judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url"),
     judge_model: Optional[str] = typer.Option(None, "--judge-model"),
     judge_replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False),
+    config: Optional[Path] = _CONFIG_OPT,
+    judge_role: Optional[str] = _ROLE_OPT,
     concurrency: int = typer.Option(16, "--concurrency", min=1),
     per_item: Optional[Path] = typer.Option(None, "--per-item", dir_okay=False),
     as_json: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
@@ -233,9 +276,10 @@ def judge(
     try:
         refs = _judge_references(references)
         preds = load_predictions(predictions)
-        client = _judge_client(judge_base_url, judge_model, judge_replay)
+        client = _judge_client(judge_base_url, judge_model, judge_replay, config, judge_role)
         if client is None:
-            raise ValueError("no judge configured: pass --judge-base-url and --judge-model, or --judge-replay")
+            raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and "
+                             "--judge-model, or --judge-replay")
     except (ScoreInputError, ValueError, FileNotFoundError) as exc:
         _fail(exc)
         return
@@ -340,3 +384,64 @@ def retrieval(
                      m["n_missing"]))
     _table(f"Retrieval ({out['n_references']} references, two_hop={two_hop.value})", rows,
            ("stage", *[f"R@{kk}" for kk in out["ks"]], "MRR", "missing"))
+
+
+class MethodFormat(str, Enum):
+    iba = "iba"
+    echosight = "echosight"
+    reflectiva = "reflectiva"
+    wikiprf = "wikiprf"
+    comem = "comem"
+    generic = "generic"
+
+
+class DuplicatePolicy(str, Enum):
+    error = "error"
+    last = "last"
+    first = "first"
+
+
+@app.command("convert-predictions")
+def convert_predictions(
+    source: Path = typer.Argument(..., exists=True, help="The method's output file or directory."),
+    method: MethodFormat = typer.Option(..., "--method", help="Output format (see kbvqa.evaluate.methods)."),
+    out: Path = typer.Option(..., "--out", "-o", dir_okay=False, help="kbvqa prediction JSONL to write."),
+    references: Optional[Path] = typer.Option(None, "--references", "-r", exists=True, dir_okay=False,
+                                              help="Align ids: missing/unknown counted, unknown dropped."),
+    dataset: str = typer.Option("infoseek", "--dataset", help="infoseek | evqa (IBA reads more keys for evqa)."),
+    duplicates: DuplicatePolicy = typer.Option(DuplicatePolicy.error, "--duplicates",
+                                               help="error (default), or keep the last / first line per id."),
+    id_key: str = typer.Option("data_id", "--id-key", help="generic: id key (dotted path)."),
+    answer_key: str = typer.Option("prediction", "--answer-key", help="generic: answer key (dotted path)."),
+    extract: Optional[str] = typer.Option(None, "--extract", help="generic: 'comem' to apply CoMEM's extraction."),
+    raw_outputs: Optional[Path] = typer.Option(None, "--raw-outputs", exists=True, dir_okay=False,
+                                               help="wikiprf legacy: *_raw_outputs.jsonl supplying the ids."),
+    allow_gt_order: bool = typer.Option(False, "--allow-gt-order",
+                                        help="wikiprf legacy: assign ids by reference row order (reported)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the conversion report as one JSON object."),
+) -> None:
+    """Convert a published method's outputs to kbvqa prediction lines {data_id, prediction, method, parse_rule}."""
+    from kbvqa.evaluate import methods as mt
+    from kbvqa.evaluate.io import ScoreInputError
+
+    try:
+        res = mt.convert(method.value, source, references=references, dataset=dataset, duplicates=duplicates.value,
+                         id_key=id_key, answer_key=answer_key, extract=extract, raw_outputs=raw_outputs,
+                         allow_gt_order=allow_gt_order)
+    except (ScoreInputError, ValueError, FileNotFoundError) as exc:
+        _fail(exc)
+        return
+    n = mt.write_predictions(out, res.predictions)
+    summary = {**res.summary(), "out": str(out), "n_written": n}
+    for w in res.warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if as_json:
+        _emit_json(summary)
+        return
+    a = res.alignment
+    rows = [("lines read", a.n_input), ("written", n), ("duplicate ids", f"{len(a.duplicates)} ({a.duplicate_policy})"),
+            ("null predictions", a.n_null_predictions)]
+    if a.n_references is not None:
+        rows += [("references", a.n_references), ("missing ids", a.n_missing), ("unknown ids (dropped)", a.n_unknown)]
+    rows += [(f"rule {k}", v) for k, v in res.parse_rules.items()]
+    _table(f"{method.value} -> {out}", rows, ("", "count"))

@@ -12,9 +12,12 @@ scorer filters them out. Here they are scored with the same EM rule, reported un
 question type, and the summary also gives ``accuracy_excluding_2_hop`` for comparison with ARA.
 
 When EM fails, an equivalence backend may rescue the item:
-(a) BEM from a local directory – not available in this build (`load_bem` raises a clear error);
+(a) BEM from a local transformers directory (`load_bem`; a TF SavedModel is refused with a clear error);
 (b) an LLM judge through a model client (`LLMJudgeBackend`, SimpleQA-style prompt from judge.py);
-(c) none – EM only. Every item and the summary carry a ``scorer`` naming what produced the number.
+(c) a semantic-similarity approximation (`kbvqa.evaluate.semantic.SemanticBackend`: all-MiniLM-L6-v2
+    cosine, labelled "semantic-approx (all-MiniLM-L6-v2, not BEM)");
+(d) none – EM only. Every item and the summary carry a ``scorer`` naming what produced the number.
+A backend is anything with a ``name`` and ``async judge_many([(ref, candidate)]) -> [Verdict]``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from kbvqa.evaluate.normalize import evqa_normalize
 
 __all__ = [
     "EVQA_QUESTION_TYPES", "EVQARef", "load_evqa_references", "exact_match", "multi_answer_iou",
-    "split_candidate", "LLMJudgeBackend", "load_bem", "score_evqa", "score_evqa_async", "EVQAResult",
+    "split_candidate", "LLMJudgeBackend", "load_bem", "BEMBackend", "score_evqa", "score_evqa_async", "EVQAResult",
 ]
 
 EVQA_QUESTION_TYPES = ("templated", "automatic", "multi_answer", "2_hop")
@@ -140,16 +143,109 @@ def _add(refs: dict[str, EVQARef], ref: EVQARef, path: str | Path) -> None:
     refs[ref.data_id] = ref
 
 
-def load_bem(model_dir: str | Path) -> Any:
-    """BEM equivalence from a local model directory.
+def load_bem(model_dir: str | Path, *, threshold: float = 0.5, device: str | None = None) -> "BEMBackend":
+    """BEM equivalence from a local model directory, without TensorFlow and without the network.
 
-    Not available in this build: the public BEM is a TF-Hub SavedModel and kbvqa does not depend on
-    TensorFlow; a PyTorch port needs weights we cannot fetch at run time. Raises a clear error rather
-    than silently scoring with EM only.
+    Accepted: a transformers BERT sequence-classification directory (`config.json`, weights,
+    `vocab.txt`/tokenizer files) holding a PyTorch port of BEM. The public BEM is a TF-Hub SavedModel;
+    kbvqa does not depend on TensorFlow, so such a directory (`saved_model.pb`) is refused with a clear
+    error: convert it to a transformers directory first. Anything else is refused too.
     """
-    raise RuntimeError(f"BEM backend not available: kbvqa cannot load a BEM model from {str(model_dir)!r} "
-                       "in this build (no TensorFlow/PyTorch BEM loader). Score with EM only, or use an "
-                       "LLM judge (--judge-base-url/--judge-model or --judge-replay).")
+    d = Path(model_dir)
+    if not d.is_dir():
+        raise RuntimeError(f"BEM backend not available: {str(d)!r} is not a directory")
+    if (d / "saved_model.pb").is_file():
+        raise RuntimeError(f"BEM backend not available: {str(d)!r} is a TensorFlow SavedModel; kbvqa has no TensorFlow "
+                           "dependency. Convert BEM to a transformers BertForSequenceClassification directory, "
+                           "or use an LLM judge (--judge-base-url/--judge-model, --config) or --semantic.")
+    has_weights = any((d / f).is_file() for f in ("model.safetensors", "pytorch_model.bin"))
+    if not ((d / "config.json").is_file() and has_weights):
+        raise RuntimeError(f"BEM backend not available: {str(d)!r} holds no transformers model (config.json plus "
+                           "model.safetensors or pytorch_model.bin); kbvqa cannot load BEM from it.")
+    return BEMBackend(d, threshold=threshold, device=device)
+
+
+class BEMBackend:
+    """BEM as in the E-VQA scorer: BERT over ``[CLS] candidate [SEP] reference [SEP] question [SEP]``
+    (512 tokens; `&&` parts joined with ", "), equivalent when softmax(logits)[1] >= 0.5; max over the
+    `|` alternatives. Segment ids are 0, 1, 2 for the three segments when the model has three token
+    types (as tf_text.combine_segments builds them), else 0, 1, 1. Loaded with transformers from a
+    local directory only; agreement with the TF-Hub original is not verified in this build, which the
+    summary says."""
+
+    prompt_version = None
+    max_len = 512
+
+    def __init__(self, model_dir: Path, *, threshold: float = 0.5, device: str | None = None):
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.torch = torch
+        self.model_dir = Path(model_dir)
+        self.threshold = threshold
+        self.device = device or "cpu"
+        self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+        self.model = AutoModelForSequenceClassification.from_pretrained(str(self.model_dir), local_files_only=True)
+        self.model.eval().to(self.device)
+        if self.model.config.num_labels != 2:
+            raise RuntimeError(f"BEM backend: {self.model_dir} has {self.model.config.num_labels} labels, expected 2")
+        self.n_types = int(getattr(self.model.config, "type_vocab_size", 2) or 2)
+        self.name = f"{EM_SCORER}+bem(local:{self.model_dir.name})"
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "bem", "model_dir": str(self.model_dir), "threshold": self.threshold,
+                "note": "PyTorch BEM port loaded locally with transformers; not verified against TF-Hub BEM here"}
+
+    def encode(self, candidate: str, reference: str, question: str) -> tuple[list[int], list[int]]:
+        """Input ids and segment ids for one triple, truncated to 512 tokens (question first)."""
+        tok = self.tokenizer
+        segs = [tok.encode(t, add_special_tokens=False) for t in (candidate, reference, question)]
+        budget = self.max_len - 4  # CLS + 3 SEP
+        for i in (2, 1, 0):  # shorten the question, then the reference, then the candidate
+            over = sum(len(x) for x in segs) - budget
+            if over > 0:
+                segs[i] = segs[i][:max(0, len(segs[i]) - over)]
+        ids = [tok.cls_token_id]
+        types = [0]
+        for k, seg in enumerate(segs):
+            ids += seg + [tok.sep_token_id]
+            types += [min(k, self.n_types - 1)] * (len(seg) + 1)
+        return ids, types
+
+    def probabilities(self, triples: list[tuple[str, str, str]], batch_size: int = 32) -> list[float]:
+        torch = self.torch
+        out: list[float] = []
+        pad = self.tokenizer.pad_token_id or 0
+        for s in range(0, len(triples), batch_size):
+            enc = [self.encode(*t) for t in triples[s:s + batch_size]]
+            n = max(len(i) for i, _ in enc)
+            ids = torch.tensor([i + [pad] * (n - len(i)) for i, _ in enc], device=self.device)
+            types = torch.tensor([t + [0] * (n - len(t)) for _, t in enc], device=self.device)
+            mask = torch.tensor([[1] * len(i) + [0] * (n - len(i)) for i, _ in enc], device=self.device)
+            with torch.no_grad():
+                logits = self.model(input_ids=ids, token_type_ids=types, attention_mask=mask).logits
+            out += torch.softmax(logits.float(), dim=-1)[:, 1].tolist()
+        return out
+
+    async def judge_many(self, jobs: list[tuple["EVQARef", str]]) -> list[Any]:
+        from kbvqa.data.schema import Provenance, Verdict
+
+        triples, owner = [], []
+        for j, (ref, cand) in enumerate(jobs):
+            for alt in ref.alternatives:
+                triples.append((cand, ", ".join(p.strip() for p in alt.split("&&")), ref.question))
+                owner.append(j)
+        best = [0.0] * len(jobs)
+        for j, p in zip(owner, self.probabilities(triples)):
+            best[j] = max(best[j], p)
+        prov = Provenance(backend="bem", model=str(self.model_dir))
+        return [Verdict(sample_id=ref.data_id, metric="evqa-bem", value=round(b, 4),
+                        label="correct" if b >= self.threshold else "incorrect",
+                        rationale=f"BEM P(equivalent) {b:.3f} vs {self.threshold:g}", judge=prov)
+                for (ref, _), b in zip(jobs, best)]
 
 
 class LLMJudgeBackend:
@@ -186,7 +282,7 @@ class EVQAResult:
 
 
 async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARef], *,
-                           backend: LLMJudgeBackend | None = None, per_item: bool = False) -> EVQAResult:
+                           backend: Any = None, per_item: bool = False) -> EVQAResult:
     """Accuracy over all references (missing predictions are wrong and counted), by question type."""
     by_id: dict[str, str | None] = {}
     unknown = dup = 0
@@ -241,7 +337,8 @@ async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARe
         "two_hop": "scored with the same EM rule; also reported separately",
     }
     if backend is not None:
-        summary["judge"] = {"name": backend.name, "prompt_version": backend.prompt_version,
+        summary["judge"] = {"name": backend.name, "prompt_version": getattr(backend, "prompt_version", None),
+                            **(backend.describe() if hasattr(backend, "describe") else {}),
                             "n_calls": len(verdicts), "n_rescued": sum(1 for x in labels if x == "correct"),
                             "n_invalid": sum(1 for x in labels if x == "invalid"),
                             "n_error": sum(1 for x in labels if x is None)}
@@ -254,11 +351,13 @@ async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARe
             if v is not None:
                 row["judge_label"] = v.label
                 row["judge_rationale"] = v.rationale
+                if v.value is not None:
+                    row["judge_value"] = v.value
             items.append(row)
     return EVQAResult(summary, items)
 
 
 def score_evqa(preds: list[PredictionRecord], refs: dict[str, EVQARef], *,
-               backend: LLMJudgeBackend | None = None, per_item: bool = False) -> EVQAResult:
+               backend: Any = None, per_item: bool = False) -> EVQAResult:
     """Synchronous wrapper around `score_evqa_async`."""
     return asyncio.run(score_evqa_async(preds, refs, backend=backend, per_item=per_item))

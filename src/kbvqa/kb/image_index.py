@@ -41,6 +41,20 @@ FORMAT = "kbvqa-image-index"
 FORMAT_VERSION = 2
 
 
+class _FaissView:
+    """Exposes an IndexFlat's float storage as a numpy array that holds a reference to the index."""
+
+    def __init__(self, index: Any, n: int, dim: int):
+        self.index = index
+        self._arr = faiss.rev_swig_ptr(index.get_xb(), n * dim).reshape(n, dim)
+        self.__array_interface__ = self._arr.__array_interface__
+
+    def array(self) -> np.ndarray:
+        arr = np.asarray(self)  # arr.base is this object, so the index outlives every view
+        arr.flags.writeable = False
+        return arr
+
+
 def _sha256(b: bytes | memoryview) -> str:
     return hashlib.sha256(b).hexdigest()
 
@@ -49,7 +63,7 @@ class ImageIndex:
     """Vectors + the article url of each. `search` returns article urls de-duplicated (best image wins)."""
 
     def __init__(self, encoder: str, dim: int, kind: IndexKind = "flat", *, nlist: int | None = None,
-                 nprobe: int = 16, m: int = 16, ef_construction: int = 40, ef_search: int = 64):
+                 nprobe: int = 16, m: int = 16, ef_construction: int = 40, ef_search: int = 128):
         if kind not in ("flat", "ivf", "hnsw"):
             raise ValueError(f"index kind must be flat, ivf or hnsw, not {kind!r}")
         self.encoder = encoder
@@ -121,6 +135,11 @@ class ImageIndex:
             if len(vecs):
                 index.add(vecs)
             self._faiss = index
+            if self.kind == "flat" and len(vecs):
+                # Share the flat index's storage instead of keeping a second copy (2 GB per 1M
+                # 512-d vectors). The view keeps the FAISS index alive, and `add` replaces the index
+                # rather than growing it, so the memory under an outstanding view never moves.
+                self._vectors = _FaissView(index, len(vecs), self.dim).array()
         return self._faiss
 
     def build(self) -> "ImageIndex":
@@ -188,7 +207,10 @@ class ImageIndex:
         """Write `<path>.npy`, `<path>.json` (and `<path>.faiss` for ivf/hnsw); returns the json path."""
         npy, meta_path, fpath = self._paths(path)
         npy.parent.mkdir(parents=True, exist_ok=True)
-        np.save(npy, self.vectors)
+        tmp_npy = npy.with_name(npy.name + ".tmp")
+        with open(tmp_npy, "wb") as f:  # temp + rename: the old file may be memory-mapped by this index
+            np.save(f, self.vectors)
+        os.replace(tmp_npy, npy)
         meta: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, "encoder": self.encoder,
                                 "dim": self.dim, "kind": self.kind, "params": self.params, "n": len(self),
                                 "sha256": self.checksum(), "urls": self.urls, "images": self.images,
@@ -215,7 +237,9 @@ class ImageIndex:
         params = meta.get("params") or {}
         index = cls(meta["encoder"], meta["dim"], meta.get("kind", "flat"),
                     **{k: v for k, v in params.items() if k in ("nlist", "nprobe", "m", "ef_construction", "ef_search")})
-        index._vectors = np.load(npy)
+        # Memory-mapped: a flat index copies them into FAISS (and then shares that copy); IVF/HNSW
+        # keep their own copy inside the FAISS structure, so these pages stay reclaimable file cache.
+        index._vectors = np.load(npy, mmap_mode="r")
         index.urls = meta["urls"]
         index.images = meta.get("images") or [""] * len(index.urls)
         index.stats = meta.get("stats") or {}

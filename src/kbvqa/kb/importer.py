@@ -422,15 +422,18 @@ def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_s
     out = _prepare_out(out, overwrite)
     kind = _sniff(path)
     total = path.stat().st_size
-    bar = None
-    if progress is True:
-        bar = _RichProgress(total)
-        progress_fn: ProgressFn | None = bar.update
-    else:
-        progress_fn = progress or None
-    writer = _Writer(out, batch_size, on_duplicate, progress_fn)
-    writer.stats.source = str(path)
+    bar = _RichProgress(total) if progress is True else None
+    progress_fn: ProgressFn | None = bar.update if bar else (progress or None)  # type: ignore[assignment]
     raw, f = _open_raw(path)
+    try:
+        writer = _Writer(out, batch_size, on_duplicate, progress_fn)
+    except BaseException:
+        f.close()
+        raw.close()
+        if bar:
+            bar.close()
+        raise
+    writer.stats.source = str(path)
     try:
         reader = {"mapping": _iter_mapping, "jsonl": _iter_jsonl, "array": _iter_array}[kind](path, f)
         n = 0

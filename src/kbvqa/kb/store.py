@@ -24,9 +24,10 @@ from kbvqa.kb.importer import FORMAT_NAME, FORMAT_VERSION, TOKEN_RE, import_wiki
 __all__ = ["KBStore", "KBError", "open_kb", "fts_query", "plan_query"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_MAX_TERMS = 32
+_MAX_TOKENS = 256  # of a query, read (a pasted paragraph stays cheap)
+_MAX_TERMS = 32  # of those, put in one MATCH expression
 # Function words carry no signal for BM25 but match nearly every section, which makes OR queries
-# slow; they are dropped unless the query has nothing else.
+# slow; they are dropped (a query made only of them is searched as a phrase).
 STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have how i if in
 into is it its of on or that the their there these they this to was were what when where which who whom
 whose why will with would you your""".split())
@@ -42,7 +43,7 @@ def _tokens(text: str) -> list[str]:
         t = t.replace("_", " ").strip()
         if t:
             seen.setdefault(t, None)
-    return list(seen)[:_MAX_TERMS]
+    return list(seen)[:_MAX_TOKENS]
 
 
 def _quote(t: str) -> str:
@@ -57,7 +58,7 @@ def fts_query(text: str) -> str | None:
     words are dropped unless the query has nothing else.
     """
     toks = _tokens(text)
-    content = [t for t in toks if t not in STOPWORDS] or toks
+    content = ([t for t in toks if t not in STOPWORDS] or toks)[:_MAX_TERMS]
     return " OR ".join(_quote(t) for t in content) if content else None
 
 
@@ -75,13 +76,13 @@ def plan_query(text: str, df: dict[str, int], n_sections: int, budget: int) -> l
         return []
     content = [t for t in toks if t not in STOPWORDS]
     if not content:
-        return [_quote(" ".join(toks))]
+        return [_quote(" ".join(toks[:_MAX_TERMS]))]
     ranked = sorted(content, key=lambda t: df.get(t, 0))  # stable: ties keep query order
     chosen: list[str] = []
     total = 0
     for t in ranked:
         d = df.get(t, 0)
-        if not chosen or total + d <= budget:
+        if not chosen or (total + d <= budget and len(chosen) < _MAX_TERMS):
             chosen.append(t)
             total += d
     if total <= budget or len(ranked) == 1:

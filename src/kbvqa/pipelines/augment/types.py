@@ -164,7 +164,7 @@ def kb_type(sample: Sample, vocab: TypeVocabulary, *, kb: Any = None,
         return None, None
     key = canonical_url(url)
     if url_types:
-        t = vocab.normalise(url_types.get(key) or url_types.get(url))
+        t = vocab.normalise(url_types.get(key) or url_types.get(url) or url_types.get(canonical_url(url)))
         if t:
             return t, "url_map"
     if kb is not None:
@@ -193,6 +193,8 @@ async def tag_samples_async(samples: list[Sample], vocab: TypeVocabulary, *, cli
     """Tag every sample: phrase -> LLM (if a client is given) -> KB category. Untyped samples end
     with `excluded="no_type"`; the LLM is only asked when the question names no type."""
     tags = [tag_phrase(s, vocab) for s in samples]
+    if url_types:
+        url_types = {canonical_url(k): v for k, v in url_types.items()}
     todo = [i for i, t in enumerate(tags) if t.type is None and t.excluded is None]
     if client is not None and todo:
         sem = asyncio.Semaphore(concurrency)

@@ -1,0 +1,383 @@
+"""Studies over per-item correctness: grouped tables with bootstrap CIs, paired split comparisons,
+ranking reversals, and the 2x2 with/without-retrieval outcome table.
+
+Everything starts from `ItemScores`: one scorer's per-item correctness over *all* reference ids (a
+missing prediction is wrong and counted), so two runs or two splits can be compared item by item.
+Accuracies are percentages (0-100), like the scorers'.
+
+Bootstrap: percentile 95% intervals, seeded, default 2000 resamples. The resampled mean of n items
+only depends on how many times each distinct value is drawn, so when the values take few distinct
+values (0/1 correctness; paired differences in {-1, 0, 1}) the resample counts are drawn directly from
+a multinomial – the same distribution as index resampling, in O(resamples) instead of
+O(resamples x n). Other values fall back to chunked index resampling.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "SCORERS", "ItemScores", "CI", "bootstrap_ci", "paired_delta_ci", "load_references", "score_items",
+    "group_labels", "by_group", "compare_splits", "ranking", "ranking_reversals", "retrieval_2x2",
+    "mcnemar_exact_p",
+]
+
+SCORERS: dict[str, str] = {
+    "infoseek-strict": "InfoSeek strict (official per-item rules, missing = wrong, kbvqa Time leniency on)",
+    "infoseek-reward": "InfoSeek reward (ARA/ReflectiVA containment and ±10% numeric band)",
+    "evqa": "E-VQA exact match (evqa-em)",
+    "evqa-semantic": "E-VQA exact match + semantic-approx (all-MiniLM-L6-v2, not BEM)",
+}
+DEFAULT_RESAMPLES = 2000
+
+
+# --------------------------------------------------------------------------------------------------
+# bootstrap
+
+
+@dataclass(frozen=True)
+class CI:
+    estimate: float
+    low: float
+    high: float
+
+    def scaled(self, k: float) -> "CI":
+        return CI(self.estimate * k, self.low * k, self.high * k)
+
+    def to_json(self, ndigits: int = 4) -> dict[str, float]:
+        return {"estimate": round(self.estimate, ndigits), "low": round(self.low, ndigits),
+                "high": round(self.high, ndigits)}
+
+
+def _resampled_means(values: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    n = values.shape[0]
+    uniq, counts = np.unique(values, return_counts=True)
+    if len(uniq) <= 64:
+        draws = rng.multinomial(n, counts / n, size=n_resamples)  # [B, k] counts per distinct value
+        return draws @ uniq.astype(np.float64) / n
+    out = np.empty(n_resamples, dtype=np.float64)
+    step = max(1, 20_000_000 // n)  # bound memory at ~160 MB of indices per chunk
+    for s in range(0, n_resamples, step):
+        e = min(n_resamples, s + step)
+        out[s:e] = values[rng.integers(0, n, size=(e - s, n))].mean(axis=1)
+    return out
+
+
+def bootstrap_ci(values: Sequence[float] | np.ndarray, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                 confidence: float = 0.95) -> CI:
+    """Mean of `values` with a seeded percentile-bootstrap interval (same seed, same interval)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        return CI(float("nan"), float("nan"), float("nan"))
+    if n_resamples < 1:
+        raise ValueError("n_resamples must be >= 1")
+    means = _resampled_means(v, n_resamples, np.random.default_rng(seed))
+    a = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(means, [a, 1.0 - a])
+    return CI(float(v.mean()), float(lo), float(hi))
+
+
+def paired_delta_ci(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
+                    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, confidence: float = 0.95) -> CI:
+    """mean(b) - mean(a) over aligned items, items resampled jointly (the bootstrap of b - a)."""
+    a_ = np.asarray(a, dtype=np.float64)
+    b_ = np.asarray(b, dtype=np.float64)
+    if a_.shape != b_.shape:
+        raise ValueError(f"paired arrays differ in shape: {a_.shape} vs {b_.shape}")
+    return bootstrap_ci(b_ - a_, n_resamples=n_resamples, seed=seed, confidence=confidence)
+
+
+def _sub_seed(seed: int, name: str) -> list[int]:
+    """A stable per-group seed: the same group gets the same stream whatever else is in the table."""
+    return [seed, zlib.crc32(name.encode("utf-8"))]
+
+
+def mcnemar_exact_p(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar test (binomial on the discordant pairs)."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+    return min(1.0, 2.0 * tail)
+
+
+# --------------------------------------------------------------------------------------------------
+# per-item scores
+
+
+@dataclass
+class ItemScores:
+    """One scorer's verdict on every reference id (reference order)."""
+
+    scorer: str
+    ids: list[str]
+    correct: np.ndarray  # bool [n]
+    missing: np.ndarray  # bool [n]
+    qtype: list[str]
+    label: str = ""  # method / run name
+    n_unknown: int = 0
+    n_duplicates: int = 0
+    scorer_detail: str = ""
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    @property
+    def accuracy(self) -> float:
+        return 100.0 * float(self.correct.mean()) if self.n else 0.0
+
+    def accounting(self) -> dict[str, Any]:
+        return {"n": self.n, "n_missing": int(self.missing.sum()), "n_unknown_ids": self.n_unknown,
+                "n_duplicate_predictions": self.n_duplicates, "duplicates": "last prediction per id wins"}
+
+
+def load_references(path: str | Path, scorer: str, *, qtypes: str | Path | None = None) -> Any:
+    """Reference object for `score_items` (load once, score many prediction files)."""
+    if scorer not in SCORERS:
+        raise ValueError(f"unknown scorer {scorer!r} (expected one of {', '.join(SCORERS)})")
+    if scorer.startswith("infoseek"):
+        from kbvqa.evaluate.io import load_infoseek_references
+
+        return load_infoseek_references(path, qtypes_path=qtypes, keep_raw=scorer == "infoseek-reward")
+    from kbvqa.evaluate.evqa import load_evqa_references
+
+    return load_evqa_references(path)
+
+
+def score_items(predictions: str | Path | list[Any], references: Any, scorer: str, *, label: str = "",
+                semantic_backend: Any = None) -> ItemScores:
+    """Per-item correctness with one of `SCORERS`. `predictions` is a path or PredictionRecords;
+    `references` what `load_references` returned for the same scorer."""
+    from kbvqa.evaluate.io import load_predictions
+
+    preds = load_predictions(predictions) if isinstance(predictions, (str, Path)) else predictions
+    detail = SCORERS.get(scorer)
+    if detail is None:
+        raise ValueError(f"unknown scorer {scorer!r} (expected one of {', '.join(SCORERS)})")
+    name = scorer
+    if scorer == "infoseek-strict":
+        from kbvqa.evaluate.infoseek import score_strict
+
+        res = score_strict(preds, references, per_item=True)
+        items, s = res.items, res.summary
+    elif scorer == "infoseek-reward":
+        from kbvqa.evaluate.infoseek import score_reward
+
+        res = score_reward(preds, references, per_item=True)
+        items, s = res.items, res.summary
+    else:
+        from kbvqa.evaluate.evqa import score_evqa
+
+        backend = None
+        if scorer == "evqa-semantic":
+            if semantic_backend is None:
+                from kbvqa.evaluate.semantic import SemanticBackend
+
+                semantic_backend = SemanticBackend()
+            backend = semantic_backend
+            name = f"evqa-semantic [{backend.name}]"
+        res = score_evqa(preds, references, backend=backend, per_item=True)
+        items, s = res.items, res.summary
+    return ItemScores(
+        scorer=name, ids=[r["data_id"] for r in items],
+        correct=np.fromiter((bool(r["correct"]) for r in items), dtype=bool, count=len(items)),
+        missing=np.fromiter((bool(r["missing"]) for r in items), dtype=bool, count=len(items)),
+        qtype=[str(r.get("question_type")) for r in items], label=label,
+        n_unknown=int(s.get("n_unknown_ids", 0)), n_duplicates=int(s.get("n_duplicate_predictions", 0)),
+        scorer_detail=detail)
+
+
+# --------------------------------------------------------------------------------------------------
+# grouped tables
+
+
+def group_labels(references: str | Path, by: str) -> dict[str, str]:
+    """id -> value of field `by` in the reference file: a CSV column, a JSONL key, or a key of the
+    line's `meta` (write `meta.KEY`, or just KEY when the line has no top-level KEY)."""
+    from kbvqa.evaluate.io import read_csv, read_jsonl
+
+    path = Path(references)
+    out: dict[str, str] = {}
+    key = by[5:] if by.startswith("meta.") else by
+    rows: Iterable[tuple[int, dict[str, Any]]] = read_csv(path) if path.suffix.lower() == ".csv" else read_jsonl(path)
+    for _, obj in rows:
+        did = obj.get("data_id") or obj.get("id")
+        if not did:
+            continue
+        if not by.startswith("meta.") and by in obj:
+            val = obj[by]
+        else:
+            meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+            val = meta.get(key)
+        out[str(did)] = "(none)" if val is None or val == "" else str(val)
+    return out
+
+
+def by_group(scores: ItemScores, by: str = "question_type", labels: dict[str, str] | None = None, *,
+             n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> dict[str, Any]:
+    """Accuracy per group with bootstrap CIs. `labels` None and by == question_type: the scorer's own
+    question types. Ids without a label go to '(none)' and are counted."""
+    if labels is None:
+        if by not in ("question_type", "qtype"):
+            raise ValueError(f"grouping by {by!r} needs labels (group_labels(references, by))")
+        lab = scores.qtype
+        n_unlabelled = 0
+    else:
+        lab = [labels.get(i, "(none)") for i in scores.ids]
+        n_unlabelled = sum(1 for i in scores.ids if i not in labels)
+    groups: dict[str, list[int]] = {}
+    for idx, g in enumerate(lab):
+        groups.setdefault(g, []).append(idx)
+    rows = []
+    for g in sorted(groups):
+        idx = np.asarray(groups[g])
+        vals = scores.correct[idx]
+        ci = bootstrap_ci(vals, n_resamples=n_resamples, seed=_sub_seed(seed, g)).scaled(100.0)  # type: ignore[arg-type]
+        rows.append({"group": g, "n": int(idx.size), "correct": int(vals.sum()),
+                     "n_missing": int(scores.missing[idx].sum()), "accuracy": round(ci.estimate, 4),
+                     "ci_low": round(ci.low, 4), "ci_high": round(ci.high, 4)})
+    overall = bootstrap_ci(scores.correct, n_resamples=n_resamples, seed=_sub_seed(seed, "__all__")).scaled(100.0)  # type: ignore[arg-type]
+    return {"kind": "by-group", "scorer": scores.scorer, "scorer_detail": scores.scorer_detail, "by": by,
+            "method": scores.label, "groups": rows,
+            "overall": {"n": scores.n, "correct": int(scores.correct.sum()), **overall.to_json()},
+            "n_unlabelled": n_unlabelled, "bootstrap": _boot_meta(n_resamples, seed),
+            "accounting": scores.accounting()}
+
+
+def _boot_meta(n_resamples: int, seed: int) -> dict[str, Any]:
+    return {"method": "percentile bootstrap, 95%", "n_resamples": n_resamples, "seed": seed,
+            "unit": "accuracy in percent"}
+
+
+# --------------------------------------------------------------------------------------------------
+# paired split comparison and ranking reversals
+
+
+def _index(scores: ItemScores) -> dict[str, int]:
+    return {d: i for i, d in enumerate(scores.ids)}
+
+
+def ranking(acc: dict[str, float]) -> dict[str, int]:
+    """Competition ranks, 1 = best; equal accuracies share the better rank ("1224")."""
+    ordered = sorted(acc.values(), reverse=True)
+    return {m: 1 + ordered.index(a) for m, a in acc.items()}
+
+
+def ranking_reversals(acc_a: dict[str, float], acc_b: dict[str, float]) -> list[dict[str, Any]]:
+    """Every pair of methods with its order on A and B; status same / reversed / tie-on-a / tie-on-b."""
+    names = [m for m in acc_a if m in acc_b]
+    out = []
+    for i, m1 in enumerate(names):
+        for m2 in names[i + 1:]:
+            da, db = acc_a[m1] - acc_a[m2], acc_b[m1] - acc_b[m2]
+            if da * db < 0:
+                status = "reversed"
+            elif da == 0 and db == 0:
+                status = "tie"
+            elif da == 0:
+                status = "tie-on-a"
+            elif db == 0:
+                status = "tie-on-b"
+            else:
+                status = "same"
+            out.append({"method_1": m1, "method_2": m2, "diff_a": round(da, 4), "diff_b": round(db, 4),
+                        "status": status})
+    return out
+
+
+def compare_splits(runs: dict[str, tuple[ItemScores, ItemScores]], *, split_names: tuple[str, str] = ("A", "B"),
+                   n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, allow_partial: bool = False) -> dict[str, Any]:
+    """Per method: accuracy on split A and on split B (each over its own references), the paired delta
+    B - A over the common ids with a bootstrap CI, and items gained/lost; then ranks and reversals.
+
+    The two splits must hold the same ids (e.g. unfixed vs fixed); otherwise a ValueError, unless
+    `allow_partial`, which pairs on the intersection and reports the counts."""
+    if not runs:
+        raise ValueError("compare_splits needs at least one method")
+    methods = []
+    acc_a: dict[str, float] = {}
+    acc_b: dict[str, float] = {}
+    scorers = {s.scorer for pair in runs.values() for s in pair}
+    alignment: dict[str, Any] = {}
+    for name, (sa, sb) in runs.items():
+        ia, ib = _index(sa), _index(sb)
+        common = [d for d in sa.ids if d in ib]
+        only_a, only_b = len(ia) - len(common), len(ib) - len(common)
+        if (only_a or only_b) and not allow_partial:
+            raise ValueError(f"{name}: the splits hold different ids ({only_a} only in {split_names[0]}, "
+                             f"{only_b} only in {split_names[1]}); pass allow_partial to pair on the intersection")
+        alignment = {"n_common": len(common), "n_only_a": only_a, "n_only_b": only_b}
+        xa = sa.correct[[ia[d] for d in common]].astype(np.float64)
+        xb = sb.correct[[ib[d] for d in common]].astype(np.float64)
+        delta = paired_delta_ci(xa, xb, n_resamples=n_resamples, seed=_sub_seed(seed, name)).scaled(100.0)  # type: ignore[arg-type]
+        ci_a = bootstrap_ci(sa.correct, n_resamples=n_resamples, seed=_sub_seed(seed, name + "/a")).scaled(100.0)  # type: ignore[arg-type]
+        ci_b = bootstrap_ci(sb.correct, n_resamples=n_resamples, seed=_sub_seed(seed, name + "/b")).scaled(100.0)  # type: ignore[arg-type]
+        acc_a[name], acc_b[name] = ci_a.estimate, ci_b.estimate
+        gained = int(((xa == 0) & (xb == 1)).sum())
+        lost = int(((xa == 1) & (xb == 0)).sum())
+        methods.append({"method": name, "accuracy_a": round(ci_a.estimate, 4), "ci_a": ci_a.to_json(),
+                        "accuracy_b": round(ci_b.estimate, 4), "ci_b": ci_b.to_json(),
+                        "delta": round(delta.estimate, 4), "delta_ci": delta.to_json(),
+                        "n_paired": len(common), "gained": gained, "lost": lost,
+                        "mcnemar_p": mcnemar_exact_p(lost, gained),
+                        "accounting_a": sa.accounting(), "accounting_b": sb.accounting()})
+    ra, rb = ranking(acc_a), ranking(acc_b)
+    for m in methods:
+        m["rank_a"], m["rank_b"] = ra[m["method"]], rb[m["method"]]
+    pairs = ranking_reversals(acc_a, acc_b)
+    return {"kind": "compare", "scorer": " / ".join(sorted(scorers)), "splits": list(split_names),
+            "methods": methods, "pairs": pairs, "n_reversals": sum(p["status"] == "reversed" for p in pairs),
+            "alignment": alignment, "bootstrap": _boot_meta(n_resamples, seed),
+            "delta": f"accuracy on {split_names[1]} minus accuracy on {split_names[0]}, paired on common ids"}
+
+
+# --------------------------------------------------------------------------------------------------
+# 2x2 with / without retrieval
+
+
+def retrieval_2x2(with_r: ItemScores, without_r: ItemScores, *, n_resamples: int = DEFAULT_RESAMPLES,
+                  seed: int = 0, by_type: bool = True) -> dict[str, Any]:
+    """Outcome groups for two runs of the same model on the same references: both correct, only
+    with retrieval, only without, neither (counts and % of n), plus the paired gain with a CI and an
+    exact McNemar p-value. The runs must cover the same reference ids."""
+    if set(with_r.ids) != set(without_r.ids):
+        raise ValueError("the two runs were scored against different reference ids")
+    iw = _index(with_r)
+    order = [iw[d] for d in without_r.ids]
+    w = with_r.correct[order]
+    wo = without_r.correct
+
+    def cells(mask: np.ndarray) -> dict[str, Any]:
+        n = int(mask.sum())
+        c = {"both_correct": int((w & wo & mask).sum()), "only_with": int((w & ~wo & mask).sum()),
+             "only_without": int((~w & wo & mask).sum()), "neither": int((~w & ~wo & mask).sum())}
+        out: dict[str, Any] = {"n": n, **c}
+        out.update({f"{k}_pct": round(100.0 * v / n, 2) if n else 0.0 for k, v in c.items()})
+        return out
+
+    everything = np.ones(len(wo), dtype=bool)
+    gain = paired_delta_ci(wo.astype(np.float64), w.astype(np.float64), n_resamples=n_resamples,
+                           seed=_sub_seed(seed, "2x2")).scaled(100.0)  # type: ignore[arg-type]
+    all_cells = cells(everything)
+    result: dict[str, Any] = {
+        "kind": "retrieval-2x2", "scorer": with_r.scorer if with_r.scorer == without_r.scorer
+        else f"{with_r.scorer} / {without_r.scorer}",
+        "with": with_r.label or "with retrieval", "without": without_r.label or "without retrieval",
+        "overall": all_cells,
+        "accuracy_with": round(with_r.accuracy, 4), "accuracy_without": round(without_r.accuracy, 4),
+        "gain": gain.to_json(), "mcnemar_p": mcnemar_exact_p(all_cells["only_with"], all_cells["only_without"]),
+        "accounting_with": with_r.accounting(), "accounting_without": without_r.accounting(),
+        "bootstrap": _boot_meta(n_resamples, seed),
+    }
+    if by_type:
+        qt = np.asarray(without_r.qtype)
+        result["by_question_type"] = {t: cells(qt == t) for t in sorted(set(without_r.qtype))}
+    return result

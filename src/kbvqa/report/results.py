@@ -1,0 +1,219 @@
+"""Turn study and score JSON files into a results folder: tables (md/csv/tex), PNG plots, index.html.
+
+Inputs are the JSON files kbvqa writes:
+
+* ``*.study.json`` from ``kbvqa study`` (kind ``by-group``, ``compare`` or ``retrieval-2x2``);
+* ``*.retrieval.json``: the ``kbvqa score retrieval --json`` output (Recall@K per stage);
+* any other ``kbvqa score ... --json`` summary passed explicitly (one row per file in a scores table).
+
+Layout written under OUT: ``tables/NAME.{md,csv,tex}``, ``plots/NAME.png``, ``report.md`` (all
+markdown tables with image links) and ``index.html`` (report/html.py). Every table caption and plot
+title names the scorer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kbvqa.report import plots
+from kbvqa.report.html import Figure, Table, render_page
+from kbvqa.report.tables import ResultTable, to_markdown, write_table
+
+__all__ = ["ReportOutput", "collect_inputs", "build_report"]
+
+_WIDE_FIGS = "<style>figure img{max-height:none;max-width:100%;width:520px}figcaption{max-width:520px}</style>"
+
+
+@dataclass
+class ReportOutput:
+    out_dir: Path
+    tables: list[Path] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+    html: Path | None = None
+    markdown: Path | None = None
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Section:
+    heading: str
+    notes: list[str]
+    tables: list[ResultTable]
+    figures: list[tuple[str, str]]  # (relative png path, caption)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+def collect_inputs(results_dir: str | Path) -> list[Path]:
+    """The study and retrieval JSON files directly inside a results folder, sorted by name."""
+    d = Path(results_dir)
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d}: not a directory")
+    return sorted([*d.glob("*.study.json"), *d.glob("*.retrieval.json")])
+
+
+def _ci(c: dict[str, float]) -> str:
+    return f"[{c['low']:.2f}, {c['high']:.2f}]"
+
+
+def _by_group(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    scorer = obj["scorer"]
+    by = obj.get("by", "group")
+    method = obj.get("method") or "predictions"
+    rows = [[g["group"], g["n"], g["correct"], g["n_missing"], g["accuracy"], g["ci_low"], g["ci_high"]]
+            for g in obj["groups"]]
+    o = obj["overall"]
+    rows.append(["all", o["n"], o["correct"], obj["accounting"]["n_missing"], o["estimate"], o["low"], o["high"]])
+    b = obj["bootstrap"]
+    notes = [f"{b['method']}, {b['n_resamples']} resamples, seed {b['seed']}; missing predictions count as wrong",
+             f"unknown prediction ids ignored: {obj['accounting']['n_unknown_ids']}; duplicate predictions: "
+             f"{obj['accounting']['n_duplicate_predictions']} (last wins)"]
+    if obj.get("n_unlabelled"):
+        notes.append(f"{obj['n_unlabelled']} items have no '{by}' value (group '(none)')")
+    t = ResultTable(stem, f"Accuracy by {by} – {method}", scorer,
+                    [by, "n", "correct", "missing", "accuracy (%)", "CI low", "CI high"], rows, notes)
+    png = plots.plot_group_bars([g["group"] for g in obj["groups"]],
+                                {method: [(g["accuracy"], g["ci_low"], g["ci_high"]) for g in obj["groups"]]},
+                                plot_dir / f"{stem}.png", title=f"Accuracy by {by} – {method}", scorer=scorer)
+    return _Section(f"Accuracy by {by}: {method}", [], [t], [(png.name, f"accuracy by {by}, {scorer}")])
+
+
+def _compare(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    scorer = obj["scorer"]
+    a, b = obj["splits"]
+    rows = [[m["method"], m["accuracy_a"], _ci(m["ci_a"]), m["accuracy_b"], _ci(m["ci_b"]), m["delta"],
+             _ci(m["delta_ci"]), m["rank_a"], m["rank_b"], m["gained"], m["lost"], f"{m['mcnemar_p']:.3g}"]
+            for m in obj["methods"]]
+    bt = obj["bootstrap"]
+    t1 = ResultTable(f"{stem}-methods", f"Per-method accuracy on {a} vs {b}", scorer,
+                     ["method", f"acc {a}", "95% CI", f"acc {b}", "95% CI", "delta", "delta 95% CI",
+                      f"rank {a}", f"rank {b}", "gained", "lost", "McNemar p"], rows,
+                     [f"delta = {obj['delta']}; {bt['method']}, {bt['n_resamples']} resamples, seed {bt['seed']}"],
+                     float_digits=2)
+    prs = [[p["method_1"], p["method_2"], p["diff_a"], p["diff_b"], p["status"]] for p in obj["pairs"]]
+    t2 = ResultTable(f"{stem}-reversals", f"Ranking reversals between {a} and {b} ({obj['n_reversals']} reversed pairs)",
+                     scorer, ["method 1", "method 2", f"acc diff {a}", f"acc diff {b}", "status"], prs)
+    series = {a: [(m["accuracy_a"], m["ci_a"]["low"], m["ci_a"]["high"]) for m in obj["methods"]],
+              b: [(m["accuracy_b"], m["ci_b"]["low"], m["ci_b"]["high"]) for m in obj["methods"]]}
+    names = [m["method"] for m in obj["methods"]]
+    p1 = plots.plot_group_bars(names, series, plot_dir / f"{stem}-accuracy.png",
+                               title=f"Accuracy per method, {a} vs {b}", scorer=scorer)
+    rev = {p[k] for p in obj["pairs"] if p["status"] == "reversed" for k in ("method_1", "method_2")}
+    p2 = plots.plot_rank_changes({m["method"]: m["rank_a"] for m in obj["methods"]},
+                                 {m["method"]: m["rank_b"] for m in obj["methods"]},
+                                 plot_dir / f"{stem}-ranks.png", labels=(a, b), scorer=scorer, reversed_methods=rev)
+    return _Section(f"Comparison: {a} vs {b}", [], [t1, t2],
+                    [(p1.name, f"accuracy with 95% CIs, {scorer}"), (p2.name, f"rank changes {a} → {b}")])
+
+
+_CELLS = ("both_correct", "only_with", "only_without", "neither")
+
+
+def _two_by_two(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    scorer = obj["scorer"]
+    o = obj["overall"]
+    bytype = obj.get("by_question_type") or {}
+    cols = ["outcome", "count", "%"] + [f"{t} (%)" for t in bytype]
+    rows = [[c.replace("_", " "), o[c], o[f"{c}_pct"], *[bytype[t][f"{c}_pct"] for t in bytype]] for c in _CELLS]
+    rows.append(["n", o["n"], 100.0, *[float(bytype[t]["n"]) for t in bytype]])
+    g = obj["gain"]
+    t = ResultTable(stem, f"Outcomes with ({obj['with']}) vs without ({obj['without']}) retrieval", scorer, cols, rows,
+                    [f"accuracy with {obj['accuracy_with']:.2f}%, without {obj['accuracy_without']:.2f}%; "
+                     f"gain {g['estimate']:.2f} points, 95% CI [{g['low']:.2f}, {g['high']:.2f}]; "
+                     f"exact McNemar p = {obj['mcnemar_p']:.4g}"])
+    png = plots.plot_group_bars([c.replace("_", " ") for c in _CELLS],
+                                {"all": [(o[f"{c}_pct"],) * 3 for c in _CELLS]}, plot_dir / f"{stem}.png",
+                                title="With vs without retrieval", scorer=scorer, ylabel="% of items",
+                                error_bars=False)
+    return _Section("With vs without retrieval (2×2)", [], [t], [(png.name, f"2×2 outcome groups, {scorer}")])
+
+
+def _retrieval(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    ks = [int(k) for k in obj.get("ks", [])]
+    scorer = f"kbvqa retrieval metrics (canonical URLs, de-duplicated; two_hop={obj.get('two_hop', 'any')})"
+    rows, curves = [], {}
+    for stage, m in obj["stages"].items():
+        rec = {int(str(k).lstrip("@")): float(v) for k, v in m["recall"].items()}
+        ks = ks or sorted(rec)
+        rows.append([stage, *[100.0 * rec[k] for k in ks], m.get("mrr"), m.get("n_missing")])
+        curves[stage] = {k: 100.0 * v for k, v in rec.items()}
+    t = ResultTable(stem, "Retrieval Recall@K (%) and MRR", scorer,
+                    ["stage", *[f"R@{k}" for k in ks], "MRR", "missing records"], rows, float_digits=2)
+    png = plots.plot_recall_at_k(curves, plot_dir / f"{stem}.png", scorer=scorer)
+    return _Section(f"Retrieval: {stem}", [], [t], [(png.name, "Recall@K per stage")])
+
+
+def _scores_table(files: list[Path]) -> ResultTable:
+    rows = []
+    for f in files:
+        s = json.loads(f.read_text(encoding="utf-8"))
+        scorer = s.get("scorer") or (f"infoseek-{s['mode']}" if "mode" in s else
+                                     ("infoseek-official" if "final_score" in s else "unknown"))
+        main = s.get("accuracy", s.get("final_score"))
+        rows.append([f.stem, scorer, main, s.get("n"), s.get("coverage")])
+    return ResultTable("scores", "Score summaries", "per row (see the scorer column)",
+                       ["file", "scorer", "accuracy / final score", "n", "coverage"], rows)
+
+
+_BUILDERS = {"by-group": _by_group, "compare": _compare, "retrieval-2x2": _two_by_two}
+
+
+def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = "kbvqa results",
+                 scores: list[str | Path] | None = None) -> ReportOutput:
+    """Render every input into tables and plots under out_dir, plus report.md and index.html."""
+    out = Path(out_dir)
+    tdir, pdir = out / "tables", out / "plots"
+    res = ReportOutput(out)
+    sections: list[_Section] = []
+    used: set[str] = set()
+    for f in map(Path, inputs):
+        obj = json.loads(f.read_text(encoding="utf-8"))
+        stem = _slug(f.name.removesuffix(".json").removesuffix(".study").removesuffix(".retrieval"))
+        while stem in used:
+            stem += "-2"
+        used.add(stem)
+        if isinstance(obj, dict) and obj.get("kind") in _BUILDERS:
+            sections.append(_BUILDERS[obj["kind"]](obj, stem, pdir))
+        elif isinstance(obj, dict) and isinstance(obj.get("stages"), dict):
+            sections.append(_retrieval(obj, stem, pdir))
+        else:
+            res.skipped.append(f"{f}: not a kbvqa study or retrieval JSON")
+    if scores:
+        sections.append(_Section("Score summaries", [], [_scores_table([Path(s) for s in scores])], []))
+    if not sections:
+        raise ValueError("nothing to report: no *.study.json / *.retrieval.json inputs and no --scores")
+    md: list[str] = [f"# {title}", ""]
+    blocks: list[tuple[str, Any]] = []
+    for sec in sections:
+        md += [f"## {sec.heading}", ""]
+        blocks.append(("h2", sec.heading))
+        for t in sec.tables:
+            paths = write_table(t, tdir)
+            res.tables += list(paths.values())
+            md.append(to_markdown(t))
+            blocks.append(("table", Table([{c: t.fmt(v) for c, v in zip(t.columns, r)} for r in t.rows],
+                                          list(t.columns), caption=t.caption)))
+            for n in t.notes:
+                blocks.append(("note", n))
+            blocks.append(("note", "download: " + ", ".join(f"tables/{p.name}" for p in paths.values())))
+        if sec.figures:
+            figs = []
+            for src, cap in sec.figures:
+                res.plots.append(pdir / src)
+                md.append(f"![{cap}](plots/{src})\n")
+                figs.append(Figure(f"plots/{src}", cap))
+            blocks.append(("figures", figs))
+    for s in res.skipped:
+        blocks.append(("note", f"skipped {s}"))
+    out.mkdir(parents=True, exist_ok=True)
+    res.markdown = out / "report.md"
+    res.markdown.write_text("\n".join(md), encoding="utf-8")
+    res.html = out / "index.html"
+    res.html.write_text(render_page(title, blocks).replace("</head>", _WIDE_FIGS + "</head>", 1), encoding="utf-8")
+    return res

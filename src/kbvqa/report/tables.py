@@ -1,0 +1,110 @@
+"""One table, three renderings: GitHub markdown, CSV and LaTeX (booktabs).
+
+A `ResultTable` always carries the scorer that produced its numbers; the caption of every rendering
+names it, so a table pasted into a paper or an issue cannot lose where its numbers came from.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["ResultTable", "latex_escape", "to_markdown", "to_csv", "to_latex", "write_table"]
+
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+}
+
+
+@dataclass
+class ResultTable:
+    name: str  # file stem
+    title: str
+    scorer: str
+    columns: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+    notes: list[str] = field(default_factory=list)
+    float_digits: int = 2
+
+    @property
+    def caption(self) -> str:
+        return f"{self.title} (scorer: {self.scorer})"
+
+    def fmt(self, v: Any) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, float):
+            if v != v:  # NaN
+                return "n/a"
+            return f"{v:.{self.float_digits}f}"
+        return str(v)
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r)) for r in self.rows]
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters (& % $ # _ { } ~ ^ \\)."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(t: ResultTable) -> str:
+    lines = [f"**{_md_cell(t.caption)}**", "", "| " + " | ".join(_md_cell(c) for c in t.columns) + " |",
+             "|" + "|".join("---:" if _numeric_col(t, i) else "---" for i in range(len(t.columns))) + "|"]
+    for r in t.rows:
+        lines.append("| " + " | ".join(_md_cell(t.fmt(v)) for v in r) + " |")
+    for n in t.notes:
+        lines += ["", f"_{_md_cell(n)}_"]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(t: ResultTable) -> str:
+    """CSV with full-precision numbers; the scorer is a column so the file stands alone."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([*t.columns, "scorer"])
+    for r in t.rows:
+        w.writerow([*("" if v is None else v for v in r), t.scorer])
+    return buf.getvalue()
+
+
+def _numeric_col(t: ResultTable, i: int) -> bool:
+    vals = [r[i] for r in t.rows if r[i] is not None]
+    return bool(vals) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+
+
+def to_latex(t: ResultTable) -> str:
+    align = "".join("r" if _numeric_col(t, i) else "l" for i in range(len(t.columns)))
+    out = ["\\begin{table}[t]", "\\centering", f"\\caption{{{latex_escape(t.caption)}}}",
+           f"\\label{{tab:{re.sub(r'[^A-Za-z0-9:-]+', '-', t.name)}}}",
+           f"\\begin{{tabular}}{{{align}}}", "\\toprule",
+           " & ".join(latex_escape(str(c)) for c in t.columns) + " \\\\", "\\midrule"]
+    for r in t.rows:
+        out.append(" & ".join(latex_escape(t.fmt(v)) for v in r) + " \\\\")
+    out += ["\\bottomrule", "\\end{tabular}"]
+    for n in t.notes:
+        out.append(f"\\par\\footnotesize {latex_escape(n)}")
+    out.append("\\end{table}")
+    return "\n".join(out) + "\n"
+
+
+def write_table(t: ResultTable, out_dir: str | Path) -> dict[str, Path]:
+    """Write NAME.md, NAME.csv and NAME.tex into out_dir; returns the paths by format."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = {"md": d / f"{t.name}.md", "csv": d / f"{t.name}.csv", "tex": d / f"{t.name}.tex"}
+    paths["md"].write_text(to_markdown(t), encoding="utf-8")
+    paths["csv"].write_text(to_csv(t), encoding="utf-8")
+    paths["tex"].write_text(to_latex(t), encoding="utf-8")
+    return paths
