@@ -313,3 +313,57 @@ def test_ara_unfixed_vs_fixed_reversal(tmp_path):
     assert (m["answers-unfixed"]["rank_a"], m["answers-unfixed"]["rank_b"]) == (1, 2)
     assert res["n_reversals"] == 1
     assert (out / "tables" / "compare-reversals.tex").is_file()
+
+
+# -------------------------------------------------------------------------------------------- BEM
+
+
+def _tiny_bem(path, bias):
+    """A tiny random BERT classifier saved as a transformers directory; the classifier bias decides
+    P(equivalent), so the plumbing (inputs, softmax, threshold, max over alternatives) is checkable."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    path.mkdir()
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "blue", "jay", "red", "bird", "what", "is", "it", "?"]
+    (path / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    BertTokenizer(str(path / "vocab.txt")).save_pretrained(str(path))
+    cfg = BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, type_vocab_size=3, num_labels=2, max_position_embeddings=512)
+    model = BertForSequenceClassification(cfg)
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor(bias))
+    model.save_pretrained(str(path))
+    return path
+
+
+def test_bem_local_directory(tmp_path):
+    from kbvqa.evaluate import evqa as ev
+    from kbvqa.evaluate.io import load_predictions
+
+    with pytest.raises(RuntimeError, match="not available.*TensorFlow SavedModel"):
+        (tmp_path / "tf").mkdir()
+        (tmp_path / "tf" / "saved_model.pb").write_bytes(b"x")
+        ev.load_bem(tmp_path / "tf")
+    yes = ev.load_bem(_tiny_bem(tmp_path / "bem_yes", [-3.0, 3.0]))
+    ids, types = yes.encode("blue jay", "red bird", "what is it ?")
+    assert ids[0] == yes.tokenizer.cls_token_id and ids.count(yes.tokenizer.sep_token_id) == 3
+    assert types == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2]  # CLS cand SEP | ref SEP | question SEP
+    refs_p = tmp_path / "r.csv"
+    refs_p.write_text("data_id,question,answer,question_type\na,what is it ?,red bird,automatic\n"
+                      "b,what is it ?,blue jay,automatic\n", encoding="utf-8")
+    preds_p = _jsonl(tmp_path / "p.jsonl", [{"data_id": "a", "prediction": "blue jay"},
+                                            {"data_id": "b", "prediction": "blue jay"}])
+    refs, preds = ev.load_evqa_references(refs_p), load_predictions(preds_p)
+    res = ev.score_evqa(preds, refs, backend=yes, per_item=True)
+    items = {i["data_id"]: i for i in res.items}
+    assert items["a"]["correct"] and items["a"]["scorer"].startswith("evqa-em+bem(local:bem_yes)")
+    assert items["a"]["judge_value"] == pytest.approx(1 / (1 + np.exp(-6)), abs=1e-3)
+    assert items["b"]["em"] and res.summary["judge"]["kind"] == "bem"
+    no = ev.load_bem(_tiny_bem(tmp_path / "bem_no", [3.0, -3.0]))
+    assert not ev.score_evqa(preds, refs, backend=no, per_item=True).items[0]["correct"]
+    r = runner.invoke(score_app, ["evqa", "-p", str(preds_p), "-r", str(refs_p), "--bem-dir",
+                                  str(tmp_path / "bem_yes"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["scorer"] == "evqa-em+bem(local:bem_yes)"
