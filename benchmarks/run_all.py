@@ -15,7 +15,7 @@ def main() -> int:
     failed = []
     for name in SCRIPTS:
         print(f"\n## {name}\n", flush=True)
-        if subprocess.run([sys.executable, str(HERE / name), *sys.argv[1:]]).returncode != 0:
+        if subprocess.run([sys.executable, str(HERE / name)]).returncode != 0:
             failed.append(name)
     if failed:
         print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)

@@ -13,5 +13,5 @@ def test_example_config_loads_and_redacts():
     assert desc["answerer"]["model"] == "Qwen2.5-VL-7B-Instruct"
     assert isinstance(desc["verifier"], list) and len(desc["verifier"]) == 2
     assert desc["judge"]["api_key_env"] == "<redacted>"
-    roles = build_roles(cfg, env={})
+    roles = build_roles(cfg, env={"DEEPSEEK_API_KEY": "k1", "JUDGE_API_KEY": "k2"})
     assert set(roles) == {"answerer", "verifier", "judge"} and len(roles["verifier"]) == 2
