@@ -112,6 +112,8 @@ def test_llm_tagger_then_kb_fallback():
     ("Where do these birds nest?", "bird", "right", "Where do the birds on the right nest?"),
     ("When was it built?", "building", "left", "When was the building on the left built?"),
     ("How tall is the tower?", "building", "right", "How tall is the tower for the building on the right?"),
+    ("Where do they nest?", "bird", "left", "Where do the birds on the left nest?"),
+    ("What is its height?", "building", "right", "What is the building on the right's height?"),
 ])
 def test_positional_rewrite(q, typ, side, want):
     explicit, match, _ = rw.prepare(q, typ, V)

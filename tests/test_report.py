@@ -120,6 +120,10 @@ def test_build_report_folder_and_html(tmp_path):
     assert "R@20" in page and "evqa-em" in page
     md = res.markdown.read_text()
     assert "![" in md and "plots/compare-ranks.png" in md
+    # each CI cell shows its own split's interval (regression: duplicate column names collapsed them)
+    m1 = cmp_["methods"][0]
+    assert f"[{m1['ci_a']['low']:.2f}, {m1['ci_a']['high']:.2f}]" in page
+    assert f"[{m1['ci_b']['low']:.2f}, {m1['ci_b']['high']:.2f}]" in page
     tex = (d / "out" / "tables" / "compare-methods.tex").read_text()
     assert r"\toprule" in tex and "infoseek-strict" in tex
 

@@ -6,6 +6,7 @@ import typer
 
 from kbvqa import __version__
 from kbvqa.cli import audit as audit_cmd
+from kbvqa.cli import augment as augment_cmd
 from kbvqa.cli import data as data_cmd
 from kbvqa.cli import demo as demo_cmd
 from kbvqa.cli import kb as kb_cmd
@@ -23,6 +24,7 @@ app.add_typer(data_cmd.app, name="data", help="Convert benchmark files between f
 app.add_typer(kb_cmd.app, name="kb", help="Import a wiki JSON into the SQLite/FTS5 KB store; search it.")
 app.add_typer(audit_cmd.app, name="audit", help="Audit and repair a benchmark against its KB (rules first, LLM roles when configured).")
 app.add_typer(score_cmd.app, name="score", help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
+app.command("augment", help="Multi-entity composite images (intra/inter/blank/double) with rewritten questions.")(augment_cmd.augment)
 app.command("demo", help="End-to-end offline demo on real photographs shipped in PyPI packages.")(demo_cmd.demo)
 
 

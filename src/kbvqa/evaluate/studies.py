@@ -10,6 +10,9 @@ only depends on how many times each distinct value is drawn, so when the values 
 values (0/1 correctness; paired differences in {-1, 0, 1}) the resample counts are drawn directly from
 a multinomial – the same distribution as index resampling, in O(resamples) instead of
 O(resamples x n). Other values fall back to chunked index resampling.
+
+The official InfoSeek mode is not offered here: it drops references without a prediction, so two
+runs would not be scored on the same items; `infoseek-strict` applies the same per-item rules to all.
 """
 
 from __future__ import annotations
@@ -326,7 +329,8 @@ def compare_splits(runs: dict[str, tuple[ItemScores, ItemScores]], *, split_name
         methods.append({"method": name, "accuracy_a": round(ci_a.estimate, 4), "ci_a": ci_a.to_json(),
                         "accuracy_b": round(ci_b.estimate, 4), "ci_b": ci_b.to_json(),
                         "delta": round(delta.estimate, 4), "delta_ci": delta.to_json(),
-                        "n_paired": len(common), "gained": gained, "lost": lost,
+                        "n_paired": len(common), "n_only_a": only_a, "n_only_b": only_b,
+                        "gained": gained, "lost": lost,
                         "mcnemar_p": mcnemar_exact_p(lost, gained),
                         "accounting_a": sa.accounting(), "accounting_b": sb.accounting()})
     ra, rb = ranking(acc_a), ranking(acc_b)

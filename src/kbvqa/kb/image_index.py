@@ -42,11 +42,14 @@ FORMAT_VERSION = 2
 
 
 class _FaissView:
-    """Exposes an IndexFlat's float storage as a numpy array that holds a reference to the index."""
+    """Exposes a flat (or HNSW-flat) index's float storage as a numpy array that holds a reference
+    to the index."""
 
     def __init__(self, index: Any, n: int, dim: int):
-        self.index = index
-        self._arr = faiss.rev_swig_ptr(index.get_xb(), n * dim).reshape(n, dim)
+        self.index = index  # the owner; for HNSW the flat storage lives (and dies) with it
+        flat = faiss.downcast_index(index.storage) if hasattr(index, "storage") else index
+        self.flat = flat
+        self._arr = faiss.rev_swig_ptr(flat.get_xb(), n * dim).reshape(n, dim)
         self.__array_interface__ = self._arr.__array_interface__
 
     def array(self) -> np.ndarray:
@@ -135,10 +138,11 @@ class ImageIndex:
             if len(vecs):
                 index.add(vecs)
             self._faiss = index
-            if self.kind == "flat" and len(vecs):
-                # Share the flat index's storage instead of keeping a second copy (2 GB per 1M
+            if self.kind in ("flat", "hnsw") and len(vecs):
+                # Share the index's flat storage instead of keeping a second copy (2 GB per 1M
                 # 512-d vectors). The view keeps the FAISS index alive, and `add` replaces the index
                 # rather than growing it, so the memory under an outstanding view never moves.
+                # (IVF reorders vectors into its lists, so it keeps the separate copy.)
                 self._vectors = _FaissView(index, len(vecs), self.dim).array()
         return self._faiss
 

@@ -92,7 +92,7 @@ def _compare(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
             for m in obj["methods"]]
     bt = obj["bootstrap"]
     t1 = ResultTable(f"{stem}-methods", f"Per-method accuracy on {a} vs {b}", scorer,
-                     ["method", f"acc {a}", "95% CI", f"acc {b}", "95% CI", "delta", "delta 95% CI",
+                     ["method", f"acc {a}", f"95% CI {a}", f"acc {b}", f"95% CI {b}", "delta", "delta 95% CI",
                       f"rank {a}", f"rank {b}", "gained", "lost", "McNemar p"], rows,
                      [f"delta = {obj['delta']}; {bt['method']}, {bt['n_resamples']} resamples, seed {bt['seed']}"],
                      float_digits=2)
@@ -194,6 +194,8 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = 
         md += [f"## {sec.heading}", ""]
         blocks.append(("h2", sec.heading))
         for t in sec.tables:
+            if len(set(t.columns)) != len(t.columns):
+                raise ValueError(f"table {t.name}: duplicate column names {list(t.columns)}")
             paths = write_table(t, tdir)
             res.tables += list(paths.values())
             md.append(to_markdown(t))

@@ -48,15 +48,15 @@ def _match_case(template: str, replacement: str) -> str:
 
 
 def make_explicit(question: str, etype: str, vocab: TypeVocabulary) -> tuple[str, bool]:
-    """Replace the first entity pronoun by "this <type>" (possessives by "this <type>'s") when the
-    question names no type phrase. Returns (question, changed)."""
+    """Replace the first entity pronoun by "this <type>" (it), "this <type>'s" (its/their) or
+    "these <types>" (they/them) when the question names no type phrase. Returns (question, changed)."""
     if vocab.find(question) is not None:
         return question, False
     m = _PRONOUN_RE.search(question)
     if m is None:
         return question, False
     word = m.group(1).lower()
-    rep = f"this {etype}'s" if word in ("its", "their") else f"this {etype}"
+    rep = {"its": f"this {etype}'s", "their": f"this {etype}'s", "it": f"this {etype}"}.get(word, f"these {plural(etype)}")
     rep = _match_case(m.group(1), rep)
     return question[:m.start()] + rep + question[m.end():], True
 
@@ -97,7 +97,8 @@ def validate(original: str, rewritten: str, *, etype: str, vocab: TypeVocabulary
             break
     if _BAD_GRAMMAR.search(rewritten):
         errors.append("ungrammatical: doubled determiner or stray whitespace")
-    if not rewritten.rstrip().endswith("?"):
+    # a question ends with '?'; a trailing parenthetical instruction the original had is allowed
+    if not rewritten.rstrip().endswith("?") and (original.rstrip().endswith("?") or "?" not in rewritten):
         errors.append("does not end with '?'")
     return errors
 
