@@ -268,8 +268,6 @@ def test_judge_role_from_config(tmp_path):
 
 @pytest.mark.skipif(not (ARA / "ground_truth" / "infoseek_fixed.csv").is_file(), reason="ARA data absent")
 def test_ara_unfixed_vs_fixed_reversal(tmp_path):
-    from kbvqa.evaluate.infoseek import parse_numeric
-
     src_u = ARA / "ground_truth" / "infoseek_unfixed_subset.csv"
     src_f = ARA / "ground_truth" / "infoseek_fixed.csv"
 
@@ -278,23 +276,18 @@ def test_ara_unfixed_vs_fixed_reversal(tmp_path):
             return list(csv.DictReader(fh))
 
     ru, rf = rows(src_u), rows(src_f)
-    # the reference loader needs a number in every Numerical answer; 2 fixed answers are words only
-    # ("six to seven months"): drop those ids from both splits (reported to the lead as a loader issue)
-    bad = {r["data_id"] for r in ru + rf if r["question_type"] == "Numerical"
-           and all(parse_numeric(a, strict=True) is None for a in r["answer"].split("|"))}
-    assert len(bad) <= 5
 
     def write(name, rs):
         p = tmp_path / name
         with open(p, "w", newline="", encoding="utf-8") as fh:
             w = csv.DictWriter(fh, fieldnames=list(rs[0]))
             w.writeheader()
-            w.writerows(r for r in rs if r["data_id"] not in bad)
+            w.writerows(rs)
         return p
 
     unfixed, fixed = write("unfixed.csv", ru), write("fixed.csv", rf)
-    ua = {r["data_id"]: r["answer"].split("|")[0] for r in ru if r["data_id"] not in bad}
-    fa = {r["data_id"]: r["answer"].split("|")[0] for r in rf if r["data_id"] not in bad}
+    ua = {r["data_id"]: r["answer"].split("|")[0] for r in ru}
+    fa = {r["data_id"]: r["answer"].split("|")[0] for r in rf}
     assert ua.keys() == fa.keys() and len(ua) > 900
     p_old = _jsonl(tmp_path / "old.jsonl", [{"data_id": d, "prediction": a} for d, a in ua.items()])
     p_new = _jsonl(tmp_path / "new.jsonl", [{"data_id": d, "prediction": a} for d, a in fa.items()])

@@ -290,3 +290,28 @@ def test_conformance_with_plain_spec_implementation(tmp_path):
     refs_p, qt_p, preds_p = mod.generate(3000, 7, tmp_path)
     ours = score_official(load_predictions(preds_p), load_infoseek_references(refs_p, qtypes_path=qt_p)).summary
     assert ours == mod.naive_official(preds_p, refs_p, qt_p)
+
+
+def test_text_numeric_references_with_number_words(tmp_path):
+    """ARA rows such as "six to seven months" get a range via number words; a reference with no number
+    at all is refused, naming the id, rather than scored against nothing."""
+    from kbvqa.evaluate.infoseek import score_reward, score_strict
+    from kbvqa.evaluate.io import load_infoseek_references, load_predictions
+
+    ref = tmp_path / "r.csv"
+    ref.write_text("data_id,question_type,answer\na,Numerical,six to seven months\nb,Numerical,nearly two months\n")
+    refs = load_infoseek_references(ref)
+    assert refs["a"].range == (6.0, 7.0) and refs["b"].range == (2.0, 2.0)
+    preds = tmp_path / "p.jsonl"
+    preds.write_text('{"data_id": "a", "prediction": "6.5"}\n{"data_id": "b", "prediction": "3"}\n')
+    res = score_strict(load_predictions(preds), refs, per_item=True)
+    assert {i["data_id"]: i["correct"] for i in res.items} == {"a": True, "b": False}
+
+    ref.write_text("data_id,question_type,answer\nc,Numerical,several\n")
+    refs = load_infoseek_references(ref)
+    assert refs["c"].range is None
+    preds.write_text('{"data_id": "c", "prediction": "several"}\n')
+    with pytest.raises(ValueError, match="'c'"):
+        score_strict(load_predictions(preds), refs)
+    with pytest.raises(ValueError, match="'c'"):
+        score_reward(load_predictions(preds), refs)

@@ -10,7 +10,9 @@ from kbvqa.cli import augment as augment_cmd
 from kbvqa.cli import data as data_cmd
 from kbvqa.cli import demo as demo_cmd
 from kbvqa.cli import kb as kb_cmd
+from kbvqa.cli import report as report_cmd
 from kbvqa.cli import score as score_cmd
+from kbvqa.cli import study as study_cmd
 
 app = typer.Typer(
     name="kbvqa",
@@ -24,6 +26,8 @@ app.add_typer(data_cmd.app, name="data", help="Convert benchmark files between f
 app.add_typer(kb_cmd.app, name="kb", help="Import a wiki JSON into the SQLite/FTS5 KB store; search it.")
 app.add_typer(audit_cmd.app, name="audit", help="Audit and repair a benchmark against its KB (rules first, LLM roles when configured).")
 app.add_typer(score_cmd.app, name="score", help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
+app.add_typer(study_cmd.app, name="study", help="Studies: per-type bootstrap CIs, fixed-vs-unfixed comparisons and ranking reversals, retrieval 2x2.")
+app.add_typer(report_cmd.app, name="report", help="Tables (markdown/CSV/LaTeX), plots and an HTML page from study results.")
 app.command("augment", help="Multi-entity composite images (intra/inter/blank/double) with rewritten questions.")(augment_cmd.augment)
 app.command("demo", help="End-to-end offline demo on real photographs shipped in PyPI packages.")(demo_cmd.demo)
 

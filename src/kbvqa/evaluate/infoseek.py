@@ -198,7 +198,8 @@ class _Official:
 def _check_numeric(refs: dict[str, InfoSeekRef]) -> None:
     for r in refs.values():
         if r.qtype == "Numerical" and r.range is None:
-            raise ValueError(f"reference {r.data_id!r} (line {r.line}) is Numerical but has no range")
+            raise ValueError(f"reference {r.data_id!r} (line {r.line}) is Numerical but no number could be read "
+                             "from its answers, so it cannot be scored")
 
 
 def score_official(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], *,

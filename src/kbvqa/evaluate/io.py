@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 import json
 
-from kbvqa.evaluate.normalize import infoseek_normalize
+from kbvqa.evaluate.normalize import infoseek_normalize, number_words_to_digits
 
 __all__ = [
     "ScoreInputError", "PredictionRecord", "InfoSeekRef", "read_jsonl", "read_csv",
@@ -320,18 +320,20 @@ def ref_norm_aliases(ref: InfoSeekRef) -> tuple[str, ...]:
     return norm
 
 
-def _range_from_texts(aliases: list[str], path: str | Path, ln: int) -> tuple[float, float]:
-    """A numeric reference written as text ("1,234", "6 - 7"): parsed with the official parser; a scalar
-    v becomes [v, v]. Several aliases: the hull of what they parse to."""
+def _range_from_texts(aliases: list[str], path: str | Path, ln: int) -> tuple[float, float] | None:
+    """A numeric reference written as text ("1,234", "6 - 7", "six to seven months"): parsed with the
+    official parser, number words first turned into digits when the text has no digits; a scalar v
+    becomes [v, v]; several aliases give the hull of what they parse to. None when no alias holds a
+    number: the scorers then refuse that reference, naming its id, instead of the loader failing."""
     from kbvqa.evaluate.infoseek import parse_numeric  # local import: avoid a cycle
 
     lo, hi = float("inf"), float("-inf")
     for a in aliases:
         v = parse_numeric(a, strict=True)
         if v is None:
+            v = parse_numeric(number_words_to_digits(a), strict=True)
+        if v is None:
             continue
         a_lo, a_hi = (v[0], v[1]) if isinstance(v, list) else (v, v)
         lo, hi = min(lo, a_lo), max(hi, a_hi)
-    if lo > hi:
-        raise ScoreInputError(path, ln, "answers", f"numerical answer has no number in {aliases!r}")
-    return lo, hi
+    return (lo, hi) if lo <= hi else None
