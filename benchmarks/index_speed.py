@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -207,18 +208,24 @@ def main() -> None:
           "| RSS added MB | peak RSS MB | params |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     rate = None
+    hnsw_rates: dict[int, float] = {}
     for n in [int(s) for s in a.sizes.split(",")]:
         for kind in a.kinds.split(","):
             if kind == "hnsw" and n >= 1_000_000 and not a.hnsw_1m:
-                if rate is None:
-                    rate = _child(["--case", "hnsw-rate"]).get("rate")
-                proj = f"~{n / rate / 60:.0f} min projected ({rate:.0f} inserts/s)" if rate else "n/a"
+                if rate is None:  # the largest HNSW built in this run, else a quick 20k build
+                    rate = hnsw_rates[max(hnsw_rates)] if hnsw_rates else _child(["--case", "hnsw-rate"]).get("rate")
+                # inserts slow down as the graph grows (about log n), so scale by log(n)/log(n_measured)
+                n_meas = max(hnsw_rates) if hnsw_rates else 20_000
+                proj = (f"~{n / rate * math.log(n) / math.log(n_meas) / 60:.0f} min projected from "
+                        f"{rate:.0f} inserts/s at {n_meas:,}") if rate else "n/a"
                 print(f"| hnsw | {n:,} | not run: {proj} | | | | | | | use --hnsw-1m |")
                 continue
             r = _child(["--case", f"index:{kind}@{n}"])
             if "error" in r:
                 print(f"| {kind} | {n:,} | error: {r['error']} | | | | | | | |")
                 continue
+            if kind == "hnsw":
+                hnsw_rates[n] = n / r["build_s"]
             print(f"| {kind} | {n:,} | {r['build_s']} | {r['query_ms_p50']} | {r['query_ms_batched']} | "
                   f"{r['recall@10']} | {r['index_mb']} | {r['rss_added_mb']} | {r['peak_rss_mb']} | {r['params']} |",
                   flush=True)

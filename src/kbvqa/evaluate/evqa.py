@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbvqa.evaluate.io import PredictionRecord, ScoreInputError, read_csv, read_jsonl
+from kbvqa.evaluate.io import (PredictionRecord, ScoreInputError, add_reference, kbvqa_alternatives,
+                              last_prediction_per_id, read_csv, read_jsonl)
 from kbvqa.evaluate.judge import PROMPT_VERSION, ChatClient, judge_answer
 from kbvqa.evaluate.normalize import evqa_normalize
 
@@ -113,34 +114,16 @@ def load_evqa_references(path: str | Path) -> dict[str, EVQARef]:
                 raise ScoreInputError(path, ln, "answer", "missing column")
             ref = _make_ref(did, row.get("question") or "", (row.get("question_type") or "").strip(),
                             row["answer"].split("|"), path, ln)
-            _add(refs, ref, path)
+            add_reference(refs, ref, path)
     else:
         for ln, obj in read_jsonl(path):
             did = obj.get("id", obj.get("data_id"))
             if not isinstance(did, str) or not did:
                 raise ScoreInputError(path, ln, "id", f"must be a non-empty string, got {did!r}")
-            answers = obj.get("answers")
-            if not isinstance(answers, list):
-                raise ScoreInputError(path, ln, "answers", f"expected a list, got {answers!r}")
-            alts = []
-            for a in answers:
-                if isinstance(a, str):
-                    alts.append(a)
-                elif isinstance(a, dict) and isinstance(a.get("text"), str):
-                    parts = a.get("parts") or []
-                    alts.append("&&".join(parts) if len(parts) > 1 else a["text"])
-                else:
-                    raise ScoreInputError(path, ln, "answers", f"each answer must be a string or {{text,...}}, got {a!r}")
+            alts = kbvqa_alternatives(obj.get("answers"), path, ln)
             ref = _make_ref(did, obj.get("question") or "", str(obj.get("question_type") or ""), alts, path, ln)
-            _add(refs, ref, path)
+            add_reference(refs, ref, path)
     return refs
-
-
-def _add(refs: dict[str, EVQARef], ref: EVQARef, path: str | Path) -> None:
-    if ref.data_id in refs:
-        raise ScoreInputError(path, ref.line, "data_id",
-                              f"duplicate reference id {ref.data_id!r} (first on line {refs[ref.data_id].line})")
-    refs[ref.data_id] = ref
 
 
 def load_bem(model_dir: str | Path, *, threshold: float = 0.5, device: str | None = None) -> "BEMBackend":
@@ -287,15 +270,7 @@ class EVQAResult:
 async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARef], *,
                            backend: Any = None, per_item: bool = False) -> EVQAResult:
     """Accuracy over all references (missing predictions are wrong and counted), by question type."""
-    by_id: dict[str, str | None] = {}
-    unknown = dup = 0
-    for p in preds:
-        if p.data_id not in refs:
-            unknown += 1
-            continue
-        if p.data_id in by_id:
-            dup += 1
-        by_id[p.data_id] = p.prediction
+    by_id, unknown, dup = last_prediction_per_id(preds, refs)
     em: dict[str, bool] = {did: exact_match(ref, by_id[did]) if did in by_id else False
                            for did, ref in refs.items()}
     scorer_of: dict[str, str] = {did: EM_SCORER for did in refs}

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from kbvqa.evaluate.io import InfoSeekRef, PredictionRecord, ref_norm_aliases
+from kbvqa.evaluate.io import InfoSeekRef, PredictionRecord, last_prediction_per_id, ref_norm_aliases
 from kbvqa.evaluate.normalize import evqa_normalize, infoseek_normalize, number_words_to_digits
 
 __all__ = [
@@ -240,26 +240,12 @@ def score_official(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], 
     return InfoSeekResult(summary, items, counts)
 
 
-def _last_wins(preds: list[PredictionRecord], refs: dict[str, Any]) -> tuple[dict[str, str | None], int, int]:
-    """One prediction per reference id (the last line wins); returns (map, n_unknown, n_duplicates)."""
-    by_id: dict[str, str | None] = {}
-    unknown = dup = 0
-    for p in preds:
-        if p.data_id not in refs:
-            unknown += 1
-            continue
-        if p.data_id in by_id:
-            dup += 1
-        by_id[p.data_id] = p.prediction
-    return by_id, unknown, dup
-
-
 def score_strict(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], *,
                  per_item: bool = False, time_leniency: bool = True) -> InfoSeekResult:
     """Official per-item rules, every reference counted, coverage reported, Time year leniency."""
     _check_numeric(refs)
     judge = _Official(refs)
-    by_id, unknown, dup = _last_wins(preds, refs)
+    by_id, unknown, dup = last_prediction_per_id(preds, refs)
     tally = _new_tally()
     predicted = {"unseen_question": 0, "unseen_entity": 0}
     n_split = {"unseen_question": 0, "unseen_entity": 0}
@@ -345,7 +331,7 @@ def reward_numeric_correct(pred: str, intervals: list[tuple[float, float]]) -> b
 def score_reward(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], *,
                  per_item: bool = False, normalize: Callable[[str], str] = evqa_normalize) -> InfoSeekResult:
     """ARA reward accuracy over all reference ids (missing = wrong), by question type."""
-    by_id, unknown, dup = _last_wins(preds, refs)
+    by_id, unknown, dup = last_prediction_per_id(preds, refs)
     tally = {qt: [0, 0] for qt in QTYPES}
     items: list[dict[str, Any]] = []
     neg_refs = 0

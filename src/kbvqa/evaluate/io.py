@@ -122,6 +122,46 @@ def load_predictions(path: str | Path) -> list[PredictionRecord]:
     return out
 
 
+def last_prediction_per_id(preds: list[PredictionRecord], refs: Any) -> tuple[dict[str, str | None], int, int]:
+    """One prediction per reference id, the last line winning; returns (map, n_unknown, n_duplicates).
+    The strict, reward and E-VQA scorers share this so they count duplicates and unknown ids alike."""
+    by_id: dict[str, str | None] = {}
+    unknown = dup = 0
+    for p in preds:
+        if p.data_id not in refs:
+            unknown += 1
+            continue
+        if p.data_id in by_id:
+            dup += 1
+        by_id[p.data_id] = p.prediction
+    return by_id, unknown, dup
+
+
+def kbvqa_alternatives(answers: Any, path: str | Path, ln: int) -> list[str]:
+    """A kbvqa `answers` list as alternative strings; a multi-part answer becomes "a&&b" (E-VQA's
+    spelling, which the E-VQA scorer and answer-in-text recall split again)."""
+    if not isinstance(answers, list):
+        raise ScoreInputError(path, ln, "answers", f"expected a list, got {answers!r}")
+    alts = []
+    for a in answers:
+        if isinstance(a, str):
+            alts.append(a)
+        elif isinstance(a, dict) and isinstance(a.get("text"), str):
+            parts = a.get("parts") or []
+            alts.append("&&".join(parts) if len(parts) > 1 else a["text"])
+        else:
+            raise ScoreInputError(path, ln, "answers", f"each answer must be a string or {{text,...}}, got {a!r}")
+    return alts
+
+
+def add_reference(refs: dict[str, Any], ref: Any, path: str | Path) -> None:
+    """Insert `ref` (anything with data_id and line) or fail naming both lines of a duplicate id."""
+    if ref.data_id in refs:
+        raise ScoreInputError(path, ref.line, "data_id",
+                              f"duplicate reference id {ref.data_id!r} (first on line {refs[ref.data_id].line})")
+    refs[ref.data_id] = ref
+
+
 _MISSING = object()
 
 
@@ -237,10 +277,7 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
         if not keep_raw:
             ref_norm_aliases(ref)
             ref.aliases = []
-        if ref.data_id in refs:
-            raise ScoreInputError(path, ln, "data_id", f"duplicate reference id {ref.data_id!r} "
-                                                       f"(first on line {refs[ref.data_id].line})")
-        refs[ref.data_id] = ref
+        add_reference(refs, ref, path)
     return refs
 
 

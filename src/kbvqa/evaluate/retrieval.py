@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal
 
 from kbvqa.data.urls import canonical_url, dedupe_urls
-from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
+from kbvqa.evaluate.io import ScoreInputError, add_reference, kbvqa_alternatives, read_csv, read_jsonl
 from kbvqa.evaluate.normalize import contains_word_bounded, evqa_normalize
 
 __all__ = [
@@ -55,7 +55,7 @@ def load_retrieval_references(path: str | Path) -> dict[str, RetrievalRef]:
                 raise ScoreInputError(path, ln, "wikipedia_url", f"missing or empty for {did!r}")
             gold = dedupe_urls(u for u in raw.split("|") if u.strip())
             answers = [a for a in (row.get("answer") or "").split("|") if a.strip()]
-            _add(refs, RetrievalRef(did, gold, answers, row.get("question_type") or None, ln), path)
+            add_reference(refs, RetrievalRef(did, gold, answers, row.get("question_type") or None, ln), path)
     else:
         for ln, obj in read_jsonl(path):
             did = obj.get("id", obj.get("data_id"))
@@ -68,22 +68,9 @@ def load_retrieval_references(path: str | Path) -> dict[str, RetrievalRef]:
             urls = [url]
             if obj.get("question_type") == "2_hop":
                 urls += [e.get("url") for e in obj.get("related_entities") or [] if isinstance(e, dict) and e.get("url")]
-            answers = []
-            for a in obj.get("answers") or []:
-                if isinstance(a, str):
-                    answers.append(a)
-                elif isinstance(a, dict) and isinstance(a.get("text"), str):
-                    parts = a.get("parts") or []
-                    answers.append("&&".join(parts) if len(parts) > 1 else a["text"])
-            _add(refs, RetrievalRef(did, dedupe_urls(urls), answers, obj.get("question_type"), ln), path)
+            answers = kbvqa_alternatives(obj.get("answers") or [], path, ln)
+            add_reference(refs, RetrievalRef(did, dedupe_urls(urls), answers, obj.get("question_type"), ln), path)
     return refs
-
-
-def _add(refs: dict[str, RetrievalRef], ref: RetrievalRef, path: str | Path) -> None:
-    if ref.data_id in refs:
-        raise ScoreInputError(path, ref.line, "data_id",
-                              f"duplicate reference id {ref.data_id!r} (first on line {refs[ref.data_id].line})")
-    refs[ref.data_id] = ref
 
 
 def load_retrieval_records(path: str | Path) -> tuple[dict[str, dict[str, list[str]]], int]:
