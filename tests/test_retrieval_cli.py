@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from kbvqa.cli import index as index_cmd
 from kbvqa.cli import retrieve as retrieve_cmd
+from kbvqa.cli import study as study_cmd
 from kbvqa.evaluate.retrieval import load_retrieval_records, load_retrieval_references, retrieval_metrics
 from kbvqa.pipelines.demo.bench import build_bench
 
@@ -17,7 +18,7 @@ app = typer.Typer()
 app.add_typer(index_cmd.app, name="index")
 app.command("retrieve")(retrieve_cmd.retrieve)
 app.command("answer")(retrieve_cmd.answer)
-app.command("study")(retrieve_cmd.study)
+app.add_typer(study_cmd.app, name="study")
 runner = CliRunner()
 
 
@@ -94,7 +95,7 @@ def test_index_text_and_study(bench, tmp_path):
     rows = [{"id": f"{gold['id']}__anchor", "retrieved": [gold["entity"]["url"]]},
             {"id": f"{gold['id']}__intra", "retrieved": ["https://en.wikipedia.org/wiki/Other"]}]
     recs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    res = runner.invoke(app, ["study", "--records", str(recs), "--references", str(b.samples), "--ks", "1",
+    res = runner.invoke(app, ["study", "augmentation-recall", "--records", str(recs), "--references", str(b.samples), "--ks", "1",
                               "--out", str(tmp_path / "study.json")])
     assert res.exit_code == 0, res.output
     assert "| anchor | 1 | 1.0 |" in res.output and "| intra | 1 | 0.0 |" in res.output

@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import typer
+from typer.core import TyperGroup
 
 from kbvqa import __version__
 from kbvqa.cli import audit as audit_cmd
 from kbvqa.cli import augment as augment_cmd
 from kbvqa.cli import data as data_cmd
 from kbvqa.cli import demo as demo_cmd
+from kbvqa.cli import index as index_cmd
 from kbvqa.cli import kb as kb_cmd
 from kbvqa.cli import report as report_cmd
+from kbvqa.cli import retrieve as retrieve_cmd
 from kbvqa.cli import score as score_cmd
 from kbvqa.cli import study as study_cmd
 
+
+
+class _InOrder(TyperGroup):
+    """List jobs in the order they are registered (a user's path), not commands before groups."""
+
+    def list_commands(self, ctx):  # type: ignore[no-untyped-def]
+        return list(self.commands)
+
+
 app = typer.Typer(
+    cls=_InOrder,
     name="kbvqa",
     help="Audit, repair, augment and evaluate knowledge-seeking VQA benchmarks and the MM-RAG "
          "pipelines and search agents that answer them.",
@@ -22,13 +35,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+# Listed in the order a user meets them: data and KB, audit, augment, retrieve/answer, score, study, report.
 app.add_typer(data_cmd.app, name="data", help="Convert benchmark files between formats; dataset statistics.")
 app.add_typer(kb_cmd.app, name="kb", help="Import a wiki JSON into the SQLite/FTS5 KB store; search it.")
-app.add_typer(audit_cmd.app, name="audit", help="Audit and repair a benchmark against its KB (rules first, LLM roles when configured).")
+app.add_typer(audit_cmd.app, name="audit",
+              help="Audit and repair a benchmark against its KB (rules first, LLM roles when configured).")
+app.command("augment", help="Multi-entity composite images (intra/inter/blank/double) with rewritten "
+                            "questions.")(augment_cmd.augment)
+app.add_typer(index_cmd.app, name="index", help="Build FAISS image indexes and dense section indexes over a KB.")
+app.command("retrieve", help="Image-to-image KB retrieval: ranked, entity-deduplicated records for "
+                             "Recall@K.")(retrieve_cmd.retrieve)
+app.command("answer", help="Answer with a reference MM-RAG pipeline (echosight | iba | "
+                           "extractive).")(retrieve_cmd.answer)
 app.add_typer(score_cmd.app, name="score", help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
-app.add_typer(study_cmd.app, name="study", help="Studies: per-type bootstrap CIs, fixed-vs-unfixed comparisons and ranking reversals, retrieval 2x2.")
-app.add_typer(report_cmd.app, name="report", help="Tables (markdown/CSV/LaTeX), plots and an HTML page from study results.")
-app.command("augment", help="Multi-entity composite images (intra/inter/blank/double) with rewritten questions.")(augment_cmd.augment)
+app.add_typer(study_cmd.app, name="study", help="Studies: per-type bootstrap CIs, fixed-vs-unfixed comparisons and "
+                                                "ranking reversals, retrieval 2x2, augmentation recall.")
+app.add_typer(report_cmd.app, name="report", help="Tables (markdown/CSV/LaTeX), plots and an HTML page from study "
+                                                  "results.")
 app.command("demo", help="End-to-end offline demo on real photographs shipped in PyPI packages.")(demo_cmd.demo)
 
 

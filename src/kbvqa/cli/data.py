@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import itertools
 import json
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
 
+from kbvqa.cli.common import fail
 from kbvqa.data.errors import DataError, SkipReport
 from kbvqa.data.formats import FORMATS, detect_format, read_samples, write_samples
 from kbvqa.data.generic import parse_mapping
 from kbvqa.data.stats import dataset_stats, render_stats
+
 
 app = typer.Typer(no_args_is_help=True)
 _FORMATS = ", ".join(sorted(FORMATS))
 _SHOW_SKIPPED = 50
 
 
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(code=1)
+_fail = partial(fail, code=1)  # data and kb errors exit 1 (their documented code)
 
 
 def _mapping(text: Optional[str]) -> Optional[dict[str, str]]:

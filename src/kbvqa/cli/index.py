@@ -10,6 +10,9 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from kbvqa.cli.common import fail
+
+
 app = typer.Typer(no_args_is_help=True, help="Build FAISS image indexes and dense section indexes over a KB.")
 
 
@@ -30,11 +33,6 @@ def _errors() -> tuple[type[BaseException], ...]:
     from kbvqa.kb.store import KBError
 
     return (FileNotFoundError, ValueError, ImportError, OSError, KBError)
-
-
-def _fail(exc: BaseException) -> None:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(code=2)
 
 
 @app.command("images")
@@ -76,7 +74,7 @@ def images(
                                           progress=console.is_terminal, index_params=params)
         meta_path = index.save(out)
     except _errors() as e:
-        _fail(e)
+        fail(e)
         return
     summary = {"index": str(meta_path), "encoder": index.encoder, "kind": index.kind, "vectors": len(index),
                **{k: v for k, v in report.as_dict().items() if not k.startswith("examples")}}
@@ -110,6 +108,6 @@ def text(
         index, stats = build_text_index(store, emb, progress=console.is_terminal)
         meta_path = index.save(out)
     except _errors() as e:
-        _fail(e)
+        fail(e)
         return
     typer.echo(json.dumps({"index": str(meta_path), "embedder": index.embedder, **stats}))

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from kbvqa.cli.common import fail
+
+
 app = typer.Typer(no_args_is_help=True)
 
 
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(1)
+_fail = partial(fail, code=1)  # data and kb errors exit 1 (their documented code)
 
 
 def _open(path: Path):

@@ -1,4 +1,4 @@
-"""`kbvqa retrieve`, `kbvqa answer` (and the augmentation `study`): command functions the app registers.
+"""`kbvqa retrieve`, `kbvqa answer`: command functions the app registers.
 
 `retrieve` writes clean retrieval records ({id, retrieved, stage, scores, status}) that `kbvqa score
 retrieval` reads, encoding query images in batches; failures are error lines (a miss, never a drop).
@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+
+from kbvqa.cli.common import fail
 
 
 class Pipeline(str, Enum):
@@ -36,11 +38,6 @@ def _errors() -> tuple[type[BaseException], ...]:
     from kbvqa.kb.store import KBError
 
     return (FileNotFoundError, ValueError, ImportError, OSError, KeyError, DataError, KBError)
-
-
-def _fail(exc: BaseException) -> None:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(code=2)
 
 
 def _load_index(index: Path, model_dir: Optional[Path], device: Optional[str] = None):
@@ -93,7 +90,7 @@ def retrieve(
         bar.close()
         tmp.replace(out)
     except _errors() as e:
-        _fail(e)
+        fail(e)
         return
     typer.echo(json.dumps({"out": str(out), "records": sum(counts.values()), **counts, "encoder": enc.name, "k": k,
                            "seconds": round(time.perf_counter() - t0, 3)}))
@@ -169,34 +166,9 @@ def answer(
                                              "index": str(index) if index else None})
         rr = write_retrieval_records(out, out.with_suffix(".retrieval.jsonl"))
     except _errors() as e:
-        _fail(e)
+        fail(e)
         return
     typer.echo(json.dumps({"out": str(out), "retrieval_records": str(rr), "ok": summary.ok, "error": summary.error,
                            "invalid": summary.invalid, "pipeline": pipeline.value,
                            "stages": [s.name for s in stages], "usage": summary.usage.model_dump(),
                            "seconds": round(summary.seconds, 3)}))
-
-
-def study(
-    records: list[Path] = typer.Option(..., "--records", help="Retrieval records with __anchor/__intra/__inter/"
-                                                              "__blank/__double id suffixes (one or more files)."),
-    references: Path = typer.Option(..., "--references", help="Gold urls: kbvqa JSONL or CSV with wikipedia_url."),
-    ks: str = typer.Option("1,5,10,20", "--ks", help="Comma-separated K values."),
-    stage: str = typer.Option("initial", "--stage", help="Which retrieval stage to tabulate."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON here."),
-) -> None:
-    """Augmentation study: Recall@K per variant side by side, with deltas against the anchor."""
-    from kbvqa.evaluate.io import read_jsonl
-    from kbvqa.evaluate.retrieval import load_retrieval_references
-    from kbvqa.pipelines.answer import augmentation_recall_table, markdown_table
-
-    try:
-        refs = load_retrieval_references(references)
-        recs = [obj for p in records for _, obj in read_jsonl(p)]
-        rows = augmentation_recall_table(recs, refs, ks=[int(x) for x in ks.split(",") if x.strip()], stage=stage)
-    except _errors() as e:
-        _fail(e)
-        return
-    typer.echo(markdown_table(rows))
-    if out:
-        out.write_text(json.dumps(rows, indent=2), encoding="utf-8")

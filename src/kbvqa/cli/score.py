@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+
+from kbvqa.cli.common import emit_json, fail, print_table
 
 app = typer.Typer(no_args_is_help=True, help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
 
@@ -25,14 +25,8 @@ class TwoHopPolicy(str, Enum):
     all = "all"
 
 
-def _fail(exc: Exception) -> None:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(code=2)
 
 
-def _emit_json(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
 
 
 def _write_items(path: Path, items: list[dict[str, Any]]) -> None:
@@ -42,18 +36,6 @@ def _write_items(path: Path, items: list[dict[str, Any]]) -> None:
         fh.write("".join(dumps_line(it) + "\n" for it in items))
 
 
-def _table(title: str, rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from rich.markup import escape
-
-    t = Table(title=escape(title))
-    for h in header:
-        t.add_column(escape(h))
-    for r in rows:
-        t.add_row(*[escape(str(x)) for x in r])
-    Console().print(t)
 
 
 @app.command("infoseek")
@@ -86,7 +68,7 @@ def infoseek(
         else:
             res = isk.score_reward(preds, refs, per_item=want_items)
     except (ScoreInputError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
         return
     if per_item is not None:
         _write_items(per_item, res.items)
@@ -101,12 +83,14 @@ def infoseek(
             note += f"; {c['n_references_without_split']} references have no data_split (scored as unseen_entity)"
         typer.echo(note, err=True)
     if as_json:
-        _emit_json(s)
+        emit_json(s)
         return
     if mode is InfoSeekMode.reward:
         rows = [(qt, v["accuracy"], v["correct"], v["n"]) for qt, v in s["by_question_type"].items()]
         rows.append(("all", s["accuracy"], s["correct"], s["n"]))
-        _table(f"InfoSeek reward accuracy (coverage {s['coverage']:.2%})", rows, ("type", "accuracy", "correct", "n"))
+        print_table(f"InfoSeek reward accuracy (coverage {s['coverage']:.2%})",
+                    ("type", "accuracy", "correct", "n"),
+                    rows)
         for w in s["warnings"]:
             typer.echo(f"warning: {w}", err=True)
         return
@@ -114,8 +98,9 @@ def infoseek(
     for name in ("unseen_question", "unseen_entity"):
         v = s[f"{name}_score"]
         rows.append((name, v["score"], v["score_string"], v["score_num"], v["score_time"]))
-    _table(f"InfoSeek {mode.value}: final {s['final_score']}", rows,
-           ("split", "score", "string", "numerical", "time"))
+    print_table(f"InfoSeek {mode.value}: final {s['final_score']}",
+                ("split", "score", "string", "numerical", "time"),
+                rows)
     if mode is InfoSeekMode.strict:
         typer.echo(f"coverage {s['coverage']:.2%} ({s['n_predicted']}/{s['n']}); time leniency rescued "
                    f"{s['extensions']['time_leniency']['n_rescued']} items (kbvqa extension)")
@@ -211,18 +196,17 @@ def evqa(
 
         res = asyncio.run(_run())
     except (ScoreInputError, ValueError, RuntimeError, FileNotFoundError) as exc:
-        _fail(exc)
+        fail(exc)
         return
     if per_item is not None:
         _write_items(per_item, res.items)
     s = res.summary
     if as_json:
-        _emit_json(s)
+        emit_json(s)
         return
     rows = [(k, v["accuracy"], v["correct"], v["n"], v["n_predicted"]) for k, v in s["by_question_type"].items()]
     rows.append(("all", s["accuracy"], s["correct"], s["n"], s["n_predicted"]))
-    _table(f"E-VQA accuracy, scorer {s['scorer']}, coverage {s['coverage']:.2%}", rows,
-           ("question_type", "accuracy", "correct", "n", "predicted"))
+    print_table(f"E-VQA accuracy, scorer {s['scorer']}, coverage {s['coverage']:.2%}", ("question_type", "accuracy", "correct", "n", "predicted"), rows)
 
 
 def _judge_references(path: Path) -> dict[str, tuple[str, str]]:
@@ -281,7 +265,7 @@ def judge(
             raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and "
                              "--judge-model, or --judge-replay")
     except (ScoreInputError, ValueError, FileNotFoundError) as exc:
-        _fail(exc)
+        fail(exc)
         return
     by_id: dict[str, Optional[str]] = {}
     unknown = 0
@@ -324,10 +308,12 @@ def judge(
                          "label": v.label if v else "not_attempted", "rationale": v.rationale if v else "no answer"})
         _write_items(per_item, rows)
     if as_json:
-        _emit_json(summary)
+        emit_json(summary)
         return
     keys = ("correct", "incorrect", "not_attempted", "invalid", "error", "accuracy_given_attempted", "f1")
-    _table(f"Short-answer judge ({summary['n']} items)", [(k, f"{summary[k]:.4f}") for k in keys], ("metric", "value"))
+    print_table(f"Short-answer judge ({summary['n']} items)",
+                ("metric", "value"),
+                [(k, f"{summary[k]:.4f}") for k in keys])
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -373,17 +359,18 @@ def retrieval(
             out["answer_in_text"] = {stage: rt.answer_in_text_recall(r, refs, table.get, ks=ks)
                                      for stage, r in recs.items()}
     except (ScoreInputError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
         return
     if as_json:
-        _emit_json(out)
+        emit_json(out)
         return
     rows = []
     for stage, m in out["stages"].items():
         rows.append((stage, *[f"{100 * m['recall'][f'@{kk}']:.2f}" for kk in out["ks"]], f"{m['mrr']:.4f}",
                      m["n_missing"]))
-    _table(f"Retrieval ({out['n_references']} references, two_hop={two_hop.value})", rows,
-           ("stage", *[f"R@{kk}" for kk in out["ks"]], "MRR", "missing"))
+    print_table(f"Retrieval ({out['n_references']} references, two_hop={two_hop.value})",
+                ("stage", *[f"R@{kk}" for kk in out["ks"]], "MRR", "missing"),
+                rows)
 
 
 class MethodFormat(str, Enum):
@@ -429,14 +416,14 @@ def convert_predictions(
                          id_key=id_key, answer_key=answer_key, extract=extract, raw_outputs=raw_outputs,
                          allow_gt_order=allow_gt_order)
     except (ScoreInputError, ValueError, FileNotFoundError) as exc:
-        _fail(exc)
+        fail(exc)
         return
     n = mt.write_predictions(out, res.predictions)
     summary = {**res.summary(), "out": str(out), "n_written": n}
     for w in res.warnings:
         typer.echo(f"warning: {w}", err=True)
     if as_json:
-        _emit_json(summary)
+        emit_json(summary)
         return
     a = res.alignment
     rows = [("lines read", a.n_input), ("written", n), ("duplicate ids", f"{len(a.duplicates)} ({a.duplicate_policy})"),
@@ -444,4 +431,4 @@ def convert_predictions(
     if a.n_references is not None:
         rows += [("references", a.n_references), ("missing ids", a.n_missing), ("unknown ids (dropped)", a.n_unknown)]
     rows += [(f"rule {k}", v) for k, v in res.parse_rules.items()]
-    _table(f"{method.value} -> {out}", rows, ("", "count"))
+    print_table(f"{method.value} -> {out}", ("", "count"), rows)

@@ -9,12 +9,13 @@ first with `kbvqa score convert-predictions`.
 from __future__ import annotations
 
 import json
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+
+from kbvqa.cli.common import emit_json, fail, print_table
 
 app = typer.Typer(no_args_is_help=True,
                   help="Studies: accuracy by group with bootstrap CIs, split comparisons and ranking "
@@ -28,26 +29,10 @@ class Scorer(str, Enum):
     evqa_semantic = "evqa-semantic"
 
 
-def _fail(exc: Exception) -> None:
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(code=2)
 
 
-def _emit(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
 
 
-def _table(title: str, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = Table(title=escape(title))
-    for c in cols:
-        t.add_column(escape(c))
-    for r in rows:
-        t.add_row(*[escape(f"{v:.2f}" if isinstance(v, float) else str(v)) for v in r])
-    Console().print(t)
 
 
 def _semantic(scorer: Scorer, threshold: float) -> Any:
@@ -103,16 +88,16 @@ def by_type(
         labels = None if by in ("question_type", "qtype") else st.group_labels(references, by)
         res = st.by_group(sc, by, labels, n_resamples=resamples, seed=seed)
     except (ScoreInputError, ValueError, FileNotFoundError) as exc:
-        _fail(exc)
+        fail(exc)
         return
     _save(out, f"by-{_slug(by)}-{_slug(sc.label)}", res, not no_report)
     if as_json:
-        _emit(res)
+        emit_json(res)
         return
     rows = [(g["group"], g["n"], g["accuracy"], f"[{g['ci_low']:.2f}, {g['ci_high']:.2f}]") for g in res["groups"]]
     o = res["overall"]
     rows.append(("all", o["n"], o["estimate"], f"[{o['low']:.2f}, {o['high']:.2f}]"))
-    _table(f"{sc.label}: accuracy by {by} (scorer {res['scorer']})", (by, "n", "accuracy %", "95% CI"), rows)
+    print_table(f"{sc.label}: accuracy by {by} (scorer {res['scorer']})", (by, "n", "accuracy %", "95% CI"), rows)
 
 
 def _slug(text: str) -> str:
@@ -176,18 +161,18 @@ def compare(
         res = st.compare_splits(runs, split_names=split_names, n_resamples=resamples, seed=seed,  # type: ignore[arg-type]
                                 allow_partial=allow_partial)
     except (ScoreInputError, ValueError, FileNotFoundError) as exc:
-        _fail(exc)
+        fail(exc)
         return
     res["references"] = {split_names[0]: str(references_a), split_names[1]: str(references_b)}
     _save(out, "compare", res, not no_report)
     if as_json:
-        _emit(res)
+        emit_json(res)
         return
     a, b = split_names
     rows = [(m["method"], m["accuracy_a"], m["accuracy_b"], m["delta"],
              f"[{m['delta_ci']['low']:.2f}, {m['delta_ci']['high']:.2f}]", m["rank_a"], m["rank_b"])
             for m in res["methods"]]
-    _table(f"{a} vs {b} (scorer {res['scorer']})", ("method", f"acc {a}", f"acc {b}", "delta", "95% CI",
+    print_table(f"{a} vs {b} (scorer {res['scorer']})", ("method", f"acc {a}", f"acc {b}", "delta", "95% CI",
                                                    f"rank {a}", f"rank {b}"), rows)
     for p in res["pairs"]:
         if p["status"] == "reversed":
@@ -219,15 +204,40 @@ def retrieval_2x2(
         wo = st.score_items(without_pred, refs, scorer.value, label=without_pred.stem, semantic_backend=sem)
         res = st.retrieval_2x2(w, wo, n_resamples=resamples, seed=seed)
     except (ScoreInputError, ValueError, FileNotFoundError) as exc:
-        _fail(exc)
+        fail(exc)
         return
     _save(out, "retrieval-2x2", res, not no_report)
     if as_json:
-        _emit(res)
+        emit_json(res)
         return
     o = res["overall"]
     rows = [(k.replace("_", " "), o[k], o[f"{k}_pct"]) for k in ("both_correct", "only_with", "only_without", "neither")]
-    _table(f"with vs without retrieval (scorer {res['scorer']}, n={o['n']})", ("outcome", "count", "%"), rows)
+    print_table(f"with vs without retrieval (scorer {res['scorer']}, n={o['n']})", ("outcome", "count", "%"), rows)
     g = res["gain"]
     typer.echo(f"gain {g['estimate']:+.2f} points, 95% CI [{g['low']:.2f}, {g['high']:.2f}]; "
                f"exact McNemar p = {res['mcnemar_p']:.4g}")
+
+
+@app.command("augmentation-recall")
+def augmentation_recall(
+    records: list[Path] = typer.Option(..., "--records", help="Retrieval records with __anchor/__intra/__inter/"
+                                                              "__blank/__double id suffixes (one or more files)."),
+    references: Path = typer.Option(..., "--references", help="Gold urls: kbvqa JSONL or CSV with wikipedia_url."),
+    ks: str = typer.Option("1,5,10,20", "--ks", help="Comma-separated K values."),
+    stage: str = typer.Option("initial", "--stage", help="Which retrieval stage to tabulate."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON here."),
+) -> None:
+    """Augmentation study: Recall@K per variant side by side, with deltas against the anchor."""
+    from kbvqa.evaluate.io import read_jsonl
+    from kbvqa.evaluate.retrieval import load_retrieval_references
+    from kbvqa.pipelines.answer import augmentation_recall_table, markdown_table
+
+    try:
+        refs = load_retrieval_references(references)
+        recs = [obj for p in records for _, obj in read_jsonl(p)]
+        rows = augmentation_recall_table(recs, refs, ks=[int(x) for x in ks.split(",") if x.strip()], stage=stage)
+    except (OSError, ValueError, KeyError) as e:
+        fail(e)
+    typer.echo(markdown_table(rows))
+    if out:
+        out.write_text(json.dumps(rows, indent=2), encoding="utf-8")
