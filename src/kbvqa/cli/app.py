@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-from typer.core import TyperGroup
 
 from kbvqa import __version__
 from kbvqa.cli import audit as audit_cmd
@@ -19,15 +18,7 @@ from kbvqa.cli import study as study_cmd
 
 
 
-class _InOrder(TyperGroup):
-    """List jobs in the order they are registered (a user's path), not commands before groups."""
-
-    def list_commands(self, ctx):  # type: ignore[no-untyped-def]
-        return list(self.commands)
-
-
 app = typer.Typer(
-    cls=_InOrder,
     name="kbvqa",
     help="Audit, repair, augment and evaluate knowledge-seeking VQA benchmarks and the MM-RAG "
          "pipelines and search agents that answer them.",
@@ -35,7 +26,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-# Listed in the order a user meets them: data and KB, audit, augment, retrieve/answer, score, study, report.
+# Registered in the order a user meets them: data and KB, audit, augment, retrieve/answer, score, study, report.
 app.add_typer(data_cmd.app, name="data", help="Convert benchmark files between formats; dataset statistics.")
 app.add_typer(kb_cmd.app, name="kb", help="Import a wiki JSON into the SQLite/FTS5 KB store; search it.")
 app.add_typer(audit_cmd.app, name="audit",
