@@ -128,15 +128,44 @@ def _dir_fingerprint(model_dir: Path) -> str:
     return h.hexdigest()[:8]
 
 
-class CLIPEncoder:
+class _BatchedEncoder:
+    """Shared batching loop for neural encoders: subclasses set name/dim/batch_size/progress and
+    implement `_features(list of PIL images) -> (n, dim) array`."""
+
+    baseline = False
+    name: str
+    dim: int
+    batch_size: int
+    progress: bool
+
+    def _features(self, ims: list[Image.Image]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def encode(self, images: Iterable[ImageLike]) -> np.ndarray:
+        images = list(images)
+        bar = _progress(len(images), f"encode {self.name}", self.progress)
+        rows = []
+        try:
+            for i in range(0, len(images), self.batch_size):
+                batch = [load_image(im) for im in images[i:i + self.batch_size]]
+                rows.append(self._features(batch))
+                bar.advance(len(batch))
+        finally:
+            bar.close()
+        if not rows:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vecs = _normalise(np.concatenate(rows))
+        self.dim = vecs.shape[1]
+        return vecs
+
+
+class CLIPEncoder(_BatchedEncoder):
     """CLIP / SigLIP image tower through transformers, loaded from a local directory only.
 
     `model_dir` holds `config.json` + weights (`save_pretrained` layout) and the image processor's
     `preprocessor_config.json`. Any transformers model with `get_image_features` works (CLIPModel,
     SiglipModel, ...). Images are decoded, preprocessed and encoded `batch_size` at a time.
     """
-
-    baseline = False
 
     def __init__(self, model_dir: str | Path, *, device: str | None = None, batch_size: int = 32,
                  progress: bool = False, dtype: str | None = None):
@@ -178,31 +207,11 @@ class CLIPEncoder:
             out = out.pooler_output
         return out.float().cpu().numpy()
 
-    def encode(self, images: Iterable[ImageLike]) -> np.ndarray:
-        images = list(images)
-        bar = _progress(len(images), f"encode {self.name}", self.progress)
-        rows = []
-        try:
-            for i in range(0, len(images), self.batch_size):
-                batch = [load_image(im) for im in images[i:i + self.batch_size]]
-                rows.append(self._features(batch))
-                bar.advance(len(batch))
-        finally:
-            bar.close()
-        if not rows:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = _normalise(np.concatenate(rows))
-        self.dim = vecs.shape[1]
-        return vecs
-
-
-class OpenCLIPEncoder:
+class OpenCLIPEncoder(_BatchedEncoder):
     """open_clip image tower (EVA-CLIP etc.): optional extra, imported lazily.
 
     `pretrained` must be a local checkpoint path; open_clip's hub names would download, so they are
     refused."""
-
-    baseline = False
 
     def __init__(self, model: str, pretrained: str | Path, *, device: str | None = None, batch_size: int = 32,
                  progress: bool = False):
@@ -224,23 +233,12 @@ class OpenCLIPEncoder:
         self.batch_size = batch_size
         self.progress = progress
 
-    def encode(self, images: Iterable[ImageLike]) -> np.ndarray:
+    def _features(self, ims: list[Image.Image]) -> np.ndarray:
         import torch
 
-        images = list(images)
-        bar = _progress(len(images), f"encode {self.name}", self.progress)
-        rows = []
-        try:
-            for i in range(0, len(images), self.batch_size):
-                batch = torch.stack([self.preprocess(load_image(im)) for im in images[i:i + self.batch_size]])
-                with torch.inference_mode():
-                    rows.append(self.model.encode_image(batch.to(self.device)).float().cpu().numpy())
-                bar.advance(len(batch))
-        finally:
-            bar.close()
-        if not rows:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return _normalise(np.concatenate(rows))
+        batch = torch.stack([self.preprocess(im) for im in ims])
+        with torch.inference_mode():
+            return self.model.encode_image(batch.to(self.device)).float().cpu().numpy()
 
 
 def encode_files(encoder: ImageEncoder, paths: Sequence[ImageLike], *, batch_size: int = 256,
