@@ -310,24 +310,18 @@ def _parse_ref(obj: dict[str, Any], kind: str, path: str | Path, ln: int,
     elif kind == "kbvqa":
         split = obj.get("split")
         answers = obj["answers"]
-        if not isinstance(answers, list):
-            raise ScoreInputError(path, ln, "answers", f"expected a list, got {type(answers).__name__}")
-        aliases = []
-        for a in answers:
-            if isinstance(a, str):
-                aliases.append(a)
-            elif isinstance(a, dict) and isinstance(a.get("text"), str):
-                aliases.append(a["text"])
-                if rng is None and a.get("range") is not None:
-                    r = a["range"]
-                    try:
-                        rng = (float(r[0]), float(r[1]))
-                    except (TypeError, ValueError, IndexError):
-                        raise ScoreInputError(path, ln, "answers.range", f"bad range {r!r}") from None
-                elif rng is None and isinstance(a.get("value"), (int, float)):
-                    rng = (float(a["value"]), float(a["value"]))
-            else:
-                raise ScoreInputError(path, ln, "answers", f"each answer must be a string or {{text, ...}}, got {a!r}")
+        aliases = kbvqa_alternatives(answers, path, ln)
+        for a in answers:  # the first numeric range (or value) any alias carries
+            if rng is not None or not isinstance(a, dict):
+                continue
+            if a.get("range") is not None:
+                r = a["range"]
+                try:
+                    rng = (float(r[0]), float(r[1]))
+                except (TypeError, ValueError, IndexError):
+                    raise ScoreInputError(path, ln, "answers.range", f"bad range {r!r}") from None
+            elif isinstance(a.get("value"), (int, float)):
+                rng = (float(a["value"]), float(a["value"]))
         if qtype == "Numerical" and rng is None:
             rng = _range_from_texts(aliases, path, ln)
     else:  # ARA CSV
