@@ -105,3 +105,10 @@ def test_title_url_round_trip(t):
 def test_trailing_whitespace_encoded_or_not(a, b):
     assert canonical_url(a) == canonical_url(b)
     assert canonical_url(canonical_url(a)) == canonical_url(a)
+
+
+def test_empty_host_after_normalising_is_stable():
+    """Found by hypothesis: a host that normalises away ("a://.") must not flip between spellings."""
+    for u in ("A://.", "a://", "http://./x"):
+        c = canonical_url(u)
+        assert canonical_url(c) == c

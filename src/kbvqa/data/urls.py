@@ -101,6 +101,8 @@ def _canonical(url: str) -> str:
     except ValueError:
         port = None
         host = parts.netloc.rsplit("@", 1)[-1].lower()
+    if not host:  # e.g. "a://." — nothing left of the host: not an absolute url after all
+        return _norm_path(s.split("#", 1)[0], strip_left=True)
     m = _MOBILE_HOST.match(host)
     if m:
         host = f"{m['lang']}.{m['site']}.org"
