@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
+from kbvqa.pipelines.augment.manifest import VARIANTS, split_variant
 from kbvqa.stages.base import Context, Stage
 
 PIPELINES = ("echosight", "iba", "extractive")
@@ -99,15 +100,6 @@ def write_retrieval_records(predictions: Path, out: Path) -> Path:
 
 
 # -- augmentation study ------------------------------------------------------------------------------
-VARIANTS = ("anchor", "intra", "inter", "blank", "double")
-
-
-def split_variant(sample_id: str) -> tuple[str, str | None]:
-    """'q1__intra' -> ('q1', 'intra'); an id without a known suffix -> (id, None)."""
-    base, sep, suffix = sample_id.rpartition("__")
-    if sep and suffix in VARIANTS:
-        return base, suffix
-    return sample_id, None
 
 
 def augmentation_recall_table(records: Iterable[Mapping[str, Any]], references: Mapping[str, Any], *,

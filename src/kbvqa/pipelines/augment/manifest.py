@@ -41,13 +41,23 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "blank_composite_image_path", "blank_image_status", "blank_query",
     "double_composite_image_path", "double_image_status", "double_query", "errors")
 VARIANTS: tuple[str, ...] = ("anchor", "intra", "inter", "blank", "double")
-_SUFFIX_RE = re.compile(r"^(?P<anchor>.*?)__(?:anchor|intra|inter|blank|double|method[12]|m[12])(?:__.*)?$")
+_SUFFIX_RE = re.compile(r"^(?P<anchor>.*?)__(?P<variant>anchor|intra|inter|blank|double|method[12]|m[12])(?:__.*)?$")
+_AUTHORS_VARIANTS = {"method1": "intra", "m1": "intra", "method2": "inter", "m2": "inter"}
+
+
+def split_variant(sample_id: str) -> tuple[str, str | None]:
+    """(anchor id, variant) of an augmented id: `x__intra` -> (`x`, `intra`); the authors'
+    `x__method1__...` -> (`x`, `intra`); an id without a variant suffix -> (id, None). The one place
+    the id convention is parsed, so scoring and the retrieval study agree."""
+    m = _SUFFIX_RE.match(sample_id)
+    if not m:
+        return sample_id, None
+    return m.group("anchor"), _AUTHORS_VARIANTS.get(m.group("variant"), m.group("variant"))
 
 
 def anchor_id(sample_id: str) -> str:
     """The anchor's id for an augmented id (`x__intra` -> `x`; also the authors' `x__method1__...`)."""
-    m = _SUFFIX_RE.match(sample_id)
-    return m.group("anchor") if m else sample_id
+    return split_variant(sample_id)[0]
 
 
 def ara_row(entry: dict[str, Any]) -> dict[str, str]:
