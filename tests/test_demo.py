@@ -34,6 +34,11 @@ def test_demo_offline_chain(tmp_path):
     # the extractive baseline answers most sound questions; the fixed split scores higher than the original
     assert res.scores["original"]["strict"]["accuracy"] > 40
     assert res.scores["fixed"]["strict"]["accuracy"] > res.scores["original"]["strict"]["accuracy"]
+    # augmentation: a distractor beside the anchor hurts image retrieval, the layout controls do not
+    aug = {row["variant"]: row for row in res.scores["augmentation_recall"]}
+    assert set(aug) == {"anchor", "intra", "inter", "blank", "double"}
+    assert aug["anchor"]["R@1"] == 1.0 and aug["intra"]["R@1"] < 1.0 and aug["inter"]["R@1"] < 1.0
+    assert (out / "augment" / "manifest.csv").exists() and list((out / "augment" / "composites").glob("*/*.jpg"))
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["n_samples"] == 38 and manifest["llm"] is None and manifest["image_encoder"]
     html = (out / "report.html").read_text()

@@ -29,6 +29,8 @@ def demo(
     console.print(f"  audit: {res.audit.get('answer_support')} actions {res.audit.get('action')}; "
                   f"planted flaws flagged {res.flaws_found}/{res.flaws_total}")
     console.print(f"  retrieval R@1 = {r1}")
+    aug = {row["variant"]: row.get("R@1") for row in res.scores.get("augmentation_recall", [])}
+    console.print(f"  augmentation R@1 by variant: {aug}")
     console.print(f"  accuracy original (strict) = {o['strict'].get('accuracy')}, "
                   f"fixed (strict) = {f['strict'].get('accuracy')}")
     console.print(f"  report: {res.report}\n  manifest: {res.manifest}")

@@ -23,7 +23,9 @@ from kbvqa.evaluate.retrieval import load_retrieval_references, retrieval_metric
 from kbvqa.kb.image_index import ImageIndex
 from kbvqa.kb.store import KBStore
 from kbvqa.models.image_encoders import HistogramEncoder
+from kbvqa.pipelines.answer import augmentation_recall_table
 from kbvqa.pipelines.audit import audit_file
+from kbvqa.pipelines.augment.run import AugmentConfig, augment_samples
 from kbvqa.pipelines.demo.bench import DemoBench, build_bench
 from kbvqa.report.html import Figure, Table, write_page
 from kbvqa.runner import read_results, run
@@ -31,7 +33,7 @@ from kbvqa.runner.manifest import git_info
 from kbvqa.stages.base import Context
 from kbvqa.stages.extractive import ExtractiveAnswer
 from kbvqa.stages.generate import GenerateAnswer
-from kbvqa.stages.retrieve import ImageRetrieve
+from kbvqa.stages.retrieve import ImageRetrieve, batch_retrieve
 
 
 @dataclass
@@ -95,6 +97,30 @@ def _answer(bench: DemoBench, samples: Path, out: Path, index: ImageIndex, kb: K
                run_config={"samples": str(samples), "answerer": stages[-1].name})
 
 
+# The demo's entities are one or two per kind, so the type vocabulary groups them into four coarse
+# kinds (enough for intra- and inter-category distractors); questions keep their own noun
+# ("the astronaut on the left").
+DEMO_TYPES = ("person", "astronaut", "rocket", "tower", "flower", "animal", "drink", "image", "tissue", "city")
+DEMO_ALIASES = {"astronaut": "person", "flower": "organism", "animal": "organism", "tissue": "organism",
+                "rocket": "artifact", "drink": "artifact", "image": "artifact", "tower": "landmark", "city": "landmark"}
+DEMO_FAMILIES = {"person": "people", "organism": "living", "artifact": "made", "landmark": "place"}
+
+
+def _augment_and_retrieve(fixed: Path, root: Path, out: Path, index: ImageIndex) -> tuple[dict[str, Any], list]:
+    """Augment the repaired split, retrieve with every variant's image, Recall@K side by side."""
+    from kbvqa.data.formats import read_samples
+
+    cfg = AugmentConfig(types=DEMO_TYPES + ("organism", "artifact", "landmark"), aliases=DEMO_ALIASES,
+                        families=DEMO_FAMILIES, min_entities=2, height=256, workers=1)
+    stats = augment_samples(list(read_samples(fixed, "kbvqa")), root, out, cfg)
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    records = list(batch_retrieve(samples, index, HistogramEncoder(), image_root=root, k=10))
+    with (out / "retrieval.jsonl").open("w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    refs = load_retrieval_references(out / "samples.jsonl")
+    return stats, augmentation_recall_table(records, refs, ks=(1, 3, 5))
+
+
 def _retrieval_records(predictions: Path, out: Path) -> Path:
     with out.open("w", encoding="utf-8") as f:
         for rec in read_results(predictions):
@@ -152,17 +178,23 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
     scores["retrieval"] = retrieval
     tick("score", t0)
 
+    t0 = time.monotonic()
+    aug_stats, aug_recall = _augment_and_retrieve(fixed, bench.root, out / "augment", index)
+    scores["augmentation_recall"] = aug_recall
+    tick("augment_and_retrieve", t0)
+
     audited = {r["id"]: r for r in read_results(out / "audit" / "audited.jsonl")}
     predictions = {r["id"]: r for r in read_results(answers / "predictions_original.jsonl")}
     found = sum(1 for sid in bench.flaws if (audited.get(sid, {}).get("audit") or {}).get("action") in ("drop", "repair")
                 or (audited.get(sid, {}).get("audit") or {}).get("tags"))
     producer = next((p.get("producer") for p in predictions.values() if p.get("producer")), None)
     scores_path = out / "scores.json"
-    scores_path.write_text(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "items"} if k != "retrieval" else v
-                                       for k, v in scores.items()}, indent=2), encoding="utf-8")
+    without_items = {k: ({kk: vv for kk, vv in v.items() if kk != "items"} if k in ("original", "fixed") else v)
+                     for k, v in scores.items()}
+    scores_path.write_text(json.dumps(without_items, indent=2), encoding="utf-8")
 
     t0 = time.monotonic()
-    report = _report(out, bench, audit, audited, predictions, scores, found, n_fixed, producer)
+    report = _report(out, bench, audit, audited, predictions, scores, found, n_fixed, producer, aug_stats)
     tick("report", t0)
 
     manifest = out / "manifest.json"
@@ -180,12 +212,17 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
                       flaws_total=len(bench.flaws), seconds=time.monotonic() - started)
 
 
+_VARIANT_DIRS = {"method1": "intra (same-kind distractor)", "method2": "inter (different-kind distractor)",
+                 "blank": "blank panel", "double": "anchor twice"}
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
 def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[str, dict], predictions: dict[str, dict],
-            scores: dict[str, Any], found: int, n_fixed: int, producer: dict | None) -> Path:
+            scores: dict[str, Any], found: int, n_fixed: int, producer: dict | None,
+            aug_stats: dict[str, Any]) -> Path:
     answerer = Provenance.model_validate(producer) if producer else None
     who = f"{answerer.backend}:{answerer.model}" if answerer else "none"
     blocks: list[tuple[str, Any]] = [
@@ -220,6 +257,16 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
         ("table", Table([{"stage": st, **{f"R{k}": round(v, 3) for k, v in m.get("recall", {}).items()},
                           "MRR": round(m.get("mrr", 0.0), 3)}
                          for st, m in (scores["retrieval"].get("stages") or {}).items()])),
+        ("h2", "Augmentation: retrieval on multi-entity composites"),
+        ("p", f"{aug_stats.get('augmented_anchors', 0)} anchors of the repaired split augmented "
+              f"(excluded: {aug_stats.get('exclusions', {})}); each variant's image is the query. The anchor "
+              "is the original photograph; intra/inter put a same-kind / different-kind distractor beside it, "
+              "blank an empty panel, double the anchor twice."),
+        ("table", Table([{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}
+                         for row in scores.get("augmentation_recall", [])])),
+        ("figures", [Figure(str(p.relative_to(out)), _VARIANT_DIRS.get(p.parent.name, p.parent.name)) for p in
+                     (next(iter(sorted(d.glob("*.jpg"))), None)
+                      for d in sorted((out / "augment" / "composites").iterdir())) if p is not None]),
         ("h2", "Items"),
         ("table", Table([{"image": f"bench/{(audited.get(sid) or {}).get('images', [''])[0]}", "id": sid,
                           "question": p.get("meta", {}).get("question"),
