@@ -58,13 +58,20 @@ def _norm_path(path: str, *, strip_left: bool = False) -> str:
 
 
 def _norm_title_part(title: str) -> str:
-    # MediaWiki: runs of spaces/underscores collapse, no leading/trailing ones, first letter upper-case.
-    title = _UNDERSCORES.sub("_", title).lstrip("_").rstrip("_/")
-    if title:
-        first = title[0].upper()
+    # MediaWiki: runs of spaces/underscores collapse, no leading/trailing ones (any Unicode space
+    # counts, so a no-break space left at an end once "_" is gone goes too), first letter upper-case.
+    # `title` arrives escaped; it is decoded, trimmed to a fixed point and escaped again.
+    decoded = unquote(title, errors="replace")
+    while True:
+        trimmed = _UNDERSCORES.sub("_", decoded).strip().strip("_").rstrip("/")
+        if trimmed == decoded:
+            break
+        decoded = trimmed
+    if decoded:
+        first = decoded[0].upper()
         if len(first) == 1:  # 'ß'.upper() == 'SS': MediaWiki keeps such letters, so do we
-            title = first + title[1:]
-    return title
+            decoded = first + decoded[1:]
+    return "".join(_escape(c) if _needs_escape(c) else c for c in decoded).replace(" ", "_")
 
 
 def canonical_url(url: str) -> str:
@@ -120,7 +127,8 @@ def _canonical(url: str) -> str:
             path, query = "/wiki/" + q["title"][0].replace("%", "%25").replace("#", "%23").replace("?", "%3F"), ""
     path = _norm_path(path)
     if path.startswith("/wiki/") and _WIKI_HOST.search(host):
-        path = "/wiki/" + _norm_title_part(path[len("/wiki/"):])
+        title = _norm_title_part(path[len("/wiki/"):])
+        path = "/wiki/" + title if title else "/wiki"  # "/wiki/" would lose its slash on the next pass
     out = f"{scheme}://{netloc}{path}"
     if query:
         out += "?" + query
