@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -12,9 +13,10 @@ from kbvqa.cli.app import app
 from kbvqa.pipelines.demo.run import run_demo
 
 
-def test_demo_offline_chain(tmp_path):
-    res = run_demo(tmp_path / "demo")
-    out = res.out
+def test_demo_offline_chain(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative --out, as `make demo` passes (results/demo)
+    res = run_demo(Path("results/demo"))
+    out = tmp_path / res.out
     for rel in ("bench/samples.jsonl", "bench/kb.sqlite", "audit/audited.jsonl", "audit/fixed.jsonl",
                 "answers/predictions_original.jsonl", "answers/predictions_fixed.jsonl", "scores.json",
                 "report.html", "manifest.json"):

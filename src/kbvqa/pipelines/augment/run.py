@@ -112,7 +112,7 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
     """Augment `samples`; write manifest, samples, stats and composites under `out_dir`; return stats."""
     cfg = config or AugmentConfig()
     cfg.check()
-    root, out = Path(images_root), Path(out_dir)
+    root, out = Path(images_root).resolve(), Path(out_dir).resolve()  # samples.jsonl carries absolute paths
     out.mkdir(parents=True, exist_ok=True)
     variants = tuple(v for v in ALL_VARIANTS if v in cfg.variants)
     vocab = TypeVocabulary(cfg.types, aliases=cfg.aliases, ambiguous=cfg.ambiguous)
