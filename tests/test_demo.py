@@ -41,6 +41,12 @@ def test_demo_offline_chain(tmp_path, monkeypatch):
     assert set(aug) == {"anchor", "intra", "inter", "blank", "double"}
     assert aug["anchor"]["R@1"] == 1.0 and aug["intra"]["R@1"] < 1.0 and aug["inter"]["R@1"] < 1.0
     assert (out / "augment" / "manifest.csv").exists() and list((out / "augment" / "composites").glob("*/*.jpg"))
+    # the same study as one command from the demo's augmented samples and image index
+    result = CliRunner().invoke(app, ["study", "augmentation-recall", "--samples", str(out / "augment/samples.jsonl"),
+                                      "--index", str(out / "bench/image_index"), "--ks", "1,3,5",
+                                      "--out", str(tmp_path / "aug_recall.json")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "aug_recall.json").read_text()) == res.scores["augmentation_recall"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["n_samples"] == 38 and manifest["llm"] is None and manifest["image_encoder"]
     html = (out / "report.html").read_text()

@@ -220,22 +220,46 @@ def retrieval_2x2(
 
 @app.command("augmentation-recall")
 def augmentation_recall(
-    records: list[Path] = typer.Option(..., "--records", help="Retrieval records with __anchor/__intra/__inter/"
-                                                              "__blank/__double id suffixes (one or more files)."),
-    references: Path = typer.Option(..., "--references", help="Gold urls: kbvqa JSONL or CSV with wikipedia_url."),
+    samples: Optional[Path] = typer.Option(None, "--samples", help="Augmented samples (`kbvqa augment` OUT/"
+                                                                   "samples.jsonl): retrieve with --index, in one go."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Image index (`kbvqa index images`) to retrieve with."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="The index encoder's local model dir."),
+    records: Optional[list[Path]] = typer.Option(None, "--records", help="Or: retrieval records already made, "
+                                                                         "ids suffixed __anchor/__intra/__inter/"
+                                                                         "__blank/__double (one or more files)."),
+    references: Optional[Path] = typer.Option(None, "--references", help="Gold urls: kbvqa JSONL or CSV with "
+                                                                          "wikipedia_url (default: --samples)."),
     ks: str = typer.Option("1,5,10,20", "--ks", help="Comma-separated K values."),
     stage: str = typer.Option("initial", "--stage", help="Which retrieval stage to tabulate."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON here."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON here (and, when this "
+                                                           "command retrieved, the records beside it)."),
 ) -> None:
-    """Augmentation study: Recall@K per variant side by side, with deltas against the anchor."""
+    """Augmentation study (seed 000's Table 2): Recall@K per variant side by side, deltas against the anchor."""
     from kbvqa.evaluate.io import read_jsonl
     from kbvqa.evaluate.retrieval import load_retrieval_references
     from kbvqa.pipelines.answer import augmentation_recall_table, markdown_table
 
+    if bool(records) == bool(samples and index):
+        fail("give either --samples with --index (retrieve here) or --records (already retrieved)")
+    k_values = [int(x) for x in ks.split(",") if x.strip()]
     try:
-        refs = load_retrieval_references(references)
-        recs = [obj for p in records for _, obj in read_jsonl(p)]
-        rows = augmentation_recall_table(recs, refs, ks=[int(x) for x in ks.split(",") if x.strip()], stage=stage)
+        refs = load_retrieval_references(references or samples)  # type: ignore[arg-type]
+        if records:
+            recs = [obj for p in records for _, obj in read_jsonl(p)]
+        else:
+            from kbvqa.data.formats import read_samples
+            from kbvqa.kb.image_index import ImageIndex
+            from kbvqa.models.image_encoders import get_encoder
+            from kbvqa.stages.retrieve import batch_retrieve
+
+            idx = ImageIndex.load(index)  # type: ignore[arg-type]
+            enc = get_encoder(idx.encoder, model_dir)
+            recs = list(batch_retrieve((s.dump() for s in read_samples(samples)), idx, enc,  # type: ignore[arg-type]
+                                       image_root=samples.parent, k=max(k_values)))  # type: ignore[union-attr]
+            if out:
+                rec_path = out.with_name(out.stem + ".records.jsonl")
+                rec_path.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+        rows = augmentation_recall_table(recs, refs, ks=k_values, stage=stage)
     except (OSError, ValueError, KeyError) as e:
         fail(e)
     typer.echo(markdown_table(rows))
