@@ -121,6 +121,8 @@ def answer(
     fmt: Optional[str] = typer.Option(None, "--format"),
     concurrency: int = typer.Option(4, "--concurrency", min=1),
     limit: Optional[int] = typer.Option(None, "--limit", min=1),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip samples already answered ok in --out; "
+                                                                     "re-run errored and invalid ones."),
 ) -> None:
     """Answer a benchmark with a reference MM-RAG pipeline; predictions carry retrieval, evidence and usage."""
     from kbvqa.kb.store import open_kb
@@ -161,7 +163,7 @@ def answer(
 
             records = itertools.islice(records, limit)
         summary = answer_samples(records, stages, kb=store, out=out, roles=roles, concurrency=concurrency,
-                                 progress=console.is_terminal,
+                                 progress=console.is_terminal, resume=resume,
                                  run_config={"pipeline": pipeline.value, "reranker": reranker.value,
                                              "index": str(index) if index else None})
         rr = write_retrieval_records(out, out.with_suffix(".retrieval.jsonl"))
