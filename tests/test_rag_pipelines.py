@@ -146,3 +146,26 @@ def test_resolve_entity_methods(bench):
     assert resolve_entity(kb, "https://en.wikipedia.org/wiki/Not_There") == (None, "unresolved")
     assert resolve_entity(kb, "qqqzzz") == (None, "unresolved")
     assert resolve_entity(kb, "  ") == (None, "unresolved")
+
+
+def test_llm_answerer_without_kb_article_answers_without_evidence(bench):
+    """An oracle entity the KB lacks is not an error: the model answers with no evidence passages."""
+    import asyncio
+
+    from kbvqa.stages.base import Context
+    from kbvqa.stages.generate import GenerateAnswer
+
+    b, kb, index, enc, root = bench
+    seen = []
+
+    def answerer(messages):
+        seen.append(messages[-1]["content"])
+        return {"answer": "unknown"}
+
+    rec = _samples(b, 1)[0]
+    rec["entity"] = {"url": "https://en.wikipedia.org/wiki/Not_In_This_KB"}
+    ctx = Context(kb=kb, roles={"answerer": RulesClient("fixed-answer", answerer)})
+    out = asyncio.run(GenerateAnswer(image_root=b.root).run(rec, ctx))
+    assert out["answer"] == "unknown" and out["evidence_used"] == []
+    text = seen[0][0]["text"] if isinstance(seen[0], list) else seen[0]
+    assert "(no evidence retrieved)" in text

@@ -61,6 +61,8 @@ class GenerateAnswer(Stage):
         if ctx.kb is None or not urls:
             return list(sample.evidence)
         url = urls[0]
+        if url not in ctx.kb:  # e.g. an oracle entity the KB lacks: the model answers without evidence
+            return []
         if hasattr(ctx.kb, "search_in"):
             hits = ctx.kb.search_in(url, sample.question, k=self.config.sections)
             if hits:
