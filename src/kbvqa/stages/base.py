@@ -58,18 +58,19 @@ class Context:
 
 
 class Stage:
-    """Subclass and implement `run`. `prompt_versions` lists the prompts the stage may send, so the
-    run manifest can record their hashes."""
+    """Subclass and implement `run`. `prompts` names the registered prompts (stages.prompts) the stage
+    may send; `prompt_versions` turns them into {id: sha256} so the run manifest records their hashes."""
 
     name: ClassVar[str] = "stage"
     version: ClassVar[str] = "1"
     config_model: ClassVar[type[StageConfig]] = StageConfig
+    prompts: ClassVar[tuple[Any, ...]] = ()
 
     def __init__(self, config: StageConfig | None = None):
         self.config = config or self.config_model()
 
     def prompt_versions(self) -> dict[str, str]:
-        return {}
+        return {p.id: p.sha256 for p in self.prompts}
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:  # pragma: no cover
         raise NotImplementedError

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from kbvqa.data.schema import Answer, Sample
 from kbvqa.stages import matching as mt
 from kbvqa.stages.base import Context, Stage, StageConfig
+from kbvqa.stages.prompts import CORRECT_ANSWER
 from kbvqa.stages.verify import (_MAX_WORDS, _MIN_WORDS, EvidenceUnit, add_tag, escalate, evidence_for,
                                  join_record, match_answer, numeric_candidates, provenance, split_record,
                                  undecidable)
@@ -126,6 +127,7 @@ class DeriveStage(Stage):
     name = "derive"
     version = "1"
     config_model = DeriveConfig
+    prompts = (CORRECT_ANSWER,)
 
     def __init__(self, config: DeriveConfig | None = None):
         super().__init__(config)
@@ -178,10 +180,6 @@ class DeriveStage(Stage):
                 if len(values) > 1:
                     return None  # sections disagree: no single evidence value
         return None
-
-    def prompt_versions(self) -> dict[str, str]:
-        from kbvqa.stages import prompts
-        return {prompts.CORRECT_ANSWER.id: prompts.CORRECT_ANSWER.sha256}
 
     def _unsupported(self, audit: dict[str, Any], reason: str, rationale: str) -> dict[str, Any]:
         audit["answer_support"] = "unsupported"

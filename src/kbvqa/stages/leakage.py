@@ -14,6 +14,7 @@ from typing import Any, Literal
 from kbvqa.data.schema import Answer
 from kbvqa.stages import matching as mt
 from kbvqa.stages.base import Context, Stage, StageConfig
+from kbvqa.stages.prompts import FINAL_CHECK
 from kbvqa.stages.verify import (add_tag, escalate, evidence_for, join_record, match_answer, provenance,
                                  split_record)
 
@@ -63,14 +64,12 @@ class LeakageStage(Stage):
     name = "leakage"
     version = "1"
     config_model = LeakageConfig
+    prompts = (FINAL_CHECK,)
 
     def __init__(self, config: LeakageConfig | None = None):
         super().__init__(config)
         self.config: LeakageConfig
 
-    def prompt_versions(self) -> dict[str, str]:
-        from kbvqa.stages import prompts
-        return {prompts.FINAL_CHECK.id: prompts.FINAL_CHECK.sha256}
 
     def _rollback(self, sample: Any, audit: dict[str, Any], original: str, why: str) -> None:
         sample.record_change(self.name, "question", sample.question, original, why, f"{self.name}@{self.version}")

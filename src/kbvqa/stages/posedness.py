@@ -20,6 +20,7 @@ from typing import Any, Literal
 from kbvqa.data.schema import Sample
 from kbvqa.stages import matching as mt
 from kbvqa.stages.base import Context, Stage, StageConfig
+from kbvqa.stages.prompts import POSEDNESS
 from kbvqa.stages.verify import (EvidenceUnit, add_tag, escalate, evidence_for, join_record, provenance,
                                  split_record)
 
@@ -141,14 +142,12 @@ class PosednessStage(Stage):
     name = "posedness"
     version = "1"
     config_model = PosednessConfig
+    prompts = (POSEDNESS,)
 
     def __init__(self, config: PosednessConfig | None = None):
         super().__init__(config)
         self.config: PosednessConfig
 
-    def prompt_versions(self) -> dict[str, str]:
-        from kbvqa.stages import prompts
-        return {prompts.POSEDNESS.id: prompts.POSEDNESS.sha256}
 
     async def _llm(self, client: Any, sample: Sample, units: list[EvidenceUnit], audit: dict[str, Any],
                    ctx: Context, may_repair: bool) -> tuple[dict[str, Any], list[str], str | None]:

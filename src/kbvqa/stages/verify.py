@@ -22,6 +22,7 @@ from pydantic import Field
 from kbvqa.data.schema import Answer, Sample
 from kbvqa.stages import matching as mt
 from kbvqa.stages.base import Context, Invalid, Stage, StageConfig
+from kbvqa.stages.prompts import VERIFY_SECTION
 
 RULES_VERSION = "1"
 SectionLabel = Literal["entailed", "contradicted", "not_supported"]
@@ -278,14 +279,12 @@ class VerifyStage(Stage):
     name = "verify"
     version = "2"
     config_model = VerifyConfig
+    prompts = (VERIFY_SECTION,)
 
     def __init__(self, config: VerifyConfig | None = None):
         super().__init__(config)
         self.config: VerifyConfig
 
-    def prompt_versions(self) -> dict[str, str]:
-        from kbvqa.stages import prompts
-        return {prompts.VERIFY_SECTION.id: prompts.VERIFY_SECTION.sha256}
 
     def _verifiers(self, ctx: Context) -> list[tuple[str, Any]]:
         """(label, client) pairs in config order; 'rules' has client None."""
