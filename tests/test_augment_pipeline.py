@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from kbvqa.data.ara import read_ara_augmented
 from kbvqa.data.formats import read_samples, write_samples
 from kbvqa.data.schema import Answer, Entity, Sample
 from kbvqa.data.urls import canonical_url
@@ -271,12 +272,12 @@ def test_ara_release_round_trip_and_header(tmp_path):
         pytest.skip("ARA augmented release not available")
     from kbvqa.pipelines.augment import manifest as mf
 
-    rows = list(mf.read_csv(src))
+    rows = list(read_ara_augmented(src))
     assert tuple(rows[0].keys()) == ARA_COLUMNS
     out = tmp_path / "copy.csv"
     assert mf.write_csv(rows, out) == len(rows)
     assert out.read_bytes() == src.read_bytes()
-    assert list(mf.read_csv(out)) == rows
+    assert list(read_ara_augmented(out)) == rows
     # prediction ids in the authors' style map back to the anchor
     assert anchor_id(rows[0]["anchor_data_id"] + "__method1__x") == rows[0]["anchor_data_id"]
 

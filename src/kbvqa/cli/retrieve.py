@@ -70,7 +70,7 @@ def retrieve(
     """Image-to-image retrieval: rank KB articles for each sample's image; missing images become error records."""
     import time
 
-    from kbvqa.models.image_encoders import _progress
+    from kbvqa.progress import progress_bar
     from kbvqa.stages.retrieve import batch_retrieve
 
     console = Console(stderr=True)
@@ -79,7 +79,7 @@ def retrieve(
     images = images or samples.parent
     try:
         idx, enc = _load_index(index, model_dir, device)
-        bar = _progress(None, "retrieve", console.is_terminal)  # type: ignore[arg-type]
+        bar = progress_bar(None, "retrieve", console.is_terminal)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
         with tmp.open("w", encoding="utf-8") as f:

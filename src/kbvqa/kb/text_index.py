@@ -128,7 +128,7 @@ class TextIndex:
 def build_text_index(kb: Any, embedder: Any, *, urls: Iterable[str] | None = None, batch_articles: int = 512,
                      max_chars: int = 1500, progress: bool = False) -> tuple[TextIndex, dict[str, Any]]:
     """Embed every section of every KB article (or of `urls`). Returns (index, stats)."""
-    from kbvqa.models.image_encoders import _progress
+    from kbvqa.progress import progress_bar
 
     t0 = time.perf_counter()
     index = TextIndex(embedder.name, embedder.dim)
@@ -136,7 +136,7 @@ def build_text_index(kb: Any, embedder: Any, *, urls: Iterable[str] | None = Non
     row = 0
     n_articles = n_empty = 0
     total = len(kb) if urls is None and hasattr(kb, "__len__") else 0
-    bar = _progress(total, "embed KB sections", progress and total > 0)
+    bar = progress_bar(total, "embed KB sections", progress and total > 0)
     buf_texts: list[str] = []
 
     def flush() -> None:

@@ -22,6 +22,8 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 import numpy as np
 from PIL import Image, ImageOps
 
+from kbvqa.progress import progress_bar
+
 ImageLike = Image.Image | str | Path
 
 
@@ -46,29 +48,6 @@ def _normalise(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return (x / norms).astype(np.float32)
-
-
-def _progress(total: int, description: str, enabled: bool):
-    """A rich progress bar, or a no-op object with the same methods."""
-    if not enabled:
-        class _Null:
-            def advance(self, n: int = 1) -> None: ...
-            def close(self) -> None: ...
-        return _Null()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    transient=False)
-    prog.start()
-    task = prog.add_task(description, total=total)
-
-    class _Bar:
-        def advance(self, n: int = 1) -> None:
-            prog.advance(task, n)
-
-        def close(self) -> None:
-            prog.stop()
-    return _Bar()
 
 
 class HistogramEncoder:
@@ -109,7 +88,7 @@ class HistogramEncoder:
 
     def encode(self, images: Iterable[ImageLike]) -> np.ndarray:
         images = list(images)
-        bar = _progress(len(images), f"encode {self.name}", self.progress and len(images) > self.batch_size)
+        bar = progress_bar(len(images), f"encode {self.name}", self.progress and len(images) > self.batch_size)
         rows = []
         for im in images:
             rows.append(self._one(im))
@@ -143,7 +122,7 @@ class _BatchedEncoder:
 
     def encode(self, images: Iterable[ImageLike]) -> np.ndarray:
         images = list(images)
-        bar = _progress(len(images), f"encode {self.name}", self.progress)
+        bar = progress_bar(len(images), f"encode {self.name}", self.progress)
         rows = []
         try:
             for i in range(0, len(images), self.batch_size):

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from kbvqa.data.ara import read_ara_augmented, write_ara_augmented
+from kbvqa.data.ara import write_ara_augmented
 from kbvqa.data.schema import Sample
 
 ARA_COLUMNS: tuple[str, ...] = (
@@ -75,10 +75,6 @@ def write_csv(entries: Iterable[dict[str, Any]], path: str | Path) -> int:
     return write_ara_augmented(rows, path)
 
 
-def read_csv(path: str | Path) -> Iterator[dict[str, str]]:
-    return read_ara_augmented(path)
-
-
 def write_jsonl(entries: Iterable[dict[str, Any]], path: str | Path) -> int:
     n = 0
     with open(path, "w", encoding="utf-8") as fh:
@@ -87,13 +83,6 @@ def write_jsonl(entries: Iterable[dict[str, Any]], path: str | Path) -> int:
             fh.write(json.dumps(ordered, ensure_ascii=False, sort_keys=False) + "\n")
             n += 1
     return n
-
-
-def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                yield json.loads(line)
 
 
 def variant_samples(entry: dict[str, Any], anchor: Sample, variants: Iterable[str]) -> list[Sample]:
