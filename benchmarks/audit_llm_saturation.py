@@ -28,8 +28,8 @@ from fake_llm_server import FakeLLMServer, ok  # noqa: E402
 from kbvqa.data.schema import Evidence, Sample  # noqa: E402
 from kbvqa.models.client import OpenAIChatClient  # noqa: E402
 from kbvqa.runner import run_stages  # noqa: E402
-from kbvqa.stages.base import Context  # noqa: E402
-from kbvqa.stages.verify import VerifyConfig, VerifyStage  # noqa: E402
+from kbvqa.runner.stage import Context  # noqa: E402
+from kbvqa.stages.audit.verify import VerifyConfig, VerifyStage  # noqa: E402
 
 REPLY = json.dumps({"label": "entailed", "rationale": "the section states it"})
 

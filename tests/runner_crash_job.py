@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from kbvqa.runner import run
-from kbvqa.stages.base import Context, Stage
+from kbvqa.runner.stage import Context, Stage
 
 
 class Sleepy(Stage):

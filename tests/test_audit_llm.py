@@ -14,10 +14,12 @@ from kbvqa.kb.base import InMemoryKB
 from kbvqa.models.client import OpenAIChatClient
 from kbvqa.models.result import ChatResult
 from kbvqa.pipelines.audit import AuditConfig, audit_file, audit_records, load_audit_roles
-from kbvqa.stages import prompts
-from kbvqa.stages.base import Context, Invalid
-from kbvqa.stages.llm_audit import ModelCallError, minimal_edit, validate_correction
-from kbvqa.stages.verify import EvidenceUnit, VerifyConfig, VerifyStage
+from kbvqa.models import prompts
+from kbvqa.models.prompts import audit as audit_prompt
+from kbvqa.runner.stage import Context, Invalid
+from kbvqa.stages.audit.llm import ModelCallError, minimal_edit, validate_correction
+from kbvqa.stages.audit.evidence import EvidenceUnit
+from kbvqa.stages.audit.verify import VerifyConfig, VerifyStage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer, Reply, ok, server_error  # noqa: E402
@@ -75,11 +77,12 @@ def test_prompt_registry_is_versioned_and_pinned():
         "audit.posedness@1": "0e60f0118499d1a21245b887738581ab1ce13778b127ab65007b0f8cd1945a83",
         "audit.final_check@1": "cede14d400eb385d60a9c701491f85ac2b67a1e254cf7f2abf9af59e0d29bacc",
     }
-    assert {p.id: p.sha256 for p in prompts.all_prompts().values()} == pinned
-    msgs = prompts.VERIFY_SECTION.messages(question='Is it "red" {x}?', answers=["a"], title="t", text="b")
+    audit_prompts = {p.id: p.sha256 for p in prompts.all_prompts().values() if p.name.startswith("audit.")}
+    assert audit_prompts == pinned
+    msgs = audit_prompt.VERIFY_SECTION.messages(question='Is it "red" {x}?', answers=["a"], title="t", text="b")
     assert '"Is it \\"red\\" {x}?"' in msgs[1]["content"]  # data is JSON-quoted, braces survive
     with pytest.raises(KeyError):
-        prompts.VERIFY_SECTION.messages(question="q")
+        audit_prompt.VERIFY_SECTION.messages(question="q")
     from kbvqa.pipelines.audit import build_audit_stages
     assert set().union(*(s.prompt_versions() for s in build_audit_stages())) == set(pinned)
 
@@ -318,7 +321,7 @@ def test_cli_llm_shortcut(tmp_path):
 
 def test_capital_in_evidence_supports_a_country_answer_one_way_only():
     from kbvqa.data.schema import Answer
-    from kbvqa.stages.verify import match_answer
+    from kbvqa.stages.audit.evidence import match_answer
 
     assert match_answer(Answer(text="France"), "The cathedral stands in central Paris.")
     assert match_answer(Answer(text="French"), "The cathedral stands in central Paris.")

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from kbvqa.stages import matching as mt
+from kbvqa.data import matching as mt
 
 
 @pytest.mark.parametrize("text,phrase,expected", [

@@ -7,11 +7,11 @@ import pytest
 from kbvqa.data.schema import Article, Evidence, Sample, Section
 from kbvqa.kb.base import InMemoryKB
 from kbvqa.pipelines.audit import AuditConfig, audit_records
-from kbvqa.stages.base import Context, Invalid
-from kbvqa.stages.derive import DeriveConfig, DeriveStage
-from kbvqa.stages.leakage import LeakageStage, leaked
-from kbvqa.stages.posedness import PosednessStage
-from kbvqa.stages.verify import VerifyConfig, VerifyStage, consensus
+from kbvqa.runner.stage import Context, Invalid
+from kbvqa.stages.audit.derive import DeriveConfig, DeriveStage
+from kbvqa.stages.audit.leakage import LeakageStage, leaked
+from kbvqa.stages.audit.posedness import PosednessStage
+from kbvqa.stages.audit.verify import VerifyConfig, VerifyStage, consensus
 
 URL = "https://en.wikipedia.org/wiki/McLaren_F1"
 KB = InMemoryKB([

@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 from skimage import data
 
+from kbvqa.models.prompts.augment import ENTITY_TYPE
 from kbvqa.data.schema import Article, Entity, Provenance, Sample
 from kbvqa.models.result import ChatResult
 from kbvqa.pipelines.augment import anchor_id
@@ -99,7 +100,7 @@ def test_llm_tagger_then_kb_fallback():
     assert tags[4].excluded == "no_type" and tags[4].notes[0].startswith("llm_error")
     assert tags[2].notes[0].startswith("llm_invalid")
     assert len(client.calls) == 4  # the phrase-tagged question never goes to the model
-    assert all(c[2] == "augment-type-v1" for c in client.calls)
+    assert all(c[2] == ENTITY_TYPE.id == "augment.entity_type@1" for c in client.calls)
 
 
 # ---------------------------------------------------------------------------------------- rewrite

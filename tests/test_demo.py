@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from fake_llm_server import FakeLLMServer, Reply
 from kbvqa.cli.app import app
-from kbvqa.pipelines.demo.run import run_demo
+from kbvqa.demo.run import run_demo
 
 
 def test_demo_offline_chain(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from kbvqa.models.client import OpenAIChatClient
 from kbvqa.models.replay import ReplayClient
 from kbvqa.models.result import ChatResult, ModelClient
 from kbvqa.models.rules import RulesClient, get_rule, list_rules, register_rule
-from kbvqa.stages.base import Invalid
+from kbvqa.runner.stage import Invalid
 
 MSG = [{"role": "user", "content": "Q?"}]
 FAST = dict(backoff_base=0.001, backoff_max=0.01)

@@ -13,10 +13,10 @@ from kbvqa.kb.image_index import build_image_index
 from kbvqa.kb.store import KBStore
 from kbvqa.models.image_encoders import HistogramEncoder
 from kbvqa.models.rules import RulesClient
-from kbvqa.pipelines.answer import answer_samples, build_stages, write_retrieval_records
-from kbvqa.pipelines.demo.bench import build_bench, load_content
+from kbvqa.pipelines.answer import build_answer_job, write_retrieval_records
+from kbvqa.demo.bench import build_bench, load_content
 from kbvqa.runner import read_results
-from kbvqa.stages.identify import resolve_entity
+from kbvqa.stages.answer.identify import resolve_entity
 
 
 @pytest.fixture(scope="module")
@@ -44,10 +44,10 @@ def _recall(pred_path: Path, refs_path: Path, tmp: Path) -> dict:
 
 def test_extractive_pipeline_offline(bench):
     b, kb, index, enc, root = bench
-    stages = build_stages("extractive", index=index, encoder=enc, image_root=b.root)
-    assert [s.name for s in stages] == ["retrieve-image", "rerank-sections", "answer-extractive"]
+    job = build_answer_job("extractive", kb=kb, index=index, encoder=enc, image_root=b.root)
+    assert job.stage_names == ["retrieve-image", "rerank-sections", "answer-extractive"]
     out = root / "extractive.jsonl"
-    summary = answer_samples(_samples(b), stages, kb=kb, out=out)
+    summary = job.run(_samples(b), out=out)
     assert summary.ok == b.n_samples and summary.error == 0
     preds = list(read_results(out))
     p = preds[0]
@@ -71,10 +71,10 @@ def test_echosight_with_answerer_role_carries_evidence_and_usage(bench):
         return {"answer": "forty-two"}
 
     roles = {"answerer": RulesClient("fixed-answer", answerer)}
-    stages = build_stages("echosight", index=index, encoder=enc, image_root=b.root, roles=roles, sections=3)
-    assert stages[-1].name == "answer-llm"
+    job = build_answer_job("echosight", kb=kb, index=index, encoder=enc, image_root=b.root, roles=roles, sections=3)
+    assert job.stage_names[-1] == "answer-llm"
     out = root / "echosight.jsonl"
-    summary = answer_samples(_samples(b, 6), stages, kb=kb, out=out, roles=roles)
+    summary = job.run(_samples(b, 6), out=out)
     assert summary.ok == 6 and summary.usage.calls == 6
     for p in read_results(out):
         assert p["answer"] == "forty-two" and p["meta"]["setting"] == "reranked-sections"
@@ -94,10 +94,10 @@ def test_iba_identify_then_rank(bench):
         return {"entities": ["Zzqx Qwv Nonexistent", titles[key]]}
 
     roles = {"vision": RulesClient("oracle-vision", vision)}
-    stages = build_stages("iba", index=index, encoder=enc, image_root=b.root, roles=roles)
-    assert [s.name for s in stages] == ["retrieve-image", "identify-entity", "rerank-sections", "answer-extractive"]
+    job = build_answer_job("iba", kb=kb, index=index, encoder=enc, image_root=b.root, roles=roles)
+    assert job.stage_names == ["retrieve-image", "identify-entity", "rerank-sections", "answer-extractive"]
     out = root / "iba.jsonl"
-    summary = answer_samples(_samples(b), stages, kb=kb, out=out, roles=roles)
+    summary = job.run(_samples(b), out=out)
     assert summary.ok == b.n_samples
     p = next(iter(read_results(out)))
     ident = p["meta"]["retrieval"]["identify"]
@@ -107,7 +107,7 @@ def test_iba_identify_then_rank(bench):
     rec = _recall(out, b.samples, root)
     assert rec["identify"]["recall"]["@1"] == 1.0 and rec["initial"]["recall"]["@1"] == 1.0
     with pytest.raises(ValueError, match="vision"):
-        build_stages("iba", index=index, encoder=enc)
+        build_answer_job("iba", kb=kb, index=index, encoder=enc)
 
 
 def test_missing_image_is_an_error_record_and_the_run_goes_on(bench):
@@ -116,8 +116,7 @@ def test_missing_image_is_an_error_record_and_the_run_goes_on(bench):
     recs[1] = {**recs[1], "images": ["images/does_not_exist.jpg"]}
     recs.append({**recs[0], "id": "no_image", "images": []})
     out = root / "missing.jsonl"
-    summary = answer_samples(recs, build_stages("extractive", index=index, encoder=enc, image_root=b.root),
-                             kb=kb, out=out)
+    summary = build_answer_job("extractive", kb=kb, index=index, encoder=enc, image_root=b.root).run(recs, out=out)
     assert (summary.ok, summary.error) == (2, 2)
     lines = {r["id"]: r for r in read_results(out)}
     assert "does_not_exist.jpg" in lines[recs[1]["id"]]["reason"] and lines[recs[1]["id"]]["stage"] == "retrieve-image"
@@ -130,8 +129,8 @@ def test_missing_image_is_an_error_record_and_the_run_goes_on(bench):
 def test_llm_rerank_invalid_reply_marks_record_invalid(bench):
     b, kb, index, enc, root = bench
     roles = {"checker": RulesClient("broken", lambda payload: {"nope": 1})}
-    stages = build_stages("extractive", index=index, encoder=enc, image_root=b.root, roles=roles, reranker="llm")
-    summary = answer_samples(_samples(b, 2), stages, kb=kb, out=root / "inv.jsonl", roles=roles)
+    job = build_answer_job("extractive", kb=kb, index=index, encoder=enc, image_root=b.root, roles=roles, reranker="llm")
+    summary = job.run(_samples(b, 2), out=root / "inv.jsonl")
     assert summary.invalid == 2
     assert all("reranker reply unusable" in r["reason"] for r in read_results(root / "inv.jsonl"))
 
@@ -152,8 +151,8 @@ def test_llm_answerer_without_kb_article_answers_without_evidence(bench):
     """An oracle entity the KB lacks is not an error: the model answers with no evidence passages."""
     import asyncio
 
-    from kbvqa.stages.base import Context
-    from kbvqa.stages.generate import GenerateAnswer
+    from kbvqa.runner.stage import Context
+    from kbvqa.stages.answer.generate import GenerateAnswer
 
     b, kb, index, enc, root = bench
     seen = []
@@ -164,8 +163,8 @@ def test_llm_answerer_without_kb_article_answers_without_evidence(bench):
 
     rec = _samples(b, 1)[0]
     rec["entity"] = {"url": "https://en.wikipedia.org/wiki/Not_In_This_KB"}
-    ctx = Context(kb=kb, roles={"answerer": RulesClient("fixed-answer", answerer)})
-    out = asyncio.run(GenerateAnswer(image_root=b.root).run(rec, ctx))
+    ctx = Context(kb=kb, roles={"answerer": RulesClient("fixed-answer", answerer)}, resources={"image_root": b.root})
+    out = asyncio.run(GenerateAnswer().run(rec, ctx))
     assert out["answer"] == "unknown" and out["evidence_used"] == []
     text = seen[0][0]["text"] if isinstance(seen[0], list) else seen[0]
     assert "(no evidence retrieved)" in text

@@ -12,7 +12,7 @@ from kbvqa.cli import index as index_cmd
 from kbvqa.cli import retrieve as retrieve_cmd
 from kbvqa.cli import study as study_cmd
 from kbvqa.evaluate.retrieval import load_retrieval_records, load_retrieval_references, retrieval_metrics
-from kbvqa.pipelines.demo.bench import build_bench
+from kbvqa.demo.bench import build_bench
 
 app = typer.Typer()
 app.add_typer(index_cmd.app, name="index")
@@ -106,7 +106,7 @@ def test_batch_retrieve_keeps_order_and_reports_bad_images(bench, tmp_path):
     from kbvqa.kb.image_index import ImageIndex, build_image_index
     from kbvqa.kb.store import KBStore
     from kbvqa.models.image_encoders import HistogramEncoder
-    from kbvqa.stages.retrieve import batch_retrieve
+    from kbvqa.stages.answer.retrieve import batch_retrieve
 
     b, root, samples = bench
     enc = HistogramEncoder()

@@ -16,7 +16,7 @@ from kbvqa.models.rerank import (BM25Reranker, DenseReranker, LLMReranker, Secti
                                  get_reranker)
 from kbvqa.models.result import ChatResult
 from kbvqa.models.rules import RulesClient
-from kbvqa.stages.base import Context, Invalid
+from kbvqa.runner.stage import Context, Invalid
 
 ARTICLES = [
     Article(url="https://en.wikipedia.org/wiki/Red_fox", title="Red fox", sections=[

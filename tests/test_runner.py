@@ -13,7 +13,7 @@ import pytest
 from kbvqa.data.schema import Provenance, Usage
 from kbvqa.runner import (InputError, compact_journal, read_parquet, read_results, redact, run, run_stages)
 from kbvqa.runner.sinks import JsonlJournal, scan_journal
-from kbvqa.stages.base import Context, Invalid, Stage, StageConfig
+from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
 
 
 def recs(n: int, prefix: str = "r") -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ def demo(
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Records in flight per stage."),
 ) -> None:
     """Build the demo benchmark, audit it, answer it, score it and write a report."""
-    from kbvqa.pipelines.demo.run import run_demo
+    from kbvqa.demo.run import run_demo
 
     console = Console()
     res = run_demo(out, llm=llm, model=model, api_key_env=api_key_env, concurrency=concurrency,

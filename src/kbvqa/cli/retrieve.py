@@ -70,8 +70,8 @@ def retrieve(
     """Image-to-image retrieval: rank KB articles for each sample's image; missing images become error records."""
     import time
 
-    from kbvqa.progress import progress_bar
-    from kbvqa.stages.retrieve import batch_retrieve
+    from kbvqa.progress import ProgressBar
+    from kbvqa.stages.answer.retrieve import batch_retrieve
 
     console = Console(stderr=True)
     t0 = time.perf_counter()
@@ -79,7 +79,7 @@ def retrieve(
     images = images or samples.parent
     try:
         idx, enc = _load_index(index, model_dir, device)
-        bar = progress_bar(None, "retrieve", console.is_terminal)
+        bar = ProgressBar(None, "retrieve", console.is_terminal)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
         with tmp.open("w", encoding="utf-8") as f:
@@ -127,7 +127,7 @@ def answer(
     """Answer a benchmark with a reference MM-RAG pipeline; predictions carry retrieval, evidence and usage."""
     from kbvqa.kb.store import open_kb
     from kbvqa.models.config import build_roles, load_model_config
-    from kbvqa.pipelines.answer import answer_samples, build_stages, write_retrieval_records
+    from kbvqa.pipelines.answer import build_answer_job, write_retrieval_records
 
     console = Console(stderr=True)
     images = images or samples.parent
@@ -151,9 +151,10 @@ def answer(
             from kbvqa.kb.text_index import TextIndex
 
             tidx = TextIndex.load(text_index)
-        stages = build_stages(pipeline.value, index=idx, encoder=enc, image_root=images, roles=roles,
-                              reranker=reranker.value, k=k, articles=articles, sections=sections, alpha=alpha,
-                              text_index=tidx, rerank_model_dir=rerank_model_dir)
+        job = build_answer_job(pipeline.value, kb=store, roles=roles, index=idx, encoder=enc, image_root=images,
+                               reranker=reranker.value, text_index=tidx, rerank_model_dir=rerank_model_dir,
+                               k=k, articles=articles, sections=sections, alpha=alpha)
+        stages = job.stages
         if pipeline != Pipeline.extractive and stages[-1].name == "answer-extractive":
             console.print("note: no `answerer` role configured (--llm/--model or --config), so the embedded "
                           "extractive answerer answers; predictions name it as their producer")
@@ -162,10 +163,8 @@ def answer(
             import itertools
 
             records = itertools.islice(records, limit)
-        summary = answer_samples(records, stages, kb=store, out=out, roles=roles, concurrency=concurrency,
-                                 progress=console.is_terminal, resume=resume,
-                                 run_config={"pipeline": pipeline.value, "reranker": reranker.value,
-                                             "index": str(index) if index else None})
+        summary = job.run(records, out=out, concurrency=concurrency, progress=console.is_terminal, resume=resume,
+                          run_config={"index": str(index) if index else None})
         rr = write_retrieval_records(out, out.with_suffix(".retrieval.jsonl"))
     except _errors() as e:
         fail(e)

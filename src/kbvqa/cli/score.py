@@ -30,10 +30,9 @@ class TwoHopPolicy(str, Enum):
 
 
 def _write_items(path: Path, items: list[dict[str, Any]]) -> None:
-    from kbvqa.evaluate.io import dumps_line
+    from kbvqa.data.jsonl import write_jsonl
 
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("".join(dumps_line(it) + "\n" for it in items))
+    write_jsonl(path, items)
 
 
 

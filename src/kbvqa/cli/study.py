@@ -250,7 +250,7 @@ def augmentation_recall(
             from kbvqa.data.formats import read_samples
             from kbvqa.kb.image_index import ImageIndex
             from kbvqa.models.image_encoders import get_encoder
-            from kbvqa.stages.retrieve import batch_retrieve
+            from kbvqa.stages.answer.retrieve import batch_retrieve
 
             idx = ImageIndex.load(index)  # type: ignore[arg-type]
             enc = get_encoder(idx.encoder, model_dir)

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from kbvqa.data.errors import DataError, ErrorPolicy, from_validation_error
 from kbvqa.data.evqa import iter_csv
 from kbvqa.data.infoseek import SOURCE_KEY, normalise_answer_type
-from kbvqa.data.kbvqa_jsonl import iter_json_lines
+from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.schema import Answer, Entity, Evidence, Sample
 
 FIELDS = ("id", "question", "answers", "images", "question_type", "answer_type", "split", "dataset",
@@ -174,7 +174,7 @@ def _build_sample(rec: dict[str, Any], mapping: dict[str, str], *, fmt: str, sep
 
 def _records(path: str | Path, fmt: str, policy: ErrorPolicy, batch_size: int) -> Iterator[tuple[int, dict[str, Any]]]:
     if fmt == "jsonl":
-        yield from iter_json_lines(path, policy)
+        yield from read_jsonl(path, policy)
     elif fmt == "csv":
         for num, header, row in iter_csv(path, policy):
             if len(row) != len(header):

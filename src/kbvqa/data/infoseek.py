@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kbvqa.data.errors import DataError, ErrorPolicy, from_validation_error
-from kbvqa.data.kbvqa_jsonl import iter_json_lines
+from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.schema import Answer, AnswerType, Entity, Sample
 
 SOURCE_KEY = "_source"
@@ -162,7 +162,7 @@ class QTypes:
         self.path = Path(path)
         self.by_id: dict[str, tuple[int, Any]] = {}
         strict = ErrorPolicy()
-        for lineno, obj in iter_json_lines(self.path, strict):
+        for lineno, obj in read_jsonl(self.path, strict):
             for k in ("data_id", "question_type"):
                 if k not in obj:
                     raise DataError(f"missing {k!r}", file=self.path, row=lineno, field=k)
@@ -234,7 +234,7 @@ def read_infoseek(path: str | Path, *, qtypes: str | Path | QTypes | None = None
                   policy: ErrorPolicy | None = None, **_: Any) -> Iterator[Sample]:
     policy = policy or ErrorPolicy()
     qt = QTypes(qtypes) if qtypes is not None and not isinstance(qtypes, QTypes) else qtypes
-    for lineno, obj in iter_json_lines(path, policy):
+    for lineno, obj in read_jsonl(path, policy):
         try:
             yield infoseek_sample(obj, file=path, row=lineno, qtypes=qt)
         except DataError as e:

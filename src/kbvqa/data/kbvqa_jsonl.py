@@ -13,28 +13,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.errors import DataError, ErrorPolicy, from_validation_error
 from kbvqa.data.schema import Sample
 
 RUN_KEYS = ("status", "reason", "attempts")
-
-
-def iter_json_lines(path: str | Path, policy: ErrorPolicy) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, object) for each non-blank line; bad JSON or non-objects go to `policy`."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                policy.handle(DataError(f"invalid JSON: {e.msg} at column {e.colno}", file=path, row=lineno))
-                continue
-            if not isinstance(obj, dict):
-                policy.handle(DataError(f"expected a JSON object, got {type(obj).__name__}", file=path,
-                                        row=lineno))
-                continue
-            yield lineno, obj
 
 
 def sample_from_record(obj: dict[str, Any], *, file: str | Path | None = None,
@@ -54,7 +37,7 @@ def sample_from_record(obj: dict[str, Any], *, file: str | Path | None = None,
 
 def read_kbvqa(path: str | Path, *, policy: ErrorPolicy | None = None, **_: Any) -> Iterator[Sample]:
     policy = policy or ErrorPolicy()
-    for lineno, obj in iter_json_lines(path, policy):
+    for lineno, obj in read_jsonl(path, policy):
         try:
             yield sample_from_record(obj, file=path, row=lineno)
         except DataError as e:

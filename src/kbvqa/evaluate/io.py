@@ -25,11 +25,13 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
 import json
 
+from kbvqa.data import jsonl as data_jsonl
+from kbvqa.data.errors import DataError
 from kbvqa.evaluate.normalize import infoseek_normalize, number_words_to_digits
 
 __all__ = [
     "ScoreInputError", "PredictionRecord", "InfoSeekRef", "read_jsonl", "read_csv",
-    "load_predictions", "load_infoseek_references", "load_qtypes", "dumps_line", "ref_norm_aliases",
+    "load_predictions", "load_infoseek_references", "load_qtypes", "ref_norm_aliases",
 ]
 
 _QTYPES = {"string": "String", "numerical": "Numerical", "time": "Time"}
@@ -45,27 +47,12 @@ class ScoreInputError(ValueError):
         super().__init__(f"{where}:{what} {message}".replace(": :", ":"))
 
 
-def dumps_line(obj: Any) -> str:
-    """One JSON line (no trailing newline); orjson when available."""
-    try:
-        return _orjson.dumps(obj).decode()  # type: ignore[name-defined]
-    except NameError:  # pragma: no cover
-        return json.dumps(obj, ensure_ascii=False)
-
-
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line_number, object) for every non-blank line; a non-object line is an error."""
-    with open(path, "rb") as fh:
-        for i, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                obj = _loads(raw)
-            except ValueError as exc:
-                raise ScoreInputError(path, i, None, f"not valid JSON ({exc})") from None
-            if not isinstance(obj, dict):
-                raise ScoreInputError(path, i, None, f"expected a JSON object, got {type(obj).__name__}")
-            yield i, obj
+    """kbvqa.data.jsonl.read_jsonl, with a bad line reported as a ScoreInputError (file, line)."""
+    try:
+        yield from data_jsonl.read_jsonl(path)
+    except DataError as exc:
+        raise ScoreInputError(path, exc.row, exc.field, exc.message) from None
 
 
 def read_csv(path: str | Path) -> Iterator[tuple[int, dict[str, str]]]:

@@ -23,44 +23,18 @@ from typing import Any, Iterable, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kbvqa.data.schema import Provenance, Verdict
+from kbvqa.models import prompts
+from kbvqa.models.prompts.judge import SIMPLEQA
 
 __all__ = [
     "PROMPT_VERSION", "JudgeReply", "build_judge_messages", "judge_answer", "strict_parse",
     "legacy_parse", "simpleqa_metrics", "ChatClient",
 ]
 
-PROMPT_VERSION = "kbvqa-simpleqa-judge/v1"
+PROMPT_VERSION = SIMPLEQA.id
 METRIC = "simpleqa-judge"
 LABELS = ("correct", "incorrect", "not_attempted")
 
-_PROMPTS: dict[str, str] = {
-    PROMPT_VERSION: """\
-You grade one answer to a factual question against the gold answer. Decide between three labels.
-
-correct – the answer states the gold answer (all of it, if the gold answer has several parts) and
-  says nothing that contradicts it.
-  * Ignore case, punctuation, word order, and small misspellings of names.
-  * Hedging is fine ("I think it is X") as long as the gold answer is stated and not contradicted.
-  * Details the question already implies may be left out (for "which city…", "Paris" is enough
-    even if the gold answer is "Paris, France").
-  * A number must agree with the gold answer up to the gold answer's last significant figure
-    (gold "120 thousand": "124 thousand" is correct, "100 thousand" is incorrect).
-incorrect – the answer contains any claim that contradicts the gold answer, even a hedged one, or it
-  offers several candidate answers instead of committing to one.
-not_attempted – the gold answer is not given but nothing in the answer contradicts it
-  (for example "I don't know", "I cannot tell from the image", or a vaguer value such as
-  "around a hundred thousand" when the gold answer is more precise).
-
-Judge only the answer below; do not solve the question yourself and do not use knowledge that
-contradicts the gold answer.
-
-Question: {question}
-Gold answer: {target}
-Answer to grade: {predicted}
-
-Reply with one JSON object and nothing else:
-{{"label": "correct" | "incorrect" | "not_attempted", "rationale": "<one short sentence>"}}""",
-}
 
 
 class JudgeReply(BaseModel):
@@ -85,10 +59,11 @@ def build_judge_messages(question: str, target: str, predicted: str, *,
                          prompt_version: str = PROMPT_VERSION) -> list[dict]:
     """The single user message for one grading call (versioned template)."""
     try:
-        template = _PROMPTS[prompt_version]
+        prompt = prompts.get(prompt_version)
     except KeyError:
-        raise ValueError(f"unknown judge prompt version {prompt_version!r}; known: {sorted(_PROMPTS)}") from None
-    return [{"role": "user", "content": template.format(question=question, target=target, predicted=predicted)}]
+        known = [p.id for p in prompts.all_prompts().values() if p.name.startswith("judge.")]
+        raise ValueError(f"unknown judge prompt version {prompt_version!r}; known: {known}") from None
+    return prompt.messages(question_raw=question, target_raw=target, predicted_raw=predicted)
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Literal
 
-from kbvqa.evaluate.io import ScoreInputError, dumps_line, read_csv, read_jsonl
+from kbvqa.data.jsonl import write_jsonl
+from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
 
 __all__ = [
     "METHODS", "ConvertedPrediction", "AlignmentReport", "ConversionResult", "DuplicateIdError",
@@ -466,9 +467,4 @@ def convert(method: str, path: str | Path, *, references: str | Path | None = No
 
 def write_predictions(path: str | Path, preds: Iterable[ConvertedPrediction]) -> int:
     """Write kbvqa prediction lines {data_id, prediction, method, parse_rule}; returns the count."""
-    n = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        for p in preds:
-            fh.write(dumps_line(p.to_json()) + "\n")
-            n += 1
-    return n
+    return write_jsonl(path, (p.to_json() for p in preds))

@@ -352,7 +352,7 @@ def build_image_index(kb: Any, image_root: str | Path, encoder: Any, *, rule: Im
 
     Missing files and undecodable images are counted in the report (with up to 20 examples each)."""
     from kbvqa.models.image_encoders import encode_files
-    from kbvqa.progress import progress_bar
+    from kbvqa.progress import ProgressBar
 
     t0 = time.perf_counter()
     resolver = ImageResolver(Path(image_root), rule)
@@ -382,7 +382,7 @@ def build_image_index(kb: Any, image_root: str | Path, encoder: Any, *, rule: Im
             owners.append(article.url)
             names.append(img_url)
     report.images_resolved = len(paths)
-    bar = progress_bar(len(paths), f"index images ({encoder.name})", progress)
+    bar = ProgressBar(len(paths), f"index images ({encoder.name})", progress)
     vecs, kept, failed = encode_files(encoder, paths, batch_size=batch_size, on_batch=bar.advance)
     bar.close()
     report.images_failed = len(failed)

@@ -422,7 +422,7 @@ def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_s
     out = _prepare_out(out, overwrite)
     kind = _sniff(path)
     total = path.stat().st_size
-    bar = _RichProgress(total) if progress is True else None
+    bar = _ImportProgress(total) if progress is True else None
     progress_fn: ProgressFn | None = bar.update if bar else (progress or None)  # type: ignore[assignment]
     raw, f = _open_raw(path)
     try:
@@ -479,29 +479,24 @@ def build_kb(articles: Iterable[Article], out: str | os.PathLike, *, batch_size:
         raise
 
 
-class _RichProgress:
-    """A two-phase rich bar: bytes parsed (and indexed as they go), then the FTS segment merge."""
+class _ImportProgress:
+    """Two phases on the one progress bar: megabytes parsed (and indexed as they go), then the FTS merge."""
 
     def __init__(self, total: int):
-        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                          TextColumn("{task.fields[size]}"), TimeElapsedColumn(), transient=False)
-        self.p.start()
-        self.total = total
-        self.load = self.p.add_task("parse, load, index", total=total, size=self._size(0))
-        self.index = None
+        from kbvqa.progress import ProgressBar
 
-    def _size(self, done: int) -> str:
-        return f"{done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB"
+        self.total = total
+        self.bar = ProgressBar(total, "parse, load, index", True)
+        self.merging = False
 
     def update(self, phase: str, done: int, total: int) -> None:
         if phase == "load":
-            self.p.update(self.load, completed=done, size=self._size(done))
-        elif self.index is None:
-            self.p.update(self.load, completed=self.total, size=self._size(self.total))
-            self.index = self.p.add_task("merge FTS index", total=None, size="")
+            self.bar.update(completed=done, note=f"{done / 1e6:,.1f}/{self.total / 1e6:,.1f} MB")
+        elif not self.merging:
+            self.merging = True
+            self.bar.update(completed=self.total, description="merge FTS index", note="")
         elif done >= total:
-            self.p.update(self.index, total=1, completed=1)
+            self.bar.update(completed=self.total)
 
     def close(self) -> None:
-        self.p.stop()
+        self.bar.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kbvqa.data.schema import Article, Section
+from kbvqa.data.text import SEARCH_STOPWORDS
 from kbvqa.data.urls import canonical_url
 from kbvqa.kb.base import SearchHit
 from kbvqa.kb.importer import FORMAT_NAME, FORMAT_VERSION, TOKEN_RE, import_wiki_json
@@ -26,11 +27,7 @@ __all__ = ["KBStore", "KBError", "open_kb", "fts_query", "plan_query"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _MAX_TOKENS = 256  # of a query, read (a pasted paragraph stays cheap)
 _MAX_TERMS = 32  # of those, put in one MATCH expression
-# Function words carry no signal for BM25 but match nearly every section, which makes OR queries
-# slow; they are dropped (a query made only of them is searched as a phrase).
-STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have how i if in
-into is it its of on or that the their there these they this to was were what when where which who whom
-whose why will with would you your""".split())
+
 
 
 class KBError(RuntimeError):
@@ -58,7 +55,7 @@ def fts_query(text: str) -> str | None:
     words are dropped unless the query has nothing else.
     """
     toks = _tokens(text)
-    content = ([t for t in toks if t not in STOPWORDS] or toks)[:_MAX_TERMS]
+    content = ([t for t in toks if t not in SEARCH_STOPWORDS] or toks)[:_MAX_TERMS]
     return " OR ".join(_quote(t) for t in content) if content else None
 
 
@@ -74,7 +71,7 @@ def plan_query(text: str, df: dict[str, int], n_sections: int, budget: int) -> l
     toks = _tokens(text)
     if not toks:
         return []
-    content = [t for t in toks if t not in STOPWORDS]
+    content = [t for t in toks if t not in SEARCH_STOPWORDS]
     if not content:
         return [_quote(" ".join(toks[:_MAX_TERMS]))]
     ranked = sorted(content, key=lambda t: df.get(t, 0))  # stable: ties keep query order

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from kbvqa.data.text import section_text
 from kbvqa.data.urls import canonical_url
 
 try:
@@ -25,12 +26,6 @@ except ImportError:  # pragma: no cover
     faiss = None
 
 FORMAT = "kbvqa-text-index"
-
-
-def section_text(article_title: str, section_title: str, text: str, max_chars: int = 1500) -> str:
-    """What gets embedded for a section: titles give the (often pronoun-only) body its subject."""
-    head = article_title if not section_title or section_title == article_title else f"{article_title} - {section_title}"
-    return f"{head}: {text[:max_chars]}"
 
 
 class TextIndex:
@@ -128,7 +123,7 @@ class TextIndex:
 def build_text_index(kb: Any, embedder: Any, *, urls: Iterable[str] | None = None, batch_articles: int = 512,
                      max_chars: int = 1500, progress: bool = False) -> tuple[TextIndex, dict[str, Any]]:
     """Embed every section of every KB article (or of `urls`). Returns (index, stats)."""
-    from kbvqa.progress import progress_bar
+    from kbvqa.progress import ProgressBar
 
     t0 = time.perf_counter()
     index = TextIndex(embedder.name, embedder.dim)
@@ -136,7 +131,7 @@ def build_text_index(kb: Any, embedder: Any, *, urls: Iterable[str] | None = Non
     row = 0
     n_articles = n_empty = 0
     total = len(kb) if urls is None and hasattr(kb, "__len__") else 0
-    bar = progress_bar(total, "embed KB sections", progress and total > 0)
+    bar = ProgressBar(total, "embed KB sections", progress and total > 0)
     buf_texts: list[str] = []
 
     def flush() -> None:

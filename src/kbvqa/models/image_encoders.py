@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 import numpy as np
 from PIL import Image, ImageOps
 
-from kbvqa.progress import progress_bar
+from kbvqa.progress import ProgressBar
 
 ImageLike = Image.Image | str | Path
 
@@ -88,7 +88,7 @@ class HistogramEncoder:
 
     def encode(self, images: Iterable[ImageLike]) -> np.ndarray:
         images = list(images)
-        bar = progress_bar(len(images), f"encode {self.name}", self.progress and len(images) > self.batch_size)
+        bar = ProgressBar(len(images), f"encode {self.name}", self.progress and len(images) > self.batch_size)
         rows = []
         for im in images:
             rows.append(self._one(im))
@@ -122,7 +122,7 @@ class _BatchedEncoder:
 
     def encode(self, images: Iterable[ImageLike]) -> np.ndarray:
         images = list(images)
-        bar = progress_bar(len(images), f"encode {self.name}", self.progress)
+        bar = ProgressBar(len(images), f"encode {self.name}", self.progress)
         rows = []
         try:
             for i in range(0, len(images), self.batch_size):

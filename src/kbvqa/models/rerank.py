@@ -21,11 +21,15 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
 from kbvqa.data.schema import Evidence, Usage
+from kbvqa.data.text import SEARCH_STOPWORDS, section_text
+from kbvqa.models.prompts.answer import RERANK_SECTIONS
+from kbvqa.models.result import Invalid
+from kbvqa.registry import Registry
 
 _TOK = re.compile(r"\w+", re.UNICODE)
 
@@ -54,9 +58,7 @@ class SectionCandidate:
 
 
 def _tokens(text: str) -> list[str]:
-    from kbvqa.kb.store import STOPWORDS
-
-    return [t for t in _TOK.findall(text.lower()) if t not in STOPWORDS]
+    return [t for t in _TOK.findall(text.lower()) if t not in SEARCH_STOPWORDS]
 
 
 def bm25_scores(query: str, docs: Sequence[str], k1: float = 1.2, b: float = 0.75) -> list[float]:
@@ -127,8 +129,6 @@ class DenseReranker(Reranker):
         self.name = f"dense:{embedder.name}"
 
     def score(self, question: str, candidates: Sequence[SectionCandidate], ctx: Any = None) -> list[float]:
-        from kbvqa.kb.text_index import section_text
-
         q = self.embedder.encode([question])[0]
         cached: dict[str, dict[int, Any]] = {}
         vecs: list[Any] = [None] * len(candidates)
@@ -170,14 +170,6 @@ class CrossEncoderReranker(Reranker):
         return [float(s) for s in self.model.predict(pairs)]
 
 
-LLM_PROMPT_VERSION = "rerank-sections-v1"
-LLM_SYSTEM = (
-    "You rank knowledge-base passages by how useful they are for answering a question about the entity "
-    "in an image. Reply with JSON only: {\"ranking\": [passage numbers, most useful first]}. Include "
-    "every passage that could contain the answer; omit the rest."
-)
-
-
 class Ranking(BaseModel):
     ranking: list[int]
 
@@ -193,18 +185,15 @@ class LLMReranker(Reranker):
 
     async def rerank(self, question: str, candidates: list[SectionCandidate], ctx: Any = None
                      ) -> tuple[list[SectionCandidate], Usage]:
-        from kbvqa.stages.base import Invalid
-
         if not candidates:
             return [], Usage()
         listing = "\n\n".join(f"[{i + 1}] {c.title} / {c.section_title}: {c.text[: self.max_chars]}"
                               for i, c in enumerate(candidates))
-        messages = [{"role": "system", "content": LLM_SYSTEM},
-                    {"role": "user", "content": f"Question: {question}\n\nPassages:\n{listing}"}]
+        messages = RERANK_SECTIONS.messages(question_raw=question, passages_raw=listing)
         client = ctx.role(self.role)
         payload = {"question": question, "passages": [c.dump(self.max_chars) for c in candidates]}
         kwargs = {"payload": payload} if getattr(client, "backend", "") == "rules" else {}
-        result = await client.chat(messages, schema=Ranking, prompt_version=LLM_PROMPT_VERSION, **kwargs)
+        result = await client.chat(messages, schema=Ranking, prompt_version=RERANK_SECTIONS.id, **kwargs)
         if result.status == "error":
             raise RuntimeError(f"reranker call failed: {result.reason}")
         if result.status == "invalid":
@@ -221,17 +210,25 @@ class LLMReranker(Reranker):
         return ranked, result.usage
 
 
+RERANKERS: Registry[Callable[..., Reranker]] = Registry("reranker")
+RERANKERS.add("bm25", lambda **_: BM25Reranker(), help="FTS5 BM25 within each article (no model)")
+RERANKERS.add("dense", lambda *, model_dir=None, text_index=None, **_: DenseReranker(model_dir=model_dir,
+                                                                                  text_index=text_index),
+              help="cosine with a local sentence-transformers model (MiniLM by default)")
+
+
+def _cross_encoder(*, model_dir: str | Path | None = None, **_: Any) -> Reranker:
+    if model_dir is None:
+        raise ValueError("the cross-encoder reranker needs a local model directory")
+    return CrossEncoderReranker(model_dir)
+
+
+RERANKERS.add("cross-encoder", _cross_encoder, help="a local sentence-transformers CrossEncoder")
+RERANKERS.add("llm", lambda *, role="checker", **_: LLMReranker(role=role), help="a model role orders the sections")
+
+
 def get_reranker(name: str, *, model_dir: str | Path | None = None, text_index: Any = None,
                  role: str = "checker") -> Reranker:
-    """`bm25` | `dense` | `cross-encoder` (needs model_dir) | `llm` (uses `role`)."""
-    if name == "bm25":
-        return BM25Reranker()
-    if name == "dense":
-        return DenseReranker(model_dir=model_dir, text_index=text_index)
-    if name in ("cross-encoder", "cross"):
-        if model_dir is None:
-            raise ValueError("the cross-encoder reranker needs a local model directory")
-        return CrossEncoderReranker(model_dir)
-    if name == "llm":
-        return LLMReranker(role=role)
-    raise ValueError(f"unknown reranker {name!r} (bm25, dense, cross-encoder, llm)")
+    """A reranker by registered name (`kbvqa.models.rerank.RERANKERS`)."""
+    return RERANKERS.get("cross-encoder" if name == "cross" else name)(model_dir=model_dir, text_index=text_index,
+                                                                        role=role)

@@ -18,6 +18,13 @@ ChatStatus = Literal["ok", "invalid", "error"]
 M = TypeVar("M", bound=BaseModel)
 
 
+class Invalid(Exception):
+    """A model reply (or other input) could not be interpreted. A record that raises it ends
+    `invalid` with this reason, is retried on resume, and is never given a default label. Defined
+    here, beside the reply states, because model adapters raise it; the runner re-exports it as part
+    of the stage contract."""
+
+
 class ChatResult(BaseModel):
     """Outcome of one chat call.
 

@@ -6,7 +6,7 @@ ChatResult contract, e.g. as a cheap first-pass verifier next to LLM verifiers.
 
 A rule function takes one positional argument, the structured `payload=` the stage passed (or the
 message list when no payload was given), and returns the answer data (JSON-ready). It signals an
-unusable input by raising `kbvqa.stages.base.Invalid` or ValueError (→ status "invalid").
+unusable input by raising `kbvqa.models.result.Invalid` or ValueError (→ status "invalid").
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from kbvqa.data.schema import Provenance, Usage
 from kbvqa.models.client import validate_data
-from kbvqa.models.result import ChatResult
+from kbvqa.models.result import ChatResult, Invalid
 
 RuleFn = Callable[[Any], Any]
 _REGISTRY: dict[tuple[str, str], RuleFn] = {}
@@ -68,8 +68,6 @@ class RulesClient:
 
     async def chat(self, messages: list[dict], *, schema: type[BaseModel] | dict | None = None,
                    prompt_version: str = "", payload: Any = None, **params: Any) -> ChatResult:
-        from kbvqa.stages.base import Invalid
-
         t0 = time.perf_counter()
         prov = self.provenance.model_copy(update={"prompt_version": prompt_version or None})
         try:

@@ -43,11 +43,11 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kbvqa.stages.base import Context, Stage
-from kbvqa.stages.derive import DeriveConfig, DeriveStage
-from kbvqa.stages.leakage import LeakageConfig, LeakageStage
-from kbvqa.stages.posedness import PosednessConfig, PosednessStage
-from kbvqa.stages.verify import VerifyConfig, VerifyStage
+from kbvqa.runner.stage import Context, Stage
+from kbvqa.stages.audit.derive import DeriveConfig, DeriveStage
+from kbvqa.stages.audit.leakage import LeakageConfig, LeakageStage
+from kbvqa.stages.audit.posedness import PosednessConfig, PosednessStage
+from kbvqa.stages.audit.verify import VerifyConfig, VerifyStage
 
 
 class AuditConfig(BaseModel):

@@ -275,7 +275,7 @@ def parse_judgement(v: str | None) -> bool | None:
 
 
 def _answer_matches(human: str, answers: list[str]) -> bool:
-    from kbvqa.stages import matching as mt
+    from kbvqa.data import matching as mt
 
     h = mt.norm(human)
     return bool(h) and any(h == mt.norm(a) or mt.contains(human, a) for a in answers)

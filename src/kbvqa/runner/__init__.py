@@ -1,12 +1,18 @@
-"""Run stages over records: concurrency, resume, error capture, manifest, progress.
+"""Run stages over records: the stage contract, executors, resume, error capture, manifest, progress.
 
-Entry points: `run_stages` (async) / `run` (sync) execute stages and write a JSONL journal plus a
-manifest; `read_results` reads an output back (last line per id wins).
+The contract (`Stage`, `StageConfig`, `Context`, `Invalid`, `run_record`) is in `runner.stage`; the
+Executor protocol and the registry of executors in `runner.executor` (`local`: asyncio in this
+process; `ray`: Ray actors, the `kbvqa[ray]` extra); `run_stages` (async) / `run` (sync) read the
+input, journal and resume, and write the manifest; `read_results` reads an output back (last line
+per id wins).
 """
 
+from kbvqa.runner.executor import EXECUTORS, Executor, Task, get_executor
 from kbvqa.runner.manifest import manifest_path, redact
-from kbvqa.runner.runner import InputError, RunSummary, output_paths, run, run_stages
-from kbvqa.runner.sinks import RUNNER_FIELDS, compact_journal, read_parquet, read_results, write_parquet
+from kbvqa.runner.run import InputError, RunSummary, output_paths, run, run_stages
+from kbvqa.runner.sinks import compact_journal, read_parquet, read_results, write_parquet
+from kbvqa.runner.stage import RUNNER_FIELDS, Context, Invalid, Stage, StageConfig, run_record
 
-__all__ = ["InputError", "RUNNER_FIELDS", "RunSummary", "compact_journal", "manifest_path", "output_paths",
-           "read_parquet", "read_results", "redact", "run", "run_stages", "write_parquet"]
+__all__ = ["EXECUTORS", "Context", "Executor", "InputError", "Invalid", "RUNNER_FIELDS", "RunSummary", "Stage",
+           "StageConfig", "Task", "compact_journal", "get_executor", "manifest_path", "output_paths", "read_parquet",
+           "read_results", "redact", "run", "run_record", "run_stages", "write_parquet"]

@@ -157,7 +157,7 @@ def now_iso() -> str:
 
 def base_manifest(*, stages: Sequence[Any], roles: Mapping[str, Any], run_config: Mapping[str, Any] | None,
                   description: str, out: Path, fmt: str, concurrency: int, resume: bool,
-                  limit: int | None) -> dict[str, Any]:
+                  limit: int | None, executor: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The parts of the manifest known when the run starts."""
     return {
         "kbvqa_version": kbvqa_version(),
@@ -171,7 +171,8 @@ def base_manifest(*, stages: Sequence[Any], roles: Mapping[str, Any], run_config
         "wall_seconds": None,
         "output": str(out),
         "format": fmt,
-        "runner": {"executor": "local", "concurrency": concurrency, "resume": resume, "limit": limit},
+        "runner": {"executor": dict(executor or {"name": "local"}), "concurrency": concurrency, "resume": resume,
+                   "limit": limit},
         "run_config": redact(dict(run_config or {})),
         "stages": [describe_stage(s) for s in stages],
         "roles": describe_roles(roles),

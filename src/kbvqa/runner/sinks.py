@@ -17,18 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from kbvqa.data.jsonl import dumps_line
+from kbvqa.runner.stage import RUNNER_FIELDS
+
 log = logging.getLogger("kbvqa.runner")
 
-#: Top-level fields the runner adds to every output line.
-RUNNER_FIELDS = ("status", "reason", "attempts", "stage")
 
 #: Parquet schema metadata key listing the columns stored as JSON text.
 PARQUET_JSON_COLUMNS_KEY = b"kbvqa.json_columns"
-
-
-def dumps_line(record: dict[str, Any]) -> str:
-    """One JSONL line. Strict JSON (NaN/Infinity are refused) so jq, pyarrow and other readers agree."""
-    return json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
 @dataclass(frozen=True)

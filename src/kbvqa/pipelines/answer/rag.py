@@ -13,6 +13,8 @@ Presets:
 
 Each prediction line carries `retrieved`, `meta.retrieval` (every retrieval stage's ranking, e.g.
 initial and post-rerank), `evidence_used` and `usage` (all model calls of the record summed).
+`build_answer_job(name, ...)` gives the preset's Job (stages + context); the presets are registered
+in `kbvqa.pipelines.PIPELINES`.
 
 Also here: turning predictions into Recall@K retrieval records, and the augmentation study table
 (Recall@K per anchor / intra / inter / blank / double variant, side by side).
@@ -21,74 +23,117 @@ Also here: turning predictions into Recall@K retrieval records, and the augmenta
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
+from kbvqa.pipelines import PIPELINES
 from kbvqa.pipelines.augment.manifest import VARIANTS, split_variant
-from kbvqa.stages.base import Context, Stage
+from kbvqa.runner.job import Job
+from kbvqa.runner.stage import Context, Stage
 
-PIPELINES = ("echosight", "iba", "extractive")
 Answerer = Literal["auto", "llm", "extractive"]
 
 
-def build_stages(pipeline: str, *, index: Any = None, encoder: Any = None, image_root: Path | None = None,
-                 roles: Mapping[str, Any] | None = None, reranker: Any = "bm25", k: int = 20, articles: int = 5,
-                 sections: int = 5, alpha: float | None = None, answerer: Answerer = "auto",
-                 identify_candidates: int = 3, text_index: Any = None, rerank_model_dir: Path | None = None,
-                 rerank_role: str = "checker") -> list[Stage]:
-    """The stage list for a preset. `reranker` is a name (bm25, dense, cross-encoder, llm) or a Reranker."""
-    from kbvqa.models.rerank import Reranker, get_reranker
-    from kbvqa.stages.extractive import ExtractiveAnswer, ExtractiveConfig
-    from kbvqa.stages.generate import GenerateAnswer, GenerateConfig
-    from kbvqa.stages.identify import IdentifyConfig, IdentifyEntities
-    from kbvqa.stages.rerank import RerankConfig, SectionRerank
-    from kbvqa.stages.retrieve import ImageRetrieve, RetrieveConfig
+@dataclass
+class AnswerOptions:
+    """Settings shared by the answer presets (the CLI's --k, --articles, --sections, ...)."""
 
-    if pipeline not in PIPELINES:
-        raise ValueError(f"unknown pipeline {pipeline!r} (choose from {', '.join(PIPELINES)})")
-    roles = roles or {}
-    rr = reranker if isinstance(reranker, Reranker) else get_reranker(
-        reranker, model_dir=rerank_model_dir, text_index=text_index, role=rerank_role)
+    k: int = 20  # articles kept by image retrieval
+    articles: int = 5  # retrieved articles whose sections are reranked
+    sections: int = 5  # sections given to the answerer
+    alpha: float | None = None  # weight of the retrieval score in the fused order (None: the preset's)
+    answerer: Answerer = "auto"
+    identify_candidates: int = 3
+
+
+def _answer_stage(pipeline: str, opts: AnswerOptions, roles: Mapping[str, Any]) -> Stage:
+    from kbvqa.stages.answer.extractive import ExtractiveAnswer, ExtractiveConfig
+    from kbvqa.stages.answer.generate import GenerateAnswer, GenerateConfig
+
+    use_llm = opts.answerer == "llm" or (opts.answerer == "auto" and pipeline != "extractive" and "answerer" in roles)
+    if use_llm:
+        if "answerer" not in roles:
+            raise ValueError("answerer='llm' needs the `answerer` model role (--llm URL --model NAME)")
+        return GenerateAnswer(GenerateConfig(sections=opts.sections))
+    return ExtractiveAnswer(ExtractiveConfig(top_articles=2))
+
+
+def _rag_stages(pipeline: str, opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool,
+                default_alpha: float) -> list[Stage]:
+    from kbvqa.stages.answer.identify import IdentifyConfig, IdentifyEntities
+    from kbvqa.stages.answer.rerank import RerankConfig, SectionRerank
+    from kbvqa.stages.answer.retrieve import ImageRetrieve, RetrieveConfig
+
     stages: list[Stage] = []
-    if index is not None:
-        if encoder is None:
-            raise ValueError("an image index needs its encoder")
-        stages.append(ImageRetrieve(index, encoder, image_root=image_root, config=RetrieveConfig(k=k)))
+    if has_index:
+        stages.append(ImageRetrieve(RetrieveConfig(k=opts.k)))
     elif pipeline != "iba":
         raise ValueError(f"pipeline {pipeline!r} retrieves by image: give an image index")
     if pipeline == "iba":
         if "vision" not in roles:
             raise ValueError("pipeline 'iba' needs the `vision` model role (it names the entity in the image)")
-        stages.append(IdentifyEntities(IdentifyConfig(candidates=identify_candidates), image_root=image_root))
-    default_alpha = {"echosight": 0.5, "iba": 0.3, "extractive": 0.5}[pipeline]
-    stages.append(SectionRerank(rr, RerankConfig(articles=articles, sections=sections,
-                                                 alpha=default_alpha if alpha is None else alpha)))
-    use_llm = answerer == "llm" or (answerer == "auto" and pipeline != "extractive" and "answerer" in roles)
-    if use_llm:
-        if "answerer" not in roles:
-            raise ValueError("answerer='llm' needs the `answerer` model role (--llm URL --model NAME)")
-        stages.append(GenerateAnswer(GenerateConfig(sections=sections), image_root=image_root))
-    else:
-        stages.append(ExtractiveAnswer(ExtractiveConfig(top_articles=2)))
+        stages.append(IdentifyEntities(IdentifyConfig(candidates=opts.identify_candidates)))
+    stages.append(SectionRerank(RerankConfig(articles=opts.articles, sections=opts.sections,
+                                             alpha=default_alpha if opts.alpha is None else opts.alpha)))
+    stages.append(_answer_stage(pipeline, opts, roles))
     return stages
 
 
-def answer_samples(records: Iterable[dict[str, Any]], stages: list[Stage], *, kb: Any, out: Path,
-                   roles: Mapping[str, Any] | None = None, concurrency: int = 4, progress: bool = False,
-                   resume: bool = False, run_config: dict[str, Any] | None = None) -> Any:
-    """Run the stages over sample dicts; one prediction line per sample (failures as error lines)."""
-    from kbvqa.runner import run
+@PIPELINES.register("echosight", kind="answer",
+                    help="image retrieval, section rerank fused with the visual score, answerer role")
+def echosight(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
+    return _rag_stages("echosight", opts, roles, has_index, 0.5)
 
-    ctx = Context(kb=kb, roles=dict(roles or {}))
-    return run(records, stages, ctx, out=Path(out), concurrency=concurrency, resume=resume, progress=progress,
-               run_config={"stages": [s.name for s in stages], **(run_config or {})},
-               description="answer")
+
+@PIPELINES.register("iba", kind="answer", help="the vision role names the entity, the KB resolves it, rerank, answer")
+def iba(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
+    return _rag_stages("iba", opts, roles, has_index, 0.3)
+
+
+@PIPELINES.register("extractive", kind="answer", help="image retrieval, BM25 rerank, extractive answer (no model)")
+def extractive(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
+    return _rag_stages("extractive", opts, roles, has_index, 0.5)
+
+
+def build_answer_job(pipeline: str, *, kb: Any = None, roles: Mapping[str, Any] | None = None, index: Any = None,
+                     encoder: Any = None, image_root: Path | None = None, reranker: Any = "bm25",
+                     text_index: Any = None, rerank_model_dir: Path | None = None, rerank_role: str = "checker",
+                     options: AnswerOptions | None = None, **settings: Any) -> Job:
+    """The Job for an answer preset: its stages, and a context holding the KB, the roles, the image
+    index and encoder, the image root and the reranker (a registered name or a Reranker).
+    `settings` are AnswerOptions fields (k=..., sections=...)."""
+    from kbvqa.models.rerank import Reranker, get_reranker
+
+    opts = options or AnswerOptions(**settings)
+    roles = dict(roles or {})
+    if PIPELINES.entry(pipeline).info.get("kind") != "answer":
+        raise ValueError(f"{pipeline!r} is not an answer pipeline (choose from {', '.join(answer_pipelines())})")
+    if index is not None:
+        if encoder is None:
+            raise ValueError("an image index needs its encoder")
+        if index.encoder != encoder.name:
+            raise ValueError(f"index was built with {index.encoder!r} but the encoder is {encoder.name!r}")
+    stages = PIPELINES.get(pipeline)(opts, roles, index is not None)
+    rr = reranker if isinstance(reranker, Reranker) else get_reranker(
+        reranker, model_dir=rerank_model_dir, text_index=text_index, role=rerank_role)
+    resources: dict[str, Any] = {"reranker": rr, "image_root": image_root}
+    if index is not None:
+        resources.update(image_index=index, image_encoder=encoder)
+    if text_index is not None:
+        resources["text_index"] = text_index
+    return Job(stages, Context(kb=kb, roles=roles, resources=resources), description="answer",
+               run_config={"pipeline": pipeline, "reranker": rr.name})
+
+
+def answer_pipelines() -> list[str]:
+    return PIPELINES.names(kind="answer")
 
 
 def write_retrieval_records(predictions: Path, out: Path) -> Path:
     """One Recall@K record per (prediction, retrieval stage); failed lines become empty (miss) records."""
     from kbvqa.runner import read_results
-    from kbvqa.stages.retrieve import retrieval_records
+    from kbvqa.stages.answer.retrieve import retrieval_records
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

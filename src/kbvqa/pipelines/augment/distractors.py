@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kbvqa.data.urls import canonical_url
-from kbvqa.stages.matching import norm
+from kbvqa.data.matching import norm
 
 DEFAULT_FAMILIES: dict[str, str] = {
     "building": "structure", "bridge": "structure", "facility": "structure", "park": "structure",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kbvqa.data.ara import write_ara_augmented
+from kbvqa.data.jsonl import write_jsonl
 from kbvqa.data.schema import Sample
 
 ARA_COLUMNS: tuple[str, ...] = (
@@ -75,14 +76,10 @@ def write_csv(entries: Iterable[dict[str, Any]], path: str | Path) -> int:
     return write_ara_augmented(rows, path)
 
 
-def write_jsonl(entries: Iterable[dict[str, Any]], path: str | Path) -> int:
-    n = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        for e in entries:
-            ordered = {**{c: e.get(c) for c in ARA_COLUMNS}, **{k: v for k, v in e.items() if k not in ARA_COLUMNS}}
-            fh.write(json.dumps(ordered, ensure_ascii=False, sort_keys=False) + "\n")
-            n += 1
-    return n
+def write_manifest_jsonl(entries: Iterable[dict[str, Any]], path: str | Path) -> int:
+    """The manifest as JSONL: the ARA columns first, in their order, then kbvqa's own fields."""
+    return write_jsonl(path, ({**{c: e.get(c) for c in ARA_COLUMNS}, **{k: v for k, v in e.items() if k not in ARA_COLUMNS}}
+                              for e in entries))
 
 
 def variant_samples(entry: dict[str, Any], anchor: Sample, variants: Iterable[str]) -> list[Sample]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kbvqa.pipelines.augment.types import TypeMatch, TypeVocabulary, plural
-from kbvqa.stages.matching import contains
+from kbvqa.data.matching import contains
 
 POSITIONS = ("left", "right", "top left", "top right", "bottom left", "bottom right")
 _CUE_RE = re.compile(r"\b(?:on|in) the (?:top |bottom )?(?:left|right)\b", re.IGNORECASE)

@@ -287,7 +287,7 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
     order = {r["row"]["anchor_data_id"]: n for n, r in enumerate(rows)}
     augmented.sort(key=lambda e: order[e["anchor_data_id"]])
     mf.write_csv(augmented, out / "manifest.csv")
-    mf.write_jsonl(augmented + [e for e in ordered if e.get("status") not in ("ok", "partial", "error")],
+    mf.write_manifest_jsonl(augmented + [e for e in ordered if e.get("status") not in ("ok", "partial", "error")],
                    out / "manifest.jsonl")
     write_samples(aug_samples, out / "samples.jsonl", "kbvqa")
     stats = st.compute(ordered, variants=variants, dropped_types=pools.dropped_types,

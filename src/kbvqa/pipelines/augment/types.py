@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from kbvqa.data.schema import Sample
 from kbvqa.data.urls import canonical_url
+from kbvqa.models.prompts.augment import ENTITY_TYPE
 
 # The 19 InfoSeek types of the authors' script (place/location disabled there).
 INFOSEEK_TYPES: tuple[str, ...] = (
@@ -128,24 +129,16 @@ class EntityTypeReply(BaseModel):
     reason: str = ""
 
 
-TAGGER_PROMPT_VERSION = "augment-type-v1"
-
-
 def _llm_messages(sample: Sample, vocab: TypeVocabulary) -> list[dict]:
     title = sample.entity.title if sample.entity and sample.entity.title else ""
-    return [
-        {"role": "system", "content": "You label the kind of entity a visual question is about. Reply with JSON "
-                                      '{"type": <one label from the list, or "none">, "reason": <short>}.'},
-        {"role": "user", "content": f"Labels: {', '.join(vocab.types)}\nQuestion: {sample.question}\n"
-                                    f"Entity: {title}"},
-    ]
+    return ENTITY_TYPE.messages(labels_raw=", ".join(vocab.types), question_raw=sample.question, entity_raw=title)
 
 
 async def llm_type(client: Any, sample: Sample, vocab: TypeVocabulary) -> tuple[str | None, str]:
     """Ask the tagger role; returns (type or None, note). Errors and invalid replies are notes,
     never a default type."""
     res = await client.chat(_llm_messages(sample, vocab), schema=EntityTypeReply,
-                            prompt_version=TAGGER_PROMPT_VERSION)
+                            prompt_version=ENTITY_TYPE.id)
     if res.status != "ok":
         return None, f"llm_{res.status}: {res.reason}"
     data = res.data if isinstance(res.data, dict) else {}

@@ -12,9 +12,9 @@ import re
 from typing import Any
 
 from kbvqa.data.schema import Article, Evidence, Prediction, Provenance, Sample, Section
-from kbvqa.stages.base import Context, Stage, StageConfig
-from kbvqa.stages.matching import NUMBER_WORDS
-from kbvqa.stages.retrieve import record_usage, retrieval_trail
+from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.data.matching import NUMBER_WORDS
+from kbvqa.stages.answer.retrieve import record_usage, retrieval_trail
 
 _STOP = set("""a an the of in on at to for from by with and or is are was were be been this that these those
 what which who whom whose when where why how does do did has have had it its their there about as into

@@ -1,76 +1,10 @@
-"""The audit prompts: one versioned registry, the only place their wording lives.
-
-Why a registry: a verdict is only reproducible if we know exactly which instructions produced it.
-Every prompt has a name, a version and a sha256 over its text; stages put `name@version` and the
-hash in each verdict's provenance and in the run manifest (`Stage.prompt_versions`). Changing the
-wording of a prompt means bumping its version (a test checks the pinned hashes), so old and new
-verdicts are never confused.
-
-Prompts are `str.format` templates. Values are inserted as JSON strings where they come from the
-data (question, answers, evidence), so quotes or braces in a question cannot break the layout.
-"""
+"""The audit prompts (seed 000's four stages): verify a section, correct an answer, question
+well-posedness, and the final leak/answerability/uniqueness check."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, field
-from typing import Any
-
-
-@dataclass(frozen=True)
-class Prompt:
-    name: str
-    version: str
-    system: str
-    user: str
-    fields: tuple[str, ...] = field(default=())
-
-    @property
-    def id(self) -> str:
-        return f"{self.name}@{self.version}"
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(f"{self.system}\n\x00\n{self.user}".encode("utf-8")).hexdigest()
-
-    def messages(self, **values: Any) -> list[dict[str, str]]:
-        """Chat messages with `values` filled in; every declared field must be given (no silent blanks)."""
-        missing = [f for f in self.fields if f not in values]
-        extra = [k for k in values if k not in self.fields]
-        if missing or extra:
-            raise KeyError(f"prompt {self.id}: missing fields {missing}, unexpected {extra}")
-        filled = {k: (v if isinstance(v, str) and k.endswith("_raw") else json.dumps(v, ensure_ascii=False))
-                  for k, v in values.items()}
-        return [{"role": "system", "content": self.system},
-                {"role": "user", "content": self.user.format(**filled)}]
-
-    def describe(self) -> dict[str, str]:
-        return {"name": self.name, "version": self.version, "sha256": self.sha256}
-
-
-_REGISTRY: dict[str, Prompt] = {}
-
-
-def register(p: Prompt) -> Prompt:
-    if p.name in _REGISTRY and _REGISTRY[p.name] != p:
-        raise ValueError(f"prompt {p.name!r} is already registered with different content")
-    _REGISTRY[p.name] = p
-    return p
-
-
-def get(name: str) -> Prompt:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"no audit prompt {name!r} (known: {sorted(_REGISTRY)})") from None
-
-
-def all_prompts() -> dict[str, Prompt]:
-    return dict(_REGISTRY)
-
-
-_JSON_ONLY = "Reply with one JSON object and nothing else."
+from kbvqa.models.prompts import JSON_ONLY as _JSON_ONLY
+from kbvqa.models.prompts import Prompt, register
 
 VERIFY_SECTION = register(Prompt(
     name="audit.verify_section", version="1",

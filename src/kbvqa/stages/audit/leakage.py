@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from kbvqa.data.schema import Answer
-from kbvqa.stages import matching as mt
-from kbvqa.stages.base import Context, Stage, StageConfig
-from kbvqa.stages.prompts import FINAL_CHECK
-from kbvqa.stages.verify import (add_tag, escalate, evidence_for, join_record, match_answer, provenance,
-                                 split_record)
+from kbvqa.data import matching as mt
+from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.models.prompts.audit import FINAL_CHECK
+from kbvqa.stages.audit.evidence import evidence_for, match_answer
+from kbvqa.stages.audit.llm import llm_final_check, resolve_role
+from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record
 
 
 class LeakageConfig(StageConfig):
@@ -82,8 +83,6 @@ class LeakageStage(Stage):
         that are not dropped and have evidence: a leak it finds in a question stage 3 edited rolls
         the edit back (else answer_leak, per `on_leak`); not answerable → `on_not_answerable`; not
         unique → tag not_unique."""
-        from kbvqa.stages.llm_audit import llm_final_check, resolve_role
-
         sample, audit = split_record(record)
         cfg = self.config
         checks: dict[str, Any] = {}

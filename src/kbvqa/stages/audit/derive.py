@@ -18,12 +18,13 @@ import re
 from typing import Any, Literal
 
 from kbvqa.data.schema import Answer, Sample
-from kbvqa.stages import matching as mt
-from kbvqa.stages.base import Context, Stage, StageConfig
-from kbvqa.stages.prompts import CORRECT_ANSWER
-from kbvqa.stages.verify import (_MAX_WORDS, _MIN_WORDS, EvidenceUnit, add_tag, escalate, evidence_for,
-                                 join_record, match_answer, numeric_candidates, provenance, split_record,
-                                 undecidable)
+from kbvqa.data import matching as mt
+from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.models.prompts.audit import CORRECT_ANSWER
+from kbvqa.stages.audit.evidence import (_MAX_WORDS, _MIN_WORDS, EvidenceUnit, evidence_for, match_answer,
+                                         numeric_candidates, undecidable)
+from kbvqa.stages.audit.llm import llm_correct, resolve_role, validate_correction
+from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record
 
 _GENERIC_TAILS = ("architecture", "style", "municipality", "company", "corporation", "inc", "ltd", "limited",
                   "plc", "co")
@@ -210,8 +211,6 @@ class DeriveStage(Stage):
                            ctx: Context, rules_label: str, reason: str) -> dict[str, Any]:
         """The repairer proposes what the evidence says; a proposal is accepted only when the rules
         matcher finds it stated in the evidence (else the sample is dropped: correction_not_in_evidence)."""
-        from kbvqa.stages.llm_audit import llm_correct, validate_correction
-
         reply, prov = await llm_correct(client, sample, units, ctx, self.config.max_section_chars)
         llm = {**prov, "status": reply.status, "answer": reply.answer, "evidence_quote": reply.evidence_quote,
                "rationale": reply.rationale}
@@ -247,8 +246,6 @@ class DeriveStage(Stage):
         model verifier judged (unchecked, kept); a single correction value the rules find in the
         evidence (numbers, coarser dates, stripped names). Only the rest (unsupported, or contradicted
         without one value) goes to the repairer role when configured."""
-        from kbvqa.stages.llm_audit import resolve_role
-
         sample, audit = split_record(record)
         cfg = self.config
         v = audit["stages"].get("verify", {})

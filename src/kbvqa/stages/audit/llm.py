@@ -2,7 +2,7 @@
 
 Stages run their rules first; these helpers are called only for what the rules leave open (each
 stage's docstring says exactly which cases). Everything here goes through `ModelClient.chat` with a
-prompt from `kbvqa.stages.prompts` and a pydantic reply schema:
+prompt from `kbvqa.models.prompts` and a pydantic reply schema:
 
 - reply `ok` and valid for the schema → the typed reply;
 - reply `invalid` (unparseable, wrong shape, unknown label) → `Invalid`: the record ends invalid, is
@@ -24,10 +24,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kbvqa.data.schema import Answer, Sample
-from kbvqa.stages import matching as mt
-from kbvqa.stages import prompts as P
-from kbvqa.stages.base import Context, Invalid
-from kbvqa.stages.verify import EvidenceUnit, Match, match_answer
+from kbvqa.data import matching as mt
+from kbvqa.models import prompts as P
+from kbvqa.models.prompts import audit as AP
+from kbvqa.runner.stage import Context, Invalid
+from kbvqa.stages.audit.evidence import EvidenceUnit, Match, match_answer
 
 LLMMode = Literal["auto", "on", "off"]
 QuestionTag = Literal["missing_attribute_constraint", "missing_temporal_scope", "missing_spatial_reference"]
@@ -152,7 +153,7 @@ async def llm_verifier_label(label: str, client: Any, sample: Sample, units: lis
     sections = []
     for u in rank_units(sample, units):
         text = u.text if not max_chars else u.text[:max_chars]
-        r = await ask(client, P.VERIFY_SECTION, SectionReply, ctx, question=sample.question,
+        r = await ask(client, AP.VERIFY_SECTION, SectionReply, ctx, question=sample.question,
                       answers=sample.answer_texts, title=u.title or "", text=text)
         assert isinstance(r, SectionReply)
         sections.append({**u.dump(), "label": r.label, "rationale": r.rationale})
@@ -160,7 +161,7 @@ async def llm_verifier_label(label: str, client: Any, sample: Sample, units: lis
             break
     labels = [s["label"] for s in sections]
     combined = "entailed" if "entailed" in labels else "contradicted" if "contradicted" in labels else "not_supported"
-    return {"verifier": label, **client_provenance(client, P.VERIFY_SECTION), "label": combined,
+    return {"verifier": label, **client_provenance(client, AP.VERIFY_SECTION), "label": combined,
             "sections": sections, "sections_total": len(units)}
 
 
@@ -194,11 +195,11 @@ def validate_correction(proposal: str, units: list[EvidenceUnit]) -> tuple[str, 
 
 async def llm_correct(client: Any, sample: Sample, units: list[EvidenceUnit], ctx: Context,
                       max_chars: int = 0) -> tuple[CorrectionReply, dict[str, Any]]:
-    r = await ask(client, P.CORRECT_ANSWER, CorrectionReply, ctx, question=sample.question,
+    r = await ask(client, AP.CORRECT_ANSWER, CorrectionReply, ctx, question=sample.question,
                   answer_type=sample.answer_type or "unknown", answers=sample.answer_texts,
                   evidence=evidence_payload(units, max_chars))
     assert isinstance(r, CorrectionReply)
-    return r, client_provenance(client, P.CORRECT_ANSWER)
+    return r, client_provenance(client, AP.CORRECT_ANSWER)
 
 
 # ---------------------------------------------------------------------------- stage 3: posedness
@@ -221,11 +222,11 @@ def minimal_edit(before: str, after: str, min_similarity: float) -> str | None:
 
 async def llm_posedness(client: Any, sample: Sample, units: list[EvidenceUnit], ctx: Context,
                         max_chars: int = 0) -> tuple[PosednessReply, dict[str, Any]]:
-    r = await ask(client, P.POSEDNESS, PosednessReply, ctx, question=sample.question,
+    r = await ask(client, AP.POSEDNESS, PosednessReply, ctx, question=sample.question,
                   answer=sample.answers[0].text if sample.answers else "",
                   evidence=evidence_payload(units, max_chars))
     assert isinstance(r, PosednessReply)
-    return r, client_provenance(client, P.POSEDNESS)
+    return r, client_provenance(client, AP.POSEDNESS)
 
 
 # ------------------------------------------------------------------------------ stage 4: leakage
@@ -233,7 +234,7 @@ async def llm_posedness(client: Any, sample: Sample, units: list[EvidenceUnit], 
 
 async def llm_final_check(client: Any, sample: Sample, units: list[EvidenceUnit], ctx: Context,
                           max_chars: int = 0) -> tuple[FinalCheckReply, dict[str, Any]]:
-    r = await ask(client, P.FINAL_CHECK, FinalCheckReply, ctx, question=sample.question,
+    r = await ask(client, AP.FINAL_CHECK, FinalCheckReply, ctx, question=sample.question,
                   answer=" | ".join(sample.answer_texts), evidence=evidence_payload(units, max_chars))
     assert isinstance(r, FinalCheckReply)
-    return r, client_provenance(client, P.FINAL_CHECK)
+    return r, client_provenance(client, AP.FINAL_CHECK)

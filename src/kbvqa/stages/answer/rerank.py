@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from kbvqa.models.rerank import Reranker, SectionCandidate
-from kbvqa.stages.base import Context, Stage, StageConfig
-from kbvqa.stages.retrieve import add_record_usage
+from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.stages.answer.retrieve import add_record_usage
 
 
 class RerankConfig(StageConfig):
@@ -36,13 +36,14 @@ def _minmax(xs: list[float]) -> list[float]:
 
 
 class SectionRerank(Stage):
+    """Reads the ctx resource `reranker` (a kbvqa.models.rerank.Reranker) and the KB."""
+
     name = "rerank-sections"
     version = "1"
     config_model = RerankConfig
 
-    def __init__(self, reranker: Reranker, config: RerankConfig | None = None):
+    def __init__(self, config: RerankConfig | None = None):
         super().__init__(config)
-        self.reranker = reranker
 
     def candidates(self, record: dict[str, Any], ctx: Context) -> tuple[list[SectionCandidate], list[str]]:
         urls = list(record.get("retrieved") or [])[: self.config.articles]
@@ -66,7 +67,8 @@ class SectionRerank(Stage):
             raise ValueError("section rerank needs a KB (ctx.kb)")
         question = record.get("question") or ""
         cands, missing = self.candidates(record, ctx)
-        ranked, usage = await self.reranker.rerank(question, cands, ctx)
+        reranker: Reranker = ctx.resource("reranker")
+        ranked, usage = await reranker.rerank(question, cands, ctx)
         rr = _minmax([c.score for c in ranked])
         n_art = max(1, self.config.articles)
         vis_raw = [c.visual if c.visual is not None else 1.0 - c.article_rank / n_art for c in ranked]
@@ -82,7 +84,7 @@ class SectionRerank(Stage):
         order += [u for u in record.get("retrieved") or [] if u not in best]  # unread articles keep their order
         kept = ranked[: self.config.sections]
         out = {**record, "sections": [c.dump(self.config.store_chars) for c in kept],
-               "rerank": {"reranker": self.reranker.name, "retrieved": order,
+               "rerank": {"reranker": reranker.name, "retrieved": order,
                           "scores": [best.get(u) for u in order], "alpha": a, "candidates": len(cands),
                           **({"missing_articles": missing} if missing else {})}}
         return add_record_usage(out, usage)

@@ -26,14 +26,15 @@ from kbvqa.models.image_encoders import HistogramEncoder
 from kbvqa.pipelines.answer import augmentation_recall_table
 from kbvqa.pipelines.audit import audit_file
 from kbvqa.pipelines.augment.run import AugmentConfig, augment_samples
-from kbvqa.pipelines.demo.bench import DemoBench, build_bench
+from kbvqa.demo.bench import DemoBench, build_bench
 from kbvqa.report.html import Figure, Table, write_page
-from kbvqa.runner import read_results, run
+from kbvqa.runner import read_results
+from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import git_info
-from kbvqa.stages.base import Context
-from kbvqa.stages.extractive import ExtractiveAnswer
-from kbvqa.stages.generate import GenerateAnswer
-from kbvqa.stages.retrieve import ImageRetrieve, batch_retrieve
+from kbvqa.runner.stage import Context
+from kbvqa.stages.answer.extractive import ExtractiveAnswer
+from kbvqa.stages.answer.generate import GenerateAnswer
+from kbvqa.stages.answer.retrieve import ImageRetrieve, batch_retrieve
 
 
 @dataclass
@@ -89,12 +90,13 @@ def _answer(bench: DemoBench, samples: Path, out: Path, index: ImageIndex, kb: K
             concurrency: int, progress: bool) -> Any:
     from kbvqa.data.formats import read_samples
 
-    stages: list[Any] = [ImageRetrieve(index, HistogramEncoder(), image_root=bench.root)]
-    stages.append(GenerateAnswer(image_root=bench.root) if "answerer" in roles else ExtractiveAnswer())
-    ctx = Context(kb=kb, roles=roles)
-    return run((s.dump() for s in read_samples(samples, "kbvqa")), stages, ctx, out=out, concurrency=concurrency,
-               resume=False, progress=progress, description=f"demo answers on {samples.name}",
-               run_config={"samples": str(samples), "answerer": stages[-1].name})
+    stages: list[Any] = [ImageRetrieve(), GenerateAnswer() if "answerer" in roles else ExtractiveAnswer()]
+    ctx = Context(kb=kb, roles=roles, resources={"image_index": index, "image_encoder": HistogramEncoder(),
+                                                 "image_root": bench.root})
+    job = Job(stages, ctx, description=f"demo answers on {samples.name}",
+              run_config={"samples": str(samples), "answerer": stages[-1].name})
+    return job.run((s.dump() for s in read_samples(samples, "kbvqa")), out=out, concurrency=concurrency,
+                   resume=False, progress=progress, close=False)
 
 
 # The demo's entities are one or two per kind, so the type vocabulary groups them into four coarse

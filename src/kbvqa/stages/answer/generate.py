@@ -10,24 +10,15 @@ the record `invalid`, and an API failure ends it `error` (never an empty answer)
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from kbvqa.data.schema import Evidence, Prediction, Sample
-from kbvqa.models.images import user_message
-from kbvqa.stages.base import Context, Invalid, Stage, StageConfig
-from kbvqa.stages.retrieve import record_usage, retrieval_trail
+from kbvqa.models.prompts.answer import SHORT_ANSWER
+from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
+from kbvqa.stages.answer.retrieve import record_usage, retrieval_trail
 
-PROMPT_VERSION = "answer-short-v1"
-SYSTEM = (
-    "You answer knowledge-seeking questions about the entity shown in an image. Use the evidence "
-    "passages from the knowledge base; if they do not contain the answer, answer from your own "
-    "knowledge. Reply with JSON only: {\"answer\": \"...\"} where the answer is as short as possible "
-    "(a name, a number with no unit, a year or a date)."
-)
 
 
 class ShortAnswer(BaseModel):
@@ -44,13 +35,10 @@ class GenerateAnswer(Stage):
     name = "answer-llm"
     version = "1"
     config_model = GenerateConfig
+    prompts = (SHORT_ANSWER,)
 
-    def __init__(self, config: GenerateConfig | None = None, image_root: Path | None = None):
+    def __init__(self, config: GenerateConfig | None = None):
         super().__init__(config)
-        self.image_root = image_root
-
-    def prompt_versions(self) -> dict[str, str]:
-        return {PROMPT_VERSION: hashlib.sha256(SYSTEM.encode()).hexdigest()}
 
     def _evidence(self, sample: Sample, urls: list[str], ctx: Context,
                   sections: list[dict[str, Any]] | None = None) -> list[Evidence]:
@@ -87,12 +75,10 @@ class GenerateAnswer(Stage):
                                for i, e in enumerate(evidence)) or "(no evidence retrieved)"
         images = []
         if self.config.send_image and sample.images:
-            p = Path(sample.images[0])
-            images = [p if p.is_absolute() or self.image_root is None else self.image_root / p]
-        messages = [{"role": "system", "content": SYSTEM},
-                    user_message(f"Evidence:\n{passages}\n\nQuestion: {sample.question}", images)]
+            images = [ctx.image_path(sample.images[0])]
+        messages = SHORT_ANSWER.messages(images, passages_raw=passages, question_raw=sample.question)
         client = ctx.role("answerer")
-        result = await client.chat(messages, schema=ShortAnswer, prompt_version=PROMPT_VERSION)
+        result = await client.chat(messages, schema=ShortAnswer, prompt_version=SHORT_ANSWER.id)
         ctx.add_usage(result.usage)
         if result.status == "error":
             raise RuntimeError(f"answerer call failed: {result.reason}")

@@ -18,11 +18,13 @@ import re
 from typing import Any, Literal
 
 from kbvqa.data.schema import Sample
-from kbvqa.stages import matching as mt
-from kbvqa.stages.base import Context, Stage, StageConfig
-from kbvqa.stages.prompts import POSEDNESS
-from kbvqa.stages.verify import (EvidenceUnit, add_tag, escalate, evidence_for, join_record, provenance,
-                                 split_record)
+from kbvqa.data import matching as mt
+from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.models.prompts.audit import POSEDNESS
+from kbvqa.stages.audit.evidence import EvidenceUnit, evidence_for
+from kbvqa.stages.audit.leakage import leaked
+from kbvqa.stages.audit.llm import llm_posedness, minimal_edit, resolve_role
+from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record
 
 _SIZE_RE = re.compile(r"\b(how (big|large)|what size|what is the size|how much does .* grow)\b", re.I)
 _TIME_GRAIN = {"year", "years", "month", "months", "date", "season", "seasons", "century", "decade", "day",
@@ -148,14 +150,10 @@ class PosednessStage(Stage):
         super().__init__(config)
         self.config: PosednessConfig
 
-
     async def _llm(self, client: Any, sample: Sample, units: list[EvidenceUnit], audit: dict[str, Any],
                    ctx: Context, may_repair: bool) -> tuple[dict[str, Any], list[str], str | None]:
         """(llm verdict part, tags, accepted suggestion). A suggestion is accepted only as a minimal
         edit that does not state the answer."""
-        from kbvqa.stages.leakage import leaked
-        from kbvqa.stages.llm_audit import llm_posedness, minimal_edit
-
         reply, prov = await llm_posedness(client, sample, units, ctx, self.config.max_section_chars)
         llm = {**prov, "tags": list(reply.tags), "suggested_question": reply.suggested_question,
                "rationale": reply.rationale}
@@ -184,8 +182,6 @@ class PosednessStage(Stage):
         template repair. The rest (no tag found, or a tag the templates cannot repair) go to the
         repairer role when configured: its tags are added, and its suggested question is applied
         only when it is a minimal edit that does not state the answer."""
-        from kbvqa.stages.llm_audit import resolve_role
-
         sample, audit = split_record(record)
         units = evidence_for(sample, audit, ctx.kb)
         found = tag_question(sample, units)

@@ -14,72 +14,62 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from kbvqa.data.images import resolve_image
 from kbvqa.data.schema import Usage
 from kbvqa.kb.image_index import ImageIndex
 from kbvqa.models.image_encoders import ImageEncoder
-from kbvqa.stages.base import Context, Stage, StageConfig
-
-
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".JPEG", ".JPG", ".webp")
-
-
-def resolve_sample_image(image: str, root: Path | None) -> Path:
-    """A sample's image as a path: absolute as is, else under `root`; an id without an extension
-    (InfoSeek `oven_...`, E-VQA image ids) is tried with the usual ones. Returns the first existing
-    candidate, or the plain joined path (which the caller reports as missing)."""
-    p = Path(image)
-    if not p.is_absolute() and root is not None:
-        p = Path(root) / p
-    if p.is_file() or p.suffix.lower() in (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp"):
-        return p
-    for ext in IMAGE_EXTENSIONS:
-        q = p.with_name(p.name + ext)
-        if q.is_file():
-            return q
-    return p
+from kbvqa.runner.stage import Context, Stage, StageConfig, error_reason
 
 
 class RetrieveConfig(StageConfig):
     k: int = 20
 
 
+#: Neural encoders run one batch at a time (torch already uses every core); the histogram baseline is
+#: plain numpy and may run in parallel threads. One lock per encoder object, made on first use.
+_ENCODER_LOCKS: "weakref.WeakKeyDictionary[Any, threading.Lock]" = weakref.WeakKeyDictionary()
+
+
+def _encoder_lock(encoder: Any) -> Any:
+    if getattr(encoder, "baseline", False):
+        return contextlib.nullcontext()
+    try:
+        return _ENCODER_LOCKS.setdefault(encoder, threading.Lock())
+    except TypeError:  # not weak-referenceable: serialise on a lock kept on the class
+        return _ENCODER_LOCKS.setdefault(type(encoder), threading.Lock())
+
+
 class ImageRetrieve(Stage):
+    """Reads ctx resources `image_index`, `image_encoder` and (optional) `image_root`."""
+
     name = "retrieve-image"
     version = "2"
     config_model = RetrieveConfig
 
-    def __init__(self, index: ImageIndex, encoder: ImageEncoder, image_root: Path | None = None,
-                 config: RetrieveConfig | None = None):
+    def __init__(self, config: RetrieveConfig | None = None):
         super().__init__(config)
-        if index.encoder != encoder.name:
-            raise ValueError(f"index was built with {index.encoder!r} but the encoder is {encoder.name!r}")
-        self.index, self.encoder, self.image_root = index, encoder, image_root
-        # Neural encoders run one batch at a time (torch already uses every core); the histogram
-        # baseline is plain numpy and may run in parallel threads.
-        self._lock = contextlib.nullcontext() if getattr(encoder, "baseline", False) else threading.Lock()
 
-    def _path(self, image: str) -> Path:
-        return resolve_sample_image(image, self.image_root)
-
-    def _encode_search(self, path: Path) -> list[tuple[str, float]]:
-        with self._lock:
-            vec = self.encoder.encode([path])
-        return self.index.search(vec, k=self.config.k)[0]
+    def _encode_search(self, index: ImageIndex, encoder: ImageEncoder, path: Path) -> list[tuple[str, float]]:
+        with _encoder_lock(encoder):
+            vec = encoder.encode([path])
+        return index.search(vec, k=self.config.k)[0]
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        index, encoder = ctx.resource("image_index"), ctx.resource("image_encoder")
+        if index.encoder != encoder.name:
+            raise ValueError(f"index was built with {index.encoder!r} but the encoder is {encoder.name!r}")
         images = record.get("images") or []
         if not images:
             raise ValueError(f"sample {record.get('id')!r} has no image to retrieve with")
-        path = self._path(images[0])
-        if not path.is_file():
-            raise FileNotFoundError(f"image not found: {path}")
-        ranked = await asyncio.to_thread(self._encode_search, path)
+        path = ctx.image_path(images[0])
+        ranked = await asyncio.to_thread(self._encode_search, index, encoder, path)
         urls = [u for u, _ in ranked]
         return {**record, "retrieved": urls,
-                "retrieval": {"stage": "initial", "encoder": self.encoder.name, "retrieved": urls,
+                "retrieval": {"stage": "initial", "encoder": encoder.name, "retrieved": urls,
                               "scores": [round(s, 6) for _, s in ranked]}}
 
 
@@ -174,8 +164,10 @@ def batch_retrieve(records: Iterable[dict[str, Any]], index: ImageIndex, encoder
         if not images:
             batch.append((rid, None, f"ValueError: sample {rid!r} has no image to retrieve with"))
         else:
-            p = resolve_sample_image(images[0], image_root)
-            batch.append((rid, p, "") if p.is_file() else (rid, None, f"FileNotFoundError: image not found: {p}"))
+            try:
+                batch.append((rid, resolve_image(images[0], image_root), ""))
+            except (ValueError, FileNotFoundError) as exc:
+                batch.append((rid, None, error_reason(exc)))
         if len(batch) >= batch_size:
             yield from flush(batch)
             batch = []

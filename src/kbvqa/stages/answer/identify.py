@@ -12,22 +12,15 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from kbvqa.data.urls import canonical_url
-from kbvqa.models.images import user_message
-from kbvqa.stages.base import Context, Invalid, Stage, StageConfig
-from kbvqa.stages.retrieve import add_record_usage
+from kbvqa.models.prompts.answer import IDENTIFY_ENTITY
+from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
+from kbvqa.stages.answer.retrieve import add_record_usage
 
-PROMPT_VERSION = "identify-entity-v1"
-SYSTEM = (
-    "Identify the specific entity shown in the image (a species, building, landmark, artwork, vehicle "
-    "model, ...) as a Wikipedia article title. Reply with JSON only: {\"entities\": [\"title\", ...]} "
-    "with up to {n} candidates, most likely first."
-)
 
 
 class EntityGuess(BaseModel):
@@ -77,18 +70,11 @@ class IdentifyEntities(Stage):
     name = "identify-entity"
     version = "1"
     config_model = IdentifyConfig
+    prompts = (IDENTIFY_ENTITY,)
 
-    def __init__(self, config: IdentifyConfig | None = None, image_root: Path | None = None, role: str = "vision"):
+    def __init__(self, config: IdentifyConfig | None = None, role: str = "vision"):
         super().__init__(config)
-        self.image_root, self.role = image_root, role
-
-    def _system(self) -> str:
-        return SYSTEM.replace("{n}", str(self.config.candidates))
-
-    def prompt_versions(self) -> dict[str, str]:
-        import hashlib
-
-        return {PROMPT_VERSION: hashlib.sha256(SYSTEM.encode()).hexdigest()}
+        self.role = role
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         if ctx.kb is None:
@@ -96,18 +82,13 @@ class IdentifyEntities(Stage):
         images = record.get("images") or []
         paths = []
         if self.config.send_image and images:
-            p = Path(images[0])
-            p = p if p.is_absolute() or self.image_root is None else Path(self.image_root) / p
-            if not p.is_file():
-                raise FileNotFoundError(f"image not found: {p}")
-            paths = [p]
+            paths = [ctx.image_path(images[0])]
         question = record.get("question") or ""
-        messages = [{"role": "system", "content": self._system()},
-                    user_message(f"Question about the image: {question}\nWhich entity is shown?", paths)]
+        messages = IDENTIFY_ENTITY.messages(paths, question_raw=question, n=self.config.candidates)
         client = ctx.role(self.role)
         kwargs = ({"payload": {"id": record.get("id"), "question": question, "image": str(paths[0]) if paths else None}}
                   if getattr(client, "backend", "") == "rules" else {})
-        result = await client.chat(messages, schema=EntityGuess, prompt_version=PROMPT_VERSION, **kwargs)
+        result = await client.chat(messages, schema=EntityGuess, prompt_version=IDENTIFY_ENTITY.id, **kwargs)
         if result.status == "error":
             raise RuntimeError(f"vision call failed: {result.reason}")
         if result.status == "invalid":

@@ -1,0 +1,64 @@
+"""Sample image references → files: the one resolver every job uses.
+
+Benchmarks name images in several ways: a relative path (`images/x.jpg`), a bare dataset id without
+an extension (InfoSeek `oven_04983046`, E-VQA image ids), or an absolute path (kbvqa's own augmented
+samples name their composites and anchors so). `resolve_image` turns any of them into a file, trying
+the usual extensions for a bare id, and refuses a relative reference that climbs out of the image
+root (after `..`, percent-escapes and symlinks are resolved) unless the caller opts in — a benchmark
+row must not make kbvqa read, index or send a file the user did not point it at.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import unquote
+
+__all__ = ["IMAGE_SUFFIXES", "ImageRefError", "resolve_image"]
+
+#: Tried, in this order, after a reference that names no existing file.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".JPEG", ".JPG", ".PNG")
+_KNOWN_SUFFIX = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
+_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+class ImageRefError(ValueError):
+    """An image reference that may not be used (outside the root, a URL where a file is needed)."""
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
+def resolve_image(ref: str | Path, root: str | Path | None, *, allow_outside_root: bool = False) -> Path:
+    """The file a sample's image reference names.
+
+    Relative references are taken under `root`; a bare id is tried with IMAGE_SUFFIXES. With a
+    root, a relative reference must stay inside it after symlinks are resolved (ImageRefError
+    otherwise, unless `allow_outside_root`); an absolute path is taken as the user's own. A
+    reference that names nothing raises FileNotFoundError ("image not found: <path>"). Without a
+    root, relative references are taken as they are."""
+    text = str(ref).strip()
+    if not text:
+        raise ImageRefError("empty image reference")
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text):
+        raise ImageRefError(f"image reference {text!r} is a URL, not a file under the image root")
+    if _ESCAPE.search(text):
+        text = unquote(text)  # `%2e%2e/` is `../`: judge the path it really names
+    p = Path(text)
+    base = Path(root).resolve() if root is not None and not p.is_absolute() else None
+    if base is not None:
+        p = base / p
+    candidates = [p] if p.is_file() or p.suffix.lower() in _KNOWN_SUFFIX else \
+        [p, *(p.with_name(p.name + ext) for ext in IMAGE_SUFFIXES)]
+    found = next((c for c in candidates if c.is_file()), None)
+    target = found or p
+    if base is not None and not allow_outside_root and not _inside(target, base):
+        raise ImageRefError(f"image reference {str(ref)!r} resolves outside the image root {base} "
+                            "(pass --allow-outside-root to permit it)")
+    if found is None:
+        raise FileNotFoundError(f"image not found: {p}")
+    return found

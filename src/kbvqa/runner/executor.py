@@ -1,0 +1,64 @@
+"""The Executor protocol: how a list of stages is applied to a stream of records.
+
+The runner (`kbvqa.runner.run`) owns everything that must be identical whatever runs the stages:
+reading and checking the input, skipping records already done, the journal, the manifest, progress
+and the summary. An executor only turns pending tasks into output lines: it pulls `Task`s from a
+`TaskSource` until it returns None, runs each through `run_record` (so per-record status, reasons
+and the "never half-modified" rule are the same everywhere) and hands every line to `emit`, at most
+once per task. Executors register by name (`--executor local|ray`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+from kbvqa.data.schema import Usage
+from kbvqa.registry import Registry
+from kbvqa.runner.stage import Context, Stage
+
+__all__ = ["EXECUTORS", "Emit", "Executor", "Task", "TaskSource", "get_executor"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One record to run, and which attempt this is (1 for a record never tried before)."""
+
+    record: dict[str, Any]
+    attempts: int
+
+    @property
+    def id(self) -> str:
+        return self.record["id"]
+
+
+class TaskSource(Protocol):
+    async def next(self) -> Task | None:
+        """The next pending task, or None when there is nothing more to start."""
+
+
+#: emit(task, line, status): called once per finished task, from the event-loop thread.
+Emit = Callable[[Task, str, str], None]
+
+
+class Executor(Protocol):
+    name: str
+
+    def describe(self) -> dict[str, Any]:
+        """What goes in the manifest's `executor` entry (no secrets)."""
+
+    async def execute(self, tasks: TaskSource, stages: Sequence[Stage], ctx: Context, *, concurrency: int,
+                      emit: Emit) -> Usage:
+        """Run every task from `tasks`; return the model usage spent outside `ctx` (remote workers),
+        which the runner adds to the run's total. Raise only for failures of the executor itself."""
+
+
+EXECUTORS: Registry[Callable[..., Executor]] = Registry("executor", modules=("kbvqa.runner.local",
+                                                                             "kbvqa.runner.ray"))
+
+
+def get_executor(executor: str | Executor, **options: Any) -> Executor:
+    """An executor instance from a registered name (options go to its constructor), or as given."""
+    if isinstance(executor, str):
+        return EXECUTORS.get(executor)(**options)
+    return executor

@@ -1,0 +1,42 @@
+"""The local asyncio executor: the default, needs nothing installed, fastest on one machine.
+
+`concurrency` workers pull from the one task source, so at most `concurrency` records are in memory
+and in flight at a time; a 10M-line input is streamed, never loaded. Model clients bound their own
+requests in flight, so the job's `--concurrency` is what reaches the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence
+
+from kbvqa.data.schema import Usage
+from kbvqa.runner.executor import EXECUTORS, Emit, TaskSource
+from kbvqa.runner.stage import Context, Stage, run_record
+
+
+@EXECUTORS.register("local", help="asyncio workers in this process (default)")
+class LocalExecutor:
+    name = "local"
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    async def execute(self, tasks: TaskSource, stages: Sequence[Stage], ctx: Context, *, concurrency: int,
+                      emit: Emit) -> Usage:
+        async def worker() -> None:
+            while True:
+                task = await tasks.next()
+                if task is None:
+                    return
+                line, status = await run_record(task.record, stages, ctx, task.attempts)
+                emit(task, line, status)
+
+        workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()  # no-op for finished ones; stops the rest if one worker broke
+            await asyncio.gather(*workers, return_exceptions=True)
+        return Usage()  # stages added their usage to ctx directly

@@ -1,0 +1,360 @@
+"""Run stages over records: the input, the journal, resume, the manifest, progress and the summary.
+
+Why it looks like this:
+
+- **One place for what must not differ between executors.** This module reads and checks the input,
+  decides what is pending, journals every finished record, writes the manifest and the summary; an
+  executor (`local`: asyncio in this process, `ray`: actors on a cluster) only runs pending records
+  through the stages (`kbvqa.runner.executor`).
+- **Streaming.** Records are pulled from the input as executors ask for them, so a 10M-line input
+  never sits in memory. Memory grows only with the number of ids (input order, the resume index).
+- **Nothing dropped.** Every record pulled ends as one output line with `status` ok / error /
+  invalid (`run_record`), or is counted as skipped because an earlier run finished it.
+- **Crash-safe resume.** Lines are appended and flushed as records finish (fsync every N lines), so
+  SIGKILL loses only in-flight records. The next run skips ids whose last line is `ok` and runs
+  `error`/`invalid` ones again with `attempts` incremented. At the end the journal is compacted to
+  one line per id, in input order: exactly once, whichever executor ran it.
+- **Input errors are loud.** A record that is not a dict, has no string `id`, or repeats an id
+  raises `InputError` naming the position. For a sequence this is checked before anything runs;
+  for a generator it is found as the record is pulled: no new records start, the in-flight ones
+  finish and are journaled (so a fixed input resumes), and then it raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kbvqa.data.schema import Usage
+from kbvqa.progress import ProgressBar
+from kbvqa.runner import manifest as mf
+from kbvqa.runner.executor import Executor, Task, get_executor
+from kbvqa.runner.sinks import JournalEntry, JsonlJournal, compact_journal, scan_journal, write_parquet
+from kbvqa.runner.stage import Context, Stage, error_reason
+
+log = logging.getLogger("kbvqa.runner")
+
+FORMATS = ("jsonl", "parquet")
+STATUSES = ("ok", "error", "invalid")
+
+
+class InputError(ValueError):
+    """The input itself is unusable: a record without a string id, a non-dict, or a duplicate id."""
+
+
+@dataclass
+class RunSummary:
+    """Counts are for this run's input: total = ok + error + invalid + skipped, where skipped means
+    already ok in the output from a previous run."""
+
+    total: int
+    ok: int
+    error: int
+    invalid: int
+    skipped: int
+    seconds: float
+    usage: Usage
+    out: Path
+    manifest: Path
+    parquet: Path | None = None
+    previous_output: Path | None = None  # where resume=False moved an existing output
+    output_counts: dict[str, int] = field(default_factory=dict)  # statuses in the whole output file
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "ok": self.ok, "error": self.error, "invalid": self.invalid,
+                "skipped": self.skipped, "seconds": round(self.seconds, 3), "usage": self.usage.model_dump(),
+                "out": str(self.out), "manifest": str(self.manifest),
+                **({"parquet": str(self.parquet)} if self.parquet else {})}
+
+
+def check_record(rec: Any, pos: int, seen: dict[str, int]) -> str:
+    if not isinstance(rec, dict):
+        raise InputError(f"input record #{pos} (0-based) is a {type(rec).__name__}, not a dict")
+    if "id" not in rec:
+        raise InputError(f"input record #{pos} (0-based) has no 'id' field")
+    rid = rec["id"]
+    if not isinstance(rid, str) or not rid.strip():
+        raise InputError(f"input record #{pos} (0-based) has id {rid!r}; ids must be non-empty strings")
+    if rid in seen:
+        raise InputError(f"duplicate id {rid!r} at input records #{seen[rid]} and #{pos} (0-based)")
+    return rid
+
+
+class _Pending:
+    """The shared task source: pulls input records, applies `limit`, checks ids, remembers input
+    order, and skips ids an earlier run finished (`previous`).
+
+    An error from the input (an InputError or anything the user's iterator raises) is stored, not
+    raised inside a worker, so in-flight records can finish before the run stops."""
+
+    def __init__(self, records: Iterable[dict] | AsyncIterable[dict], limit: int | None,
+                 previous: dict[str, JournalEntry], on_skip: Any):
+        self.limit = limit
+        self.previous = previous
+        self.on_skip = on_skip
+        self.pos = 0
+        self.seen: dict[str, int] = {}
+        self.order: list[str] = []
+        self.error: BaseException | None = None
+        self.exhausted = False
+        if hasattr(records, "__aiter__"):
+            self._ait = records.__aiter__()  # type: ignore[union-attr]
+            self._it = None
+            self._lock = asyncio.Lock()
+        else:
+            self._ait = None
+            self._it = iter(records)  # type: ignore[arg-type]
+
+    @property
+    def stopped(self) -> bool:
+        return self.exhausted or self.error is not None or (self.limit is not None and self.pos >= self.limit)
+
+    async def next(self) -> Task | None:
+        while True:
+            if self._it is not None:
+                rec = self._take_sync()  # no await inside: workers share the iterator without a lock
+            else:
+                async with self._lock:  # an async generator cannot be advanced by two tasks at once
+                    rec = await self._take_async()
+            if rec is None:
+                return None
+            prev = self.previous.get(rec["id"])
+            if prev is not None and prev.status == "ok":
+                self.on_skip()
+                continue
+            return Task(rec, (prev.attempts if prev else 0) + 1)
+
+    def _take_sync(self) -> dict | None:
+        if self.stopped:
+            return None
+        try:
+            rec = next(self._it)  # type: ignore[arg-type]
+        except StopIteration:
+            self.exhausted = True
+            return None
+        except Exception as exc:
+            self.error = exc
+            return None
+        return self._accept(rec)
+
+    async def _take_async(self) -> dict | None:
+        if self.stopped:
+            return None
+        try:
+            rec = await self._ait.__anext__()  # type: ignore[union-attr]
+        except StopAsyncIteration:
+            self.exhausted = True
+            return None
+        except Exception as exc:
+            self.error = exc
+            return None
+        return self._accept(rec)
+
+    def _accept(self, rec: Any) -> dict | None:
+        pos = self.pos
+        self.pos += 1
+        try:
+            rid = check_record(rec, pos, self.seen)
+        except InputError as exc:
+            self.error = exc
+            return None
+        self.seen[rid] = pos
+        self.order.append(rid)
+        return rec
+
+
+def _known_total(records: Any, limit: int | None) -> int | None:
+    try:
+        n = len(records)
+    except TypeError:
+        return None
+    return min(n, limit) if limit is not None else n
+
+
+def _move_aside(out: Path) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = out.with_name(f"{out.name}.{stamp}.bak")
+    i = 1
+    while target.exists():
+        target = out.with_name(f"{out.name}.{stamp}.{i}.bak")
+        i += 1
+    out.rename(target)
+    return target
+
+
+def _usage_delta(end: Usage, start: Usage) -> Usage:
+    a, b = end.model_dump(), start.model_dump()
+    return Usage(**{k: a[k] - b[k] for k in a})
+
+
+def output_paths(out: Path) -> dict[str, Path]:
+    """Where a run with journal `out` puts its manifest and (fmt="parquet") its Parquet file."""
+    out = Path(out)
+    return {"out": out, "manifest": mf.manifest_path(out), "parquet": out.with_suffix(".parquet")}
+
+
+def _check_args(out: Path, fmt: str, concurrency: int, limit: int | None) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, not {fmt!r}")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, not {concurrency}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, not {limit}")
+    if out.suffix == ".parquet":
+        raise ValueError(f"out is the JSONL journal, not the Parquet file: pass {out.with_suffix('.jsonl')} "
+                         "with fmt='parquet' and the Parquet file is written beside it")
+
+
+class _Run:
+    """The bookkeeping of one run: journal, counts, progress, manifest."""
+
+    def __init__(self, out: Path, stages: list[Stage], ctx: Context, executor: Executor, *, resume: bool,
+                 concurrency: int, limit: int | None, run_config: dict | None, fmt: str, description: str,
+                 fsync_every: int):
+        self.out, self.ctx, self.fmt = out, ctx, fmt
+        self.paths = output_paths(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.previous_output: Path | None = None
+        if not resume and out.exists():
+            self.previous_output = _move_aside(out)
+            ctx.log.info("resume=False: moved the existing output aside to %s", self.previous_output)
+        self.started = time.monotonic()
+        self.usage_start = ctx.usage.model_copy()
+        self.journal = JsonlJournal(out, fsync_every=fsync_every)
+        self.journal.open()  # repairs a truncated tail before we read or append
+        try:
+            self.previous: dict[str, JournalEntry] = scan_journal(out)[0] if resume else {}
+            self.manifest = mf.base_manifest(stages=stages, roles=ctx.roles, run_config=run_config,
+                                             description=description, out=out, fmt=fmt, concurrency=concurrency,
+                                             resume=resume, limit=limit, executor=executor.describe())
+        except BaseException:
+            self.journal.close()  # e.g. a corrupt journal line: raise it, leave the file as it was
+            raise
+        self.manifest["previous_output"] = str(self.previous_output) if self.previous_output else None
+        self.manifest["resumed_from_lines"] = len(self.previous)
+        self.counts = {"ok": 0, "error": 0, "invalid": 0, "skipped": 0}
+        self.remote_usage = Usage()
+        self.bar: ProgressBar | None = None
+        mf.write_manifest(self.paths["manifest"], self.manifest)
+
+    def _note(self) -> str:
+        return " ".join(f"{k} {v}" for k, v in self.counts.items() if v)
+
+    def skipped(self) -> None:
+        self.counts["skipped"] += 1
+        if self.bar is not None:
+            self.bar.advance(note=self._note())
+
+    def emit(self, task: Task, line: str, status: str) -> None:
+        self.journal.write_line(line)
+        self.counts[status] += 1
+        if self.bar is not None:
+            self.bar.advance(note=self._note())
+
+    def usage(self) -> Usage:
+        return _usage_delta(self.ctx.usage, self.usage_start).add(self.remote_usage)
+
+    def finish_manifest(self, state: str, total: int, error: str | None = None, **extra: Any) -> None:
+        self.manifest.update(state=state, finished=mf.now_iso(), wall_seconds=round(time.monotonic() - self.started, 3),
+                             total=total, counts={k: self.counts[k] for k in STATUSES}, skipped=self.counts["skipped"],
+                             usage=self.usage().model_dump(), error=error, **extra)
+        mf.write_manifest(self.paths["manifest"], self.manifest)
+
+    def complete(self, order: list[str]) -> tuple[Path | None, dict[str, int]]:
+        """Compact the journal to one line per id, write the Parquet copy, count the output."""
+        compact_journal(self.out, order)
+        parquet = None
+        if self.fmt == "parquet":
+            write_parquet(self.out, self.paths["parquet"])
+            parquet = self.paths["parquet"]
+        index, _ = scan_journal(self.out)
+        output_counts: dict[str, int] = {}
+        for entry in index.values():
+            output_counts[str(entry.status)] = output_counts.get(str(entry.status), 0) + 1
+        return parquet, output_counts
+
+
+async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequence[Stage], ctx: Context, *,
+                     out: Path, concurrency: int = 8, resume: bool = True, limit: int | None = None,
+                     progress: bool = True, run_config: dict | None = None, fmt: str = "jsonl",
+                     description: str = "", executor: str | Executor = "local",
+                     executor_options: dict[str, Any] | None = None, fsync_every: int = 100) -> RunSummary:
+    """Run every record through `stages` in order and write one status line per record to `out`.
+
+    `out` is a JSONL journal. `resume=True` skips ids already `ok` in it and re-runs the rest;
+    `resume=False` renames an existing `out` to `<out>.<UTC time>.bak` (moved aside, never
+    truncated) and starts fresh. With fmt="parquet" a Parquet copy is written to `<out stem>.parquet`
+    after the journal is compacted. The manifest goes to `<out stem>.manifest.json`. `executor` is a
+    registered name (`local`, `ray`) or an Executor; `executor_options` go to its constructor.
+    """
+    out = Path(out)
+    _check_args(out, fmt, concurrency, limit)
+    stages = list(stages)
+    ex = get_executor(executor, **(executor_options or {}))
+
+    # A sequence can be checked whole before anything runs or any file is touched.
+    if isinstance(records, Sequence) and not isinstance(records, (str, bytes)):
+        seen: dict[str, int] = {}
+        for pos, rec in enumerate(itertools.islice(records, limit)):
+            seen[check_record(rec, pos, seen)] = pos
+        del seen
+
+    run = _Run(out, stages, ctx, ex, resume=resume, concurrency=concurrency, limit=limit, run_config=run_config,
+               fmt=fmt, description=description, fsync_every=fsync_every)
+    pending = _Pending(records, limit, run.previous, run.skipped)
+
+    def total() -> int:
+        return pending.pos - (1 if isinstance(pending.error, InputError) else 0)
+
+    try:
+        with ProgressBar(_known_total(records, limit), description, progress) as bar:
+            run.bar = bar
+            run.remote_usage = await ex.execute(pending, stages, ctx, concurrency=concurrency, emit=run.emit)
+        run.journal.close()
+        if pending.error is not None:
+            raise pending.error
+        parquet, output_counts = run.complete(pending.order)
+        run.finish_manifest("finished", total(), output_rows=sum(output_counts.values()),
+                            output_counts=output_counts, parquet=str(parquet) if parquet else None)
+    except BaseException as exc:
+        try:
+            run.journal.close()
+        except Exception as close_exc:  # pragma: no cover - disk gone; the original error matters more
+            ctx.log.error("could not close the journal %s: %s", out, close_exc)
+        state = "interrupted" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else "failed"
+        try:
+            run.finish_manifest(state, total(), error=error_reason(exc))
+        except Exception as mexc:  # best effort: never mask the real error
+            ctx.log.error("could not write the manifest after the run %s: %s", state, mexc)
+        raise
+
+    c = run.counts
+    summary = RunSummary(total=pending.pos, ok=c["ok"], error=c["error"], invalid=c["invalid"], skipped=c["skipped"],
+                         seconds=time.monotonic() - run.started, usage=run.usage(), out=out,
+                         manifest=run.paths["manifest"], parquet=parquet, previous_output=run.previous_output,
+                         output_counts=output_counts)
+    ctx.log.info("run finished: %d records, ok %d, error %d, invalid %d, skipped %d in %.1fs -> %s",
+                 summary.total, summary.ok, summary.error, summary.invalid, summary.skipped, summary.seconds, out)
+    return summary
+
+
+def run(records: Iterable[dict] | AsyncIterable[dict], stages: Sequence[Stage], ctx: Context, *, out: Path,
+        close: bool = False, **options: Any) -> RunSummary:
+    """Synchronous wrapper around `run_stages` (for the CLI and scripts; not from inside an event
+    loop). `close=True` closes the context's HTTP pools inside the loop that used them."""
+
+    async def main() -> RunSummary:
+        try:
+            return await run_stages(records, stages, ctx, out=out, **options)
+        finally:
+            if close:
+                await ctx.aclose()
+
+    return asyncio.run(main())

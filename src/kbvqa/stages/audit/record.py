@@ -1,0 +1,57 @@
+"""Record helpers every audit stage shares.
+
+The `audit` object lives beside the Sample fields in a record (so the audited file is still a
+benchmark file), and is split off before validation and joined back after each stage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbvqa.data.schema import Sample
+
+_ACTION_RANK = {"keep": 0, "repair": 1, "drop": 2}
+
+
+def split_record(record: dict[str, Any]) -> tuple[Sample, dict[str, Any]]:
+    """(Sample, audit dict) from a record; the audit dict is created on first use and remembers the
+    question and answers as they were before any audit stage touched them."""
+    rec = dict(record)
+    audit = dict(rec.pop("audit", None) or {})
+    rec.pop("status", None)
+    rec.pop("error", None)
+    try:
+        sample = Sample.model_validate(rec)
+    except Exception as exc:  # a malformed record is an input error with its id, not a label
+        raise ValueError(f"record {record.get('id')!r} is not a valid Sample: {exc}") from exc
+    if "question_before" not in audit:
+        audit["question_before"] = sample.question
+        audit["answers_before"] = [a.model_dump(mode="json") for a in sample.answers]
+        audit.setdefault("action", "keep")
+        audit.setdefault("tags", [])
+        audit.setdefault("reasons", [])
+        audit.setdefault("stages", {})
+    return sample, audit
+
+
+def join_record(sample: Sample, audit: dict[str, Any]) -> dict[str, Any]:
+    out = sample.dump()
+    out["audit"] = audit
+    return out
+
+
+def escalate(audit: dict[str, Any], action: str, reason: str | None = None) -> None:
+    """Raise the sample's action (keep < repair < drop); never lowers it."""
+    if _ACTION_RANK[action] > _ACTION_RANK[audit.get("action", "keep")]:
+        audit["action"] = action
+    if reason and reason not in audit["reasons"]:
+        audit["reasons"].append(reason)
+
+
+def add_tag(audit: dict[str, Any], tag: str) -> None:
+    if tag not in audit["tags"]:
+        audit["tags"].append(tag)
+
+
+def provenance(stage: Any) -> dict[str, Any]:
+    return {"backend": "rules", "model": None, "version": f"{stage.name}@{stage.version}"}
