@@ -22,7 +22,7 @@ from kbvqa.stages.audit.evidence import EvidenceUnit
 from kbvqa.stages.audit.verify import VerifyConfig, VerifyStage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_llm_server import FakeLLMServer, Reply, ok, server_error  # noqa: E402
+from fake_llm_server import FakeLLMServer, ok, server_error  # noqa: E402
 
 URL = "https://en.wikipedia.org/wiki/McLaren_F1"
 KB = InMemoryKB([Article(url=URL, title="McLaren F1", sections=[

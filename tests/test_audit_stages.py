@@ -10,7 +10,6 @@ from kbvqa.pipelines.audit import AuditConfig, audit_records
 from kbvqa.runner.stage import Context, Invalid
 from kbvqa.stages.audit.derive import DeriveConfig, DeriveStage
 from kbvqa.stages.audit.leakage import LeakageStage, leaked
-from kbvqa.stages.audit.posedness import PosednessStage
 from kbvqa.stages.audit.verify import VerifyConfig, VerifyStage, consensus
 
 URL = "https://en.wikipedia.org/wiki/McLaren_F1"

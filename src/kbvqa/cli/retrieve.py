@@ -126,22 +126,16 @@ def answer(
 ) -> None:
     """Answer a benchmark with a reference MM-RAG pipeline; predictions carry retrieval, evidence and usage."""
     from kbvqa.kb.store import open_kb
-    from kbvqa.models.config import build_roles, load_model_config
+    from kbvqa.models.config import roles_from_flags
     from kbvqa.pipelines.answer import build_answer_job, write_retrieval_records
 
     console = Console(stderr=True)
     images = images or samples.parent
     try:
-        overrides: dict[str, Any] = {}
-        if llm or model:
-            if not (llm and model):
-                raise ValueError("--llm and --model go together")
-            wanted = ["answerer"] + (["vision"] if pipeline == Pipeline.iba else []) + \
-                (["checker"] if reranker == RerankerName.llm else [])
-            role = {"backend": "openai", "base_url": llm, "model": model, "concurrency": concurrency,
-                    **({"api_key_env": api_key_env} if api_key_env else {})}
-            overrides["roles"] = {r: role for r in wanted}
-        roles = build_roles(load_model_config(config, overrides)) if (config or overrides) else {}
+        wanted = ("answerer", *(["vision"] if pipeline == Pipeline.iba else []),
+                  *(["checker"] if reranker == RerankerName.llm else []))
+        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env, fill=wanted,
+                                 concurrency=concurrency)
         store = open_kb(kb)
         idx = enc = None
         if index is not None:

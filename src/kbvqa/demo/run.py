@@ -54,12 +54,10 @@ def _roles(llm: str | None, model: str | None, api_key_env: str | None, concurre
         return {}
     if not model:
         raise ValueError("--llm needs --model (the model name the server serves)")
-    from kbvqa.models.config import build_roles, load_model_config
+    from kbvqa.models.config import roles_from_flags
 
-    cfg = load_model_config(None, {"roles": {"answerer": {"backend": "openai", "base_url": llm, "model": model,
-                                                          "concurrency": concurrency,
-                                                          **({"api_key_env": api_key_env} if api_key_env else {})}}})
-    return build_roles(cfg)
+    return roles_from_flags(None, llm=llm, model=model, api_key_env=api_key_env, fill=("answerer",),
+                            concurrency=concurrency, env={})
 
 
 def _write_fixed(audited: Path, fixed: Path) -> int:

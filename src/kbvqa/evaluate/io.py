@@ -23,7 +23,6 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 
     _loads = _json.loads
 
-import json
 
 from kbvqa.data import jsonl as data_jsonl
 from kbvqa.data.errors import DataError

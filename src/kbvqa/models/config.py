@@ -274,3 +274,48 @@ def describe_roles(cfg: ModelsConfig) -> dict[str, Any]:
     return {"source": str(cfg.source) if cfg.source else None,
             "roles": {r: ([one(x) for x in rc] if isinstance(rc, list) else one(rc)) for r, rc in cfg.roles.items()},
             "cache": {"path": str(cfg.cache.path) if cfg.cache.path else None, "enabled": cfg.cache.enabled}}
+
+
+def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None, model: str | None = None,
+                     api_key_env: str | None = None, replay: Path | str | None = None, fill: tuple[str, ...] = (),
+                     concurrency: int = 8, timeout: float | None = None, env: dict[str, str] | None = None,
+                     ) -> dict[str, ModelClient | list[ModelClient]]:
+    """The model roles of one job, from the places a user sets them — the one builder every command uses.
+
+    Roles configured in `config` (`[models.*]` of a kbvqa.toml; a file without that table adds none)
+    and by `KBVQA_<ROLE>_MODEL` variables come first. Then `--llm URL --model NAME` (or `--replay
+    CASSETTE`) fills every role named in `fill` with ONE client, replacing those roles from the file:
+    one client means one concurrency limit, so the job's `--concurrency` is what reaches the server.
+    Raises ConfigError (a ValueError) naming the file and key, or the flag, that is wrong."""
+    env = dict(os.environ if env is None else env)
+    roles: dict[str, ModelClient | list[ModelClient]] = {}
+    if config is not None or any(env.get(f"KBVQA_{r.upper()}_MODEL") for r in ROLES):
+        roles.update(build_roles(load_model_config(config, env=env), env=env))
+    if replay is not None:
+        if llm or model:
+            raise ConfigError("choose either --replay or --llm/--model")
+        client: ModelClient = ReplayClient(replay)
+    elif llm or model:
+        if not (llm and model):
+            raise ConfigError("--llm and --model go together (server URL and model name)")
+        rc = RoleConfig(backend="openai", base_url=llm, model=model, api_key_env=api_key_env,
+                        concurrency=concurrency, **({"timeout": timeout} if timeout else {}))
+        client = _build_one("flags", rc, None, env)
+    else:
+        return roles
+    for role in fill:
+        if role not in ROLES:
+            raise ConfigError(f"unknown role {role!r} (known roles: {', '.join(ROLES)})")
+        roles[role] = client
+    return roles
+
+
+def one_role(roles: dict[str, Any], role: str, where: str = "the configuration") -> ModelClient:
+    """The single client filling `role`; a missing role or a list of several is a ConfigError."""
+    if role not in roles:
+        raise ConfigError(f"model role {role!r} is not configured in {where} "
+                          f"(configured: {', '.join(sorted(roles)) or 'none'})")
+    client = roles[role]
+    if isinstance(client, list):
+        raise ConfigError(f"model role {role!r} lists several models; this job needs exactly one")
+    return client

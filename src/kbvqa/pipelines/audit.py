@@ -44,10 +44,11 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ConfigDict, Field
 
 from kbvqa.runner.stage import Context, Stage
-from kbvqa.stages.audit.derive import DeriveConfig, DeriveStage
-from kbvqa.stages.audit.leakage import LeakageConfig, LeakageStage
-from kbvqa.stages.audit.posedness import PosednessConfig, PosednessStage
-from kbvqa.stages.audit.verify import VerifyConfig, VerifyStage
+from kbvqa.stages import STAGES
+from kbvqa.stages.audit.derive import DeriveConfig
+from kbvqa.stages.audit.leakage import LeakageConfig
+from kbvqa.stages.audit.posedness import PosednessConfig
+from kbvqa.stages.audit.verify import VerifyConfig
 
 
 class AuditConfig(BaseModel):
@@ -74,26 +75,16 @@ LLM_ROLES = ("verifier", "repairer", "checker")
 
 
 def load_audit_roles(config: str | Path | None = None, *, llm: str | None = None, model: str | None = None,
-                     concurrency: int = 8, timeout: float = 120.0, max_retries: int = 4,
+                     concurrency: int = 8, timeout: float = 120.0,
                      env: dict[str, str] | None = None) -> dict[str, Any]:
     """Model roles for the audit. `config` may hold `[models.verifier]` (or `[[models.verifier]]` for
     several), `[models.repairer]`, `[models.checker]` (kbvqa.models.config format). `llm` + `model`
     (the CLI's --llm/--model) fill verifier, repairer and checker with ONE shared OpenAI-compatible
     client, so its concurrency limit covers all three; they replace those roles from the file."""
-    from kbvqa.models.config import build_roles, load_model_config
+    from kbvqa.models.config import roles_from_flags
 
-    roles: dict[str, Any] = {}
-    if config is not None:
-        data = tomllib.loads(Path(config).read_text(encoding="utf-8"))
-        if data.get("models"):
-            roles.update(build_roles(load_model_config(config, env=env), env=env))
-    if llm or model:
-        if not (llm and model):
-            raise ValueError("--llm and --model go together (server URL and model name)")
-        from kbvqa.models.client import OpenAIChatClient
-        client = OpenAIChatClient(llm, model, concurrency=concurrency, timeout=timeout, max_retries=max_retries)
-        roles.update({r: client for r in LLM_ROLES})
-    return roles
+    return roles_from_flags(config, llm=llm, model=model, fill=LLM_ROLES, concurrency=concurrency, timeout=timeout,
+                            env=env)
 
 
 async def close_roles(roles: dict[str, Any]) -> None:
@@ -105,15 +96,13 @@ async def close_roles(roles: dict[str, Any]) -> None:
                 await c.aclose()
 
 
-_STAGES = {"verify": VerifyStage, "derive": DeriveStage, "posedness": PosednessStage, "leakage": LeakageStage}
-
-
 def build_audit_stages(config: AuditConfig | None = None) -> list[Stage]:
     config = config or AuditConfig()
-    unknown = [s for s in config.stages if s not in _STAGES]
+    known = STAGES.names(family="audit")
+    unknown = [s for s in config.stages if s not in known]
     if unknown:
-        raise ValueError(f"unknown audit stages {unknown}; known: {list(_STAGES)}")
-    return [_STAGES[s](getattr(config, s)) for s in config.stages]
+        raise ValueError(f"unknown audit stages {unknown}; known: {known}")
+    return [STAGES.get(s)(getattr(config, s)) for s in config.stages]
 
 
 async def audit_records(records: Iterable[dict[str, Any]], kb: Any, config: AuditConfig | None = None,

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from kbvqa.data.jsonl import dumps_line
-from kbvqa.runner.stage import RUNNER_FIELDS
 
 log = logging.getLogger("kbvqa.runner")
 

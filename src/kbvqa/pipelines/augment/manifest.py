@@ -13,7 +13,6 @@ each carrying the anchor's answers; `anchor_id` maps a prediction id back for sc
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path

@@ -13,6 +13,7 @@ from typing import Any
 
 from kbvqa.data.schema import Article, Evidence, Prediction, Provenance, Sample, Section
 from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.stages import register_stage
 from kbvqa.data.matching import NUMBER_WORDS
 from kbvqa.stages.answer.retrieve import record_usage, retrieval_trail
 
@@ -153,6 +154,7 @@ def articles_from_sections(sections: list[dict[str, Any]]) -> list[Article]:
     return list(by_url.values())
 
 
+@register_stage
 class ExtractiveAnswer(Stage):
     """Reads the reranked `sections` when a rerank stage ran, else the top `retrieved` article (or,
     without retrieval, the sample's entity url: an oracle setting that the output records) and writes

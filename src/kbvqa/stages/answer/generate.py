@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from kbvqa.data.schema import Evidence, Prediction, Sample
 from kbvqa.models.prompts.answer import SHORT_ANSWER
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
+from kbvqa.stages import register_stage
 from kbvqa.stages.answer.retrieve import record_usage, retrieval_trail
 
 
@@ -31,6 +32,7 @@ class GenerateConfig(StageConfig):
     send_image: bool = True
 
 
+@register_stage
 class GenerateAnswer(Stage):
     name = "answer-llm"
     version = "1"

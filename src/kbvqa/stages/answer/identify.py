@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from kbvqa.data.urls import canonical_url
 from kbvqa.models.prompts.answer import IDENTIFY_ENTITY
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
+from kbvqa.stages import register_stage
 from kbvqa.stages.answer.retrieve import add_record_usage
 
 
@@ -66,6 +67,7 @@ class IdentifyConfig(StageConfig):
     send_image: bool = True
 
 
+@register_stage
 class IdentifyEntities(Stage):
     name = "identify-entity"
     version = "1"

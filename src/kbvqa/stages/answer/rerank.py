@@ -17,6 +17,7 @@ from typing import Any
 
 from kbvqa.models.rerank import Reranker, SectionCandidate
 from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.stages import register_stage
 from kbvqa.stages.answer.retrieve import add_record_usage
 
 
@@ -35,6 +36,7 @@ def _minmax(xs: list[float]) -> list[float]:
     return [1.0 if hi == lo else (x - lo) / (hi - lo) for x in xs]
 
 
+@register_stage
 class SectionRerank(Stage):
     """Reads the ctx resource `reranker` (a kbvqa.models.rerank.Reranker) and the KB."""
 

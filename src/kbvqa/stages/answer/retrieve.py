@@ -23,6 +23,7 @@ from kbvqa.data.schema import Usage
 from kbvqa.kb.image_index import ImageIndex
 from kbvqa.models.image_encoders import ImageEncoder
 from kbvqa.runner.stage import Context, Stage, StageConfig, error_reason
+from kbvqa.stages import register_stage
 
 
 class RetrieveConfig(StageConfig):
@@ -43,6 +44,7 @@ def _encoder_lock(encoder: Any) -> Any:
         return _ENCODER_LOCKS.setdefault(type(encoder), threading.Lock())
 
 
+@register_stage
 class ImageRetrieve(Stage):
     """Reads ctx resources `image_index`, `image_encoder` and (optional) `image_root`."""
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from kbvqa.data.schema import Answer, Sample
 from kbvqa.data import matching as mt
 from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import CORRECT_ANSWER
 from kbvqa.stages.audit.evidence import (_MAX_WORDS, _MIN_WORDS, EvidenceUnit, evidence_for, match_answer,
                                          numeric_candidates, undecidable)
@@ -124,6 +125,7 @@ def correct_string(answer: Answer, text: str) -> tuple[str, str] | None:
     return None
 
 
+@register_stage
 class DeriveStage(Stage):
     name = "derive"
     version = "1"

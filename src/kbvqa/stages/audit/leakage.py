@@ -14,6 +14,7 @@ from typing import Any, Literal
 from kbvqa.data.schema import Answer
 from kbvqa.data import matching as mt
 from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import FINAL_CHECK
 from kbvqa.stages.audit.evidence import evidence_for, match_answer
 from kbvqa.stages.audit.llm import llm_final_check, resolve_role
@@ -61,6 +62,7 @@ def _distinct_answers(answers: list[Answer]) -> list[str]:
     return out
 
 
+@register_stage
 class LeakageStage(Stage):
     name = "leakage"
     version = "1"

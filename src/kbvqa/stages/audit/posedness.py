@@ -20,6 +20,7 @@ from typing import Any, Literal
 from kbvqa.data.schema import Sample
 from kbvqa.data import matching as mt
 from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import POSEDNESS
 from kbvqa.stages.audit.evidence import EvidenceUnit, evidence_for
 from kbvqa.stages.audit.leakage import leaked
@@ -140,6 +141,7 @@ def tag_question(sample: Sample, units: list[EvidenceUnit]) -> list[dict[str, An
     return found
 
 
+@register_stage
 class PosednessStage(Stage):
     name = "posedness"
     version = "1"

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from kbvqa.data.schema import Sample
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
+from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import VERIFY_SECTION
 from kbvqa.stages.audit.evidence import EvidenceUnit, kb_evidence, rules_section_label, sample_evidence
 from kbvqa.stages.audit.llm import expand, gather_strict, llm_verifier_label, resolve_role
@@ -67,6 +68,7 @@ class VerifyConfig(StageConfig):
     max_section_chars: int = 0  # 0 = whole sections go to the model
 
 
+@register_stage
 class VerifyStage(Stage):
     """Stage 1. With model verifiers configured, the rules verifier (when listed) runs first and
     settles, without any model call: samples with no evidence (missing_kb / no_evidence) and, when
