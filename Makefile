@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,faiss,embed]"
+	$(BIN)/pip install -q -e ".[test,faiss,embed,ray]"
 	touch $(STAMP)
 
 test: install

@@ -33,6 +33,7 @@ class Reply:
     finish_reason: str = "stop"
     raw_body: bytes | None = None
     error: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # native tool calling: the message's tool_calls
 
 
 def ok(content: str, *, prompt_tokens: int = 10, completion_tokens: int = 5, delay: float = 0.0,
@@ -163,7 +164,8 @@ class FakeLLMServer:
                         "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                         "model": req.get("model", "fake"),
                         "choices": [{"index": 0, "finish_reason": reply.finish_reason,
-                                     "message": {"role": "assistant", "content": reply.content}}],
+                                     "message": {"role": "assistant", "content": reply.content,
+                                                 **({"tool_calls": reply.tool_calls} if reply.tool_calls else {})}}],
                         "usage": {"prompt_tokens": reply.prompt_tokens,
                                   "completion_tokens": reply.completion_tokens,
                                   "total_tokens": reply.prompt_tokens + reply.completion_tokens},

@@ -1,6 +1,7 @@
 """Helper for tests/test_runner_crash.py (not a test): run a slow stage over N records.
 
-Usage: python runner_crash_job.py OUT N SLEEP_SECONDS CONCURRENCY
+Usage: python runner_crash_job.py OUT N SLEEP_SECONDS CONCURRENCY [EXECUTOR]
+(EXECUTOR defaults to local; with `ray` the cluster is $RAY_ADDRESS, else a local one is started.)
 Prints the run summary as one JSON line on stdout when the run completes.
 """
 
@@ -30,9 +31,10 @@ class Sleepy(Stage):
 
 def main() -> None:
     out, n, seconds, concurrency = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    executor = sys.argv[5] if len(sys.argv) > 5 else "local"
     records = ({"id": f"q{i:04d}", "n": i} for i in range(n))  # a generator: streamed, length unknown
     s = run(records, [Sleepy(seconds)], Context(), out=out, concurrency=concurrency, progress=False,
-            fsync_every=10)
+            fsync_every=10, executor=executor)
     print(json.dumps({"total": s.total, "ok": s.ok, "error": s.error, "invalid": s.invalid,
                       "skipped": s.skipped}), flush=True)
 

@@ -65,9 +65,9 @@ class FakeClient:
     async def chat(self, messages, *, schema=None, prompt_version="", **_):
         q = messages[-1]["content"]
         self.calls.append((q, schema, prompt_version))
-        for key, (status, data) in self.replies.items():
+        for key, (status, payload) in self.replies.items():
             if key in q:
-                return ChatResult(status=status, data=data, reason="" if status == "ok" else "boom",
+                return ChatResult(status=status, data=payload, reason="" if status == "ok" else "boom",
                                   provenance=self.provenance)
         raise AssertionError(q)
 
@@ -101,6 +101,44 @@ def test_llm_tagger_then_kb_fallback():
     assert tags[2].notes[0].startswith("llm_invalid")
     assert len(client.calls) == 4  # the phrase-tagged question never goes to the model
     assert all(c[2] == ENTITY_TYPE.id == "augment.entity_type@1" for c in client.calls)
+
+
+def test_llm_tagger_runs_through_the_runner_with_resume_and_manifest(tmp_path):
+    """The tagger is a registered stage run by a Job: a failed call is retried on resume (and only
+    it), the manifest names the prompt and the tagger model and counts its tokens."""
+    import json
+
+    from kbvqa.data.schema import Usage
+    from kbvqa.stages import STAGES
+
+    assert STAGES.entry("augment-entity-type").info["family"] == "augment"
+    samples = [Sample(id="a", question="When was it built?"), Sample(id="b", question="How heavy is it?"),
+               Sample(id="c", question="What is the height of this building?")]
+
+    class Billed(FakeClient):
+        async def chat(self, messages, **kw):
+            res = await super().chat(messages, **kw)
+            return res.model_copy(update={"usage": Usage(prompt_tokens=10, completion_tokens=2, calls=1)})
+
+    out = tmp_path / "types.jsonl"
+    first = Billed({"When was it built": ("ok", {"type": "building"}), "How heavy": ("error", None)})
+    tags = tag_samples(samples, V, client=first, out=out)
+    assert [(t.type, t.excluded) for t in tags] == [("building", None), (None, "no_type"), ("building", None)]
+    assert tags[1].notes[0].startswith("llm_error")
+    lines = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert lines["b"]["status"] == "error" and lines["a"]["entity_type"]["source"] == "llm"
+    m = json.loads((tmp_path / "types.manifest.json").read_text())
+    assert m["counts"] == {"ok": 2, "error": 1, "invalid": 0} and m["usage"]["prompt_tokens"] == 20
+    assert ENTITY_TYPE.id in m["stages"][0]["prompt_hashes"] and m["roles"]["tagger"]["backend"] == "fake"
+
+    second = Billed({"How heavy": ("ok", {"type": "vehicle"})})
+    tags = tag_samples(samples, V, client=second, out=out)
+    assert [t.type for t in tags] == ["building", "vehicle", "building"]
+    assert len(second.calls) == 1  # resumed: only the failed sample was asked again
+    # another input (or vocabulary) is a fresh run, never stale tags
+    third = Billed({"When was it built": ("ok", {"type": "bridge"}), "How heavy": ("ok", {"type": "vehicle"})})
+    tags = tag_samples(samples[:2], V, client=third, out=out)
+    assert [t.type for t in tags] == ["bridge", "vehicle"] and len(third.calls) == 2
 
 
 # ---------------------------------------------------------------------------------------- rewrite

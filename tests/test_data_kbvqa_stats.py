@@ -7,7 +7,8 @@ import pytest
 from kbvqa.data.errors import DataError, SkipReport
 from kbvqa.data.formats import read_samples, write_samples
 from kbvqa.data.schema import Answer, Entity, Evidence, Sample
-from kbvqa.data.stats import dataset_stats, render_stats
+from kbvqa.data.stats import dataset_stats
+from kbvqa.report.summaries import dataset_stats_table
 
 
 def test_data_error_str():
@@ -68,7 +69,7 @@ def test_stats_numbers():
     assert st["answer_chars"] == {"mean": 7.667, "median": 9.0, "max": 9}
     assert st["multipart"] == 1 and st["numeric_with_range"] == 1
     assert st["missing"] == {"answers": 1, "entity_url": 3, "images": 1, "evidence": 3}
-    assert render_stats(st).row_count > 10
+    assert len(dataset_stats_table(st).rows) > 10
 
 
 def test_stats_empty():

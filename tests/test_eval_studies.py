@@ -250,17 +250,17 @@ def test_semantic_backend_real_minilm(tmp_path):
 
 def test_judge_role_from_config(tmp_path):
     """--config kbvqa.toml --judge-role: the judge comes from model roles; a missing role is loud."""
-    from kbvqa.cli.score import _judge_client
+    from kbvqa.pipelines.score import judge_client
 
     cfg = tmp_path / "kbvqa.toml"
     cfg.write_text('[models.judge]\nbackend = "openai"\nmodel = "judge-x"\nbase_url = "http://127.0.0.1:9/v1"\n',
                    encoding="utf-8")
-    client = _judge_client(None, None, None, cfg, None)
+    client = judge_client(config=cfg)
     assert client.provenance.model == "judge-x"
     with pytest.raises(ValueError, match="'checker' is not configured"):
-        _judge_client(None, None, None, cfg, "checker")
+        judge_client(config=cfg, role="checker")
     with pytest.raises(ValueError, match="choose either"):
-        _judge_client("http://x/v1", "m", None, cfg, None)
+        judge_client(base_url="http://x/v1", model="m", config=cfg)
 
 
 # -------------------------------------------------------------------------------------------- ARA data

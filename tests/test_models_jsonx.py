@@ -65,3 +65,39 @@ def test_extract_json_roundtrip(value, prefix, suffix, fenced):
 
 def test_think_tag_inside_json_string_survives():
     assert extract_json('{"note": "<think> is a tag"}') == {"note": "<think> is a tag"}
+
+
+# ------------------------------------------------------------------------------------------ strict mode
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('{"label": "yes"}', {"label": "yes"}),
+    ('  {"label": "yes"}\n', {"label": "yes"}),
+    ('```json\n{"label": "no"}\n```', {"label": "no"}),
+    ('```\n[1, 2]\n```', [1, 2]),
+    ('{"a": "```"}', {"a": "```"}),
+])
+def test_extract_json_strict_accepts_exactly_one_value(text, expected):
+    assert extract_json(text, strict=True) == expected
+
+
+@pytest.mark.parametrize("text,why", [
+    ("", "empty reply"),
+    ("   ", "empty reply"),
+    ('Sure! {"label": "yes"}', "not exactly one JSON value"),  # prose before: the tolerant mode would accept it
+    ('{"label": "yes"} Hope this helps.', "not exactly one JSON value"),
+    ('<think>hmm</think>{"label": "yes"}', "not exactly one JSON value"),  # no think-stripping either
+    ('```json\n{"a": 1}\n```\n```json\n{"b": 2}\n```', "not exactly one JSON value"),  # two fences
+    ('```python\n{"a": 1}\n```', "not exactly one JSON value"),  # only a json (or bare) fence
+    ("CORRECT", "reply starts 'CORRECT'"),
+])
+def test_extract_json_strict_refuses_what_tolerant_mode_finds(text, why):
+    with pytest.raises(ValueError, match=why):
+        extract_json(text, strict=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=st.dictionaries(txt, json_values, min_size=1, max_size=4), fenced=st.booleans())
+def test_extract_json_strict_roundtrip(value, fenced):
+    body = json.dumps(value, ensure_ascii=False)
+    assert extract_json(f"```json\n{body}\n```" if fenced else body, strict=True) == value

@@ -9,11 +9,11 @@ import pytest
 
 from kbvqa.data.formats import read_samples
 from kbvqa.evaluate.retrieval import load_retrieval_records, load_retrieval_references, retrieval_metrics
-from kbvqa.kb.image_index import build_image_index
 from kbvqa.kb.store import KBStore
 from kbvqa.models.image_encoders import HistogramEncoder
 from kbvqa.models.rules import RulesClient
 from kbvqa.pipelines.answer import build_answer_job, write_retrieval_records
+from kbvqa.pipelines.index import build_image_index
 from kbvqa.demo.bench import build_bench, load_content
 from kbvqa.runner import read_results
 from kbvqa.stages.answer.identify import resolve_entity

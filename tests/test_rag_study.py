@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from kbvqa.data.variants import split_variant
+from kbvqa.evaluate.augmentation import augmentation_recall_table
 from kbvqa.evaluate.retrieval import RetrievalRef
-from kbvqa.pipelines.answer import augmentation_recall_table, markdown_table, split_variant
+from kbvqa.report.summaries import recall_by_variant_table
+from kbvqa.report.tables import to_markdown
+
+
+def markdown_table(rows):
+    """The study table as `kbvqa study augmentation-recall` writes it (the one markdown writer),
+    without the caption line."""
+    return to_markdown(recall_by_variant_table(rows), caption=False).rstrip("\n")
 
 G = "https://en.wikipedia.org/wiki/"
 

@@ -8,6 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli import index as index_cmd
 from kbvqa.cli import retrieve as retrieve_cmd
 from kbvqa.cli import study as study_cmd
@@ -17,7 +18,7 @@ from kbvqa.demo.bench import build_bench
 app = typer.Typer()
 app.add_typer(index_cmd.app, name="index")
 app.command("retrieve")(retrieve_cmd.retrieve)
-app.command("answer")(retrieve_cmd.answer)
+app.command("answer")(answer_cmd.answer)
 app.add_typer(study_cmd.app, name="study")
 runner = CliRunner()
 
@@ -103,10 +104,11 @@ def test_index_text_and_study(bench, tmp_path):
 
 
 def test_batch_retrieve_keeps_order_and_reports_bad_images(bench, tmp_path):
-    from kbvqa.kb.image_index import ImageIndex, build_image_index
+    from kbvqa.kb.image_index import ImageIndex
     from kbvqa.kb.store import KBStore
     from kbvqa.models.image_encoders import HistogramEncoder
-    from kbvqa.stages.answer.retrieve import batch_retrieve
+    from kbvqa.pipelines.index import build_image_index
+    from kbvqa.pipelines.retrieve import batch_retrieve
 
     b, root, samples = bench
     enc = HistogramEncoder()

@@ -10,8 +10,9 @@ from PIL import Image
 
 from kbvqa.data.schema import Article, Section
 from kbvqa.kb.base import InMemoryKB
-from kbvqa.kb.image_index import ImageIndex, ImageResolver, build_image_index
+from kbvqa.kb.image_index import ImageIndex
 from kbvqa.models.image_encoders import HistogramEncoder
+from kbvqa.pipelines.index import ImageResolver, build_image_index
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

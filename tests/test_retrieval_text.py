@@ -11,11 +11,12 @@ from kbvqa.data.schema import Article, Section
 from kbvqa.kb.base import InMemoryKB
 from kbvqa.kb.importer import build_kb
 from kbvqa.kb.store import KBStore
-from kbvqa.kb.text_index import TextIndex, build_text_index
+from kbvqa.kb.text_index import TextIndex
 from kbvqa.models.rerank import (BM25Reranker, DenseReranker, LLMReranker, SectionCandidate, bm25_scores,
                                  get_reranker)
 from kbvqa.models.result import ChatResult
 from kbvqa.models.rules import RulesClient
+from kbvqa.pipelines.index import build_text_index
 from kbvqa.runner.stage import Context, Invalid
 
 ARTICLES = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -425,12 +426,21 @@ def test_cancellation_writes_no_errors_and_resumes(tmp_path):
 
 
 def test_bad_arguments(tmp_path):
-    with pytest.raises(NotImplementedError, match="ray"):
-        run(recs(1), [Double()], ctx(), out=tmp_path / "o.jsonl", executor="ray")
+    with pytest.raises(ValueError, match="unknown executor 'nope'") as err:
+        run(recs(1), [Double()], ctx(), out=tmp_path / "o.jsonl", executor="nope")
+    assert "local" in str(err.value) and "ray" in str(err.value)  # names the executors there are
+    assert not (tmp_path / "o.jsonl").exists()
     with pytest.raises(ValueError, match="fmt"):
         run(recs(1), [Double()], ctx(), out=tmp_path / "o.jsonl", fmt="csv")
     with pytest.raises(ValueError, match="journal"):
         run(recs(1), [Double()], ctx(), out=tmp_path / "o.parquet", fmt="parquet")
+
+
+def test_ray_executor_without_ray_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the kbvqa[ray] extra were not installed
+    with pytest.raises(ImportError, match=r"pip install 'kbvqa\[ray\]'"):
+        run(recs(1), [Double()], ctx(), out=tmp_path / "o.jsonl", executor="ray")
+    assert not (tmp_path / "o.jsonl").exists()  # refused before any file is touched
 
 
 def test_context_add_usage():

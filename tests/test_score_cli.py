@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from kbvqa.cli.app import app
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_llm_server import FakeLLMServer, Reply, ok  # noqa: E402
 
 runner = CliRunner()
 
@@ -108,34 +113,26 @@ def test_retrieval_json(tmp_path):
     assert bad.exit_code != 0
 
 
-def test_judge_command_with_fake_client(tmp_path, monkeypatch):
-    from kbvqa.cli import score as score_cli
-    from kbvqa.data.schema import Provenance
+def _grade(req):
+    """A judge server: Paris is correct, other answers incorrect; 'boom' fails, 'garbage' is prose."""
+    ans = req["messages"][0]["content"].split("Answer to grade:")[1].split("\n")[0].strip()
+    if ans == "boom":
+        return Reply(status=500, headers={"Retry-After": "0"}, error="upstream failure")
+    if ans == "garbage":
+        return ok("I think it is probably right")
+    return ok(json.dumps({"label": "correct" if ans == "Paris" else "incorrect", "rationale": "r"}))
 
-    class Res:
-        def __init__(self, status, data=None, reason=""):
-            self.status, self.data, self.text, self.reason = status, data, None, reason
-            self.provenance = Provenance(backend="fake", model="fj")
 
-    class Fake:
-        provenance = Provenance(backend="fake", model="fj")
-
-        async def chat(self, messages, *, schema=None, prompt_version="", **params):
-            ans = messages[0]["content"].split("Answer to grade:")[1].split("\n")[0].strip()
-            if ans == "boom":
-                return Res("error", reason="HTTP 500")
-            if ans == "garbage":
-                return Res("invalid", reason="unparseable")
-            return Res("ok", data={"label": "correct" if ans == "Paris" else "incorrect", "rationale": "r"})
-
-    monkeypatch.setattr(score_cli, "_judge_client", lambda *a: Fake())
+def test_judge_command_with_fake_client(tmp_path):
     refs = _jsonl(tmp_path / "r.jsonl", [{"id": f"q{i}", "question": "?", "answers": ["Paris"]} for i in range(6)])
     preds = _jsonl(tmp_path / "p.jsonl", [{"data_id": "q0", "prediction": "Paris"},
                                           {"data_id": "q1", "prediction": "Lyon"},
                                           {"data_id": "q2", "prediction": "boom"},
                                           {"data_id": "q3", "prediction": "garbage"},
                                           {"data_id": "q4", "prediction": ""}])
-    obj = json.loads(_invoke(["score", "judge", "-p", preds, "-r", refs, "--judge-model", "x", "--json"]).stdout)
+    with FakeLLMServer(handler=_grade) as srv:
+        obj = json.loads(_invoke(["score", "judge", "-p", preds, "-r", refs, "--judge-base-url", srv.base_url,
+                                  "--judge-model", "fj", "--json"]).stdout)
     assert obj["n"] == 6 and obj["n_missing"] == 1 and obj["n_empty"] == 1
     assert obj["n_correct"] == 1 and obj["n_incorrect"] == 1 and obj["n_error"] == 1 and obj["n_invalid"] == 1
     assert obj["n_not_attempted"] == 2

@@ -43,6 +43,7 @@ class Registry(Generic[T]):
         self._modules = modules
         self._entries: dict[str, Entry[T]] = {}
         self._loaded = False
+        self._loading = False
 
     def register(self, name: str, *, help: str = "", **info: Any) -> Callable[[T], T]:
         """Decorator: `@REGISTRY.register("name")` above a class or function."""
@@ -62,14 +63,18 @@ class Registry(Generic[T]):
         return obj
 
     def _load(self) -> None:
-        if self._loaded:
+        if self._loaded or self._loading:
             return
-        self._loaded = True
-        for mod in self._modules:
-            importlib.import_module(mod)
-        for ep in metadata.entry_points(group=f"kbvqa.{self.kind}"):
-            if ep.name not in self._entries:
-                self.add(ep.name, ep.load())
+        self._loading = True  # a module being imported may itself ask for names
+        try:
+            for mod in self._modules:
+                importlib.import_module(mod)
+            for ep in metadata.entry_points(group=f"kbvqa.{self.kind}"):
+                if ep.name not in self._entries:
+                    self.add(ep.name, ep.load())
+            self._loaded = True
+        finally:
+            self._loading = False
 
     def get(self, name: str) -> T:
         return self.entry(name).obj

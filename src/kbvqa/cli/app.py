@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kbvqa import __version__
+from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli import audit as audit_cmd
 from kbvqa.cli import augment as augment_cmd
 from kbvqa.cli import data as data_cmd
@@ -36,8 +37,8 @@ app.command("augment", help="Multi-entity composite images (intra/inter/blank/do
 app.add_typer(index_cmd.app, name="index", help="Build FAISS image indexes and dense section indexes over a KB.")
 app.command("retrieve", help="Image-to-image KB retrieval: ranked, entity-deduplicated records for "
                              "Recall@K.")(retrieve_cmd.retrieve)
-app.command("answer", help="Answer with a reference MM-RAG pipeline (echosight | iba | "
-                           "extractive).")(retrieve_cmd.answer)
+app.command("answer", help="Answer with a reference MM-RAG pipeline (a registered preset: --pipeline).")(
+    answer_cmd.answer)
 app.add_typer(score_cmd.app, name="score", help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
 app.add_typer(study_cmd.app, name="study", help="Studies: per-type bootstrap CIs, fixed-vs-unfixed comparisons and "
                                                 "ranking reversals, retrieval 2x2, augmentation recall.")

@@ -2,34 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from kbvqa.cli.common import emit_json, fail, print_result
 
 app = typer.Typer(no_args_is_help=True)
 
 
-def _print_summary(summary: dict, console: Console) -> None:
-    table = Table(title=f"audit: {summary['total']} samples")
-    table.add_column("question type")
-    table.add_column("n", justify="right")
-    labels = ["supported", "mismatched", "unsupported", "invalid"]
-    actions = ["keep", "repair", "drop"]
-    for c in labels + actions:
-        table.add_column(c, justify="right")
-    rows = dict(summary["by_question_type"])
-    rows["all"] = {"total": summary["total"], "answer_support": summary["answer_support"],
-                   "action": summary["action"]}
-    for qt, v in rows.items():
-        table.add_row(qt, str(v["total"]), *[str(v["answer_support"].get(x, 0)) for x in labels],
-                      *[str(v["action"].get(x, 0)) for x in actions])
-    console.print(table)
-    if summary.get("tags"):
-        console.print("tags: " + ", ".join(f"{k} {v}" for k, v in summary["tags"].items()))
+def _input_errors() -> tuple[type[BaseException], ...]:
+    """What a bad input, config or KB raises (each names the file, row or key): one error line."""
+    from kbvqa.data.errors import DataError
+    from kbvqa.kb.store import KBError
+
+    return (DataError, KBError, ValueError, OSError)
 
 
 @app.command("run")
@@ -55,42 +43,36 @@ def run_cmd(
     Rules only by default. Model roles come from [models.verifier|repairer|checker] in --config, or
     from --llm URL --model NAME (one model in all three roles); the model stages then run after the
     rules pass on what the rules leave open."""
-    import asyncio
+    from kbvqa.pipelines.audit import run_audit
+    from kbvqa.report.summaries import audit_summary_table
 
-    from kbvqa.kb.store import open_kb
-    from kbvqa.pipelines.audit import AuditConfig, audit_file, close_roles, load_audit_roles
-
-    cfg = AuditConfig.from_toml(config) if config else AuditConfig()
-    roles = load_audit_roles(config, llm=llm, model=model, concurrency=llm_concurrency or concurrency)
-    out = out or input.with_name(input.stem + ".audit.jsonl")
     try:
-        summary = audit_file(input, open_kb(kb), out, cfg, fmt=fmt, concurrency=concurrency, resume=resume,
-                             limit=limit, progress=not as_json, skip_invalid=skip_invalid, roles=roles)
-    finally:
-        asyncio.run(close_roles(roles))
+        summary = run_audit(input, kb, out, config=config, llm=llm, model=model, llm_concurrency=llm_concurrency,
+                            concurrency=concurrency, fmt=fmt, resume=resume, limit=limit, progress=not as_json,
+                            skip_invalid=skip_invalid)
+    except _input_errors() as exc:
+        fail(exc)
     if as_json:
-        typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+        emit_json(summary)
         return
-    console = Console()
-    _print_summary(summary, console)
+    print_result(audit_summary_table(summary))
     r = summary["run"]
-    console.print(f"wrote {r['out']} (ok {r['ok']}, error {r['error']}, invalid {r['invalid']}, "
-                  f"skipped {r['skipped']}) and {summary['summary_path']}")
+    typer.echo(f"wrote {r['out']} (ok {r['ok']}, error {r['error']}, invalid {r['invalid']}, "
+               f"skipped {r['skipped']}) and {summary['summary_path']}")
 
 
 @app.command("summary")
 def summary_cmd(results: Path = typer.Argument(..., exists=True, dir_okay=False, help="Audited JSONL.")) -> None:
     """Recount an audited JSONL (labels and actions by question type)."""
     from kbvqa.pipelines.audit import audit_summary
+    from kbvqa.report.summaries import audit_summary_table
     from kbvqa.runner import read_results
 
-    _print_summary(audit_summary(read_results(results)), Console())
-
-
-def _pct_row(name: str, v: dict) -> list[str]:
-    p = v["pct"]
-    return [name, str(v["n"]), f"{p['question_only']:.1f}", f"{p['answer_only']:.1f}", f"{p['both']:.1f}",
-            f"{p['neither']:.1f}"]
+    try:
+        summary = audit_summary(read_results(results))
+    except _input_errors() as exc:
+        fail(exc)
+    print_result(audit_summary_table(summary))
 
 
 @app.command("diff")
@@ -106,26 +88,16 @@ def diff_cmd(
 
     Changed = different after case/space/punctuation normalisation; answers as sets of `|` alternatives."""
     from kbvqa.pipelines.audit_tools import diff_versions
+    from kbvqa.report.summaries import audit_diff_table
 
-    d = diff_versions(a, b, fmt_a=fmt_a, fmt_b=fmt_b, examples=examples)
+    try:
+        d = diff_versions(a, b, fmt_a=fmt_a, fmt_b=fmt_b, examples=examples)
+    except _input_errors() as exc:
+        fail(exc)
     if as_json:
-        typer.echo(json.dumps(d, indent=2, ensure_ascii=False))
-        return
-    console = Console()
-    t = Table(title=f"{a.name} → {b.name}: {d['joined']} joined on id (% of rows)")
-    for c in ("slice", "n", "Q only", "A only", "both", "neither"):
-        t.add_column(c, justify="left" if c == "slice" else "right")
-    t.add_row(*_pct_row("all", d))
-    for k, v in d["by_question_type"].items():
-        t.add_row(*_pct_row(f"– {k}", v))
-    for k, v in d["by_tag"].items():
-        t.add_row(*_pct_row(f"tag {k}", v))
-    console.print(t)
-    console.print(f"only in A: {d['only_in_a']['count']}  only in B: {d['only_in_b']['count']}")
-    for cat, rows in d["examples"].items():
-        for r in rows:
-            console.print(f"[{cat}] {r['id']}: {r['question_a']!r} → {r['question_b']!r}; "
-                          f"{r['answers_a']} → {r['answers_b']}", markup=False, highlight=False)
+        emit_json(d)
+    else:
+        print_result(audit_diff_table(d))
 
 
 @app.command("subset")
@@ -138,17 +110,14 @@ def subset_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Entity-unique subset: keep one sample per (entity url, normalised question)."""
-    from kbvqa.pipelines.audit_tools import entity_unique_subset, load_records
+    from kbvqa.pipelines.audit_tools import subset_file
 
-    kept, stats = entity_unique_subset(load_records(input, fmt), [k.strip() for k in key.split(",") if k.strip()],
-                                       seed=seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as f:
-        for r in kept:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    stats["out"] = str(out)
+    try:
+        stats = subset_file(input, out, [k.strip() for k in key.split(",") if k.strip()], seed=seed, fmt=fmt)
+    except _input_errors() as exc:
+        fail(exc)
     if as_json:
-        typer.echo(json.dumps(stats, indent=2))
+        emit_json(stats)
     else:
         typer.echo(f"kept {stats['kept']} of {stats['input']} ({stats['removed']} duplicates removed; "
                    f"{stats['groups']} groups, {stats['entities']} entities, {stats['no_entity']} without entity) "
@@ -168,13 +137,12 @@ def human_export_cmd(
     """Stratified sample (answer_support × action × question type) as blind CSV sheets + a key file."""
     from kbvqa.pipelines.audit_tools import human_export
 
-    kbo = None
-    if kb is not None:
-        from kbvqa.kb.store import open_kb
-        kbo = open_kb(kb)
-    res = human_export(audited, out, fraction=fraction, seed=seed, annotators=annotators, kb=kbo)
+    try:
+        res = human_export(audited, out, fraction=fraction, seed=seed, annotators=annotators, kb=kb)
+    except _input_errors() as exc:
+        fail(exc)
     if as_json:
-        typer.echo(json.dumps(res, indent=2))
+        emit_json(res)
     else:
         typer.echo(f"sampled {res['sampled']} of {res['input']} in {len(res['strata'])} strata -> "
                    f"{', '.join(res['sheets'])}; key {res['key']}")
@@ -188,21 +156,13 @@ def human_import_cmd(
 ) -> None:
     """Per-annotator accuracy vs the audit's decision, mean ± std, pairwise agreement, Cohen's/Fleiss' kappa."""
     from kbvqa.pipelines.audit_tools import human_import
+    from kbvqa.report.summaries import human_eval_table
 
-    res = human_import(sheets, key)
+    try:
+        res = human_import(sheets, key)
+    except _input_errors() as exc:
+        fail(exc)
     if as_json:
-        typer.echo(json.dumps(res, indent=2))
-        return
-    console = Console()
-    t = Table(title=f"human evaluation ({res['items_in_key']} items)")
-    for c in ("annotator", "annotated", "accuracy", "judged valid", "answer accuracy"):
-        t.add_column(c)
-    for n, v in res["annotators"].items():
-        t.add_row(n, str(v["annotated"]), str(v["accuracy"]), str(v["judged_valid"]), str(v["answer_accuracy"]))
-    console.print(t)
-    acc = res["accuracy"]
-    if acc["mean"] is not None:
-        console.print(f"accuracy {100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}")
-    for p, v in res["pairwise"].items():
-        console.print(f"{p}: agreement {v['agreement']}, Cohen's kappa {v['cohen_kappa']} ({v['items']} items)")
-    console.print(f"Fleiss' kappa {res['fleiss_kappa']} over {res['items_rated_by_all']} items")
+        emit_json(res)
+    else:
+        print_result(human_eval_table(res))

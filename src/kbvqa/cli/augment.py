@@ -8,6 +8,9 @@ from typing import Optional
 
 import typer
 
+from kbvqa.cli.common import emit_json, fail, print_result
+from kbvqa.data.errors import DataError
+
 
 def _colour(text: str) -> tuple[int, int, int]:
     t = text.strip().lstrip("#")
@@ -16,7 +19,7 @@ def _colour(text: str) -> tuple[int, int, int]:
     parts = [p for p in text.replace(" ", "").split(",") if p]
     if len(parts) == 3 and all(p.isdigit() and int(p) < 256 for p in parts):
         return int(parts[0]), int(parts[1]), int(parts[2])
-    raise typer.BadParameter(f"colour {text!r}: use RRGGBB or R,G,B")
+    raise ValueError(f"colour {text!r}: use RRGGBB or R,G,B")
 
 
 def augment(
@@ -44,21 +47,24 @@ def augment(
     """Augment INPUT: intra/inter-category composites, Blank/Double controls, rewritten questions."""
     from kbvqa.pipelines.augment.run import AugmentConfig, augment_file
     from kbvqa.pipelines.augment.types import INFOSEEK_TYPES
+    from kbvqa.report.summaries import augment_stats_tables
 
-    cfg = AugmentConfig(
-        height=height, gap=gap, background=_colour(background), workers=workers, with_position=with_position,
-        k=k, layout=layout, image_format=image_format, min_entities=min_entities,
-        types=tuple(t.strip() for t in types.split(",") if t.strip()) if types else INFOSEEK_TYPES,
-        url_types=json.loads(url_types.read_text(encoding="utf-8")) if url_types else None)
-    if similar:
-        from kbvqa.models.image_encoders import HistogramEncoder
-        cfg.encoder = HistogramEncoder()
     try:
+        cfg = AugmentConfig(
+            height=height, gap=gap, background=_colour(background), workers=workers, with_position=with_position,
+            k=k, layout=layout, image_format=image_format, min_entities=min_entities,
+            types=tuple(t.strip() for t in types.split(",") if t.strip()) if types else INFOSEEK_TYPES,
+            url_types=json.loads(url_types.read_text(encoding="utf-8")) if url_types else None)
+        if similar:
+            from kbvqa.models.image_encoders import HistogramEncoder
+            cfg.encoder = HistogramEncoder()
         stats = augment_file(input, images, out, fmt=fmt, config=cfg, seed=seed, num_samples=num_samples,
-                             variants=[v.strip() for v in variants.split(",") if v.strip()], show=not as_json)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
+                             variants=[v.strip() for v in variants.split(",") if v.strip()], progress=not as_json)
+    except (DataError, ValueError, OSError) as e:
+        fail(e)
     if as_json:
-        typer.echo(json.dumps(stats, indent=2, ensure_ascii=False))
-    else:
-        typer.echo(f"wrote {out / 'manifest.csv'}, {out / 'manifest.jsonl'}, {out / 'samples.jsonl'}, {out / 'stats.json'}")
+        emit_json(stats)
+        return
+    for table in augment_stats_tables(stats):
+        print_result(table)
+    typer.echo(f"wrote {out / 'manifest.csv'}, {out / 'manifest.jsonl'}, {out / 'samples.jsonl'}, {out / 'stats.json'}")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Iterable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Sequence
 
 import typer
+
+if TYPE_CHECKING:
+    from kbvqa.report.tables import ResultTable
 
 
 def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
@@ -33,3 +36,11 @@ def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]
     for r in rows:
         t.add_row(*[escape(f"{v:.2f}" if isinstance(v, float) else str(v)) for v in r])
     Console().print(t)
+
+
+def print_result(table: "ResultTable") -> None:
+    """A report table (kbvqa.report.tables.ResultTable) by `print_table`, its cells formatted the
+    table's way, then its notes one per line."""
+    print_table(table.caption, table.columns, [[table.fmt(v) for v in r] for r in table.rows])
+    for note in table.notes:
+        typer.echo(note)

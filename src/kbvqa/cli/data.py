@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import itertools
-import json
 from functools import partial
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
-from kbvqa.cli.common import fail
+from kbvqa.cli.common import emit_json, fail, print_result
 from kbvqa.data.errors import DataError, SkipReport
 from kbvqa.data.formats import FORMATS, detect_format, read_samples, write_samples
 from kbvqa.data.generic import parse_mapping
-from kbvqa.data.stats import dataset_stats, render_stats
+from kbvqa.data.stats import dataset_stats
 
 
 app = typer.Typer(no_args_is_help=True)
@@ -34,14 +32,14 @@ def _mapping(text: Optional[str]) -> Optional[dict[str, str]]:
         return None
 
 
-def _report_skipped(console: Console, report: SkipReport) -> None:
+def _report_skipped(report: SkipReport) -> None:
     if not report.count:
         return
-    console.print(f"skipped {report.count} invalid row(s):")
+    typer.echo(f"skipped {report.count} invalid row(s):")
     for row, reason in report.skipped[:_SHOW_SKIPPED]:
-        console.print(f"  row {row}: {reason}", markup=False, highlight=False)
+        typer.echo(f"  row {row}: {reason}")
     if report.count > _SHOW_SKIPPED:
-        console.print(f"  ... and {report.count - _SHOW_SKIPPED} more")
+        typer.echo(f"  ... and {report.count - _SHOW_SKIPPED} more")
 
 
 @app.command("convert")
@@ -58,7 +56,6 @@ def convert(
     limit: Optional[int] = typer.Option(None, "--limit", min=0, help="Convert at most N samples."),
 ) -> None:
     """Convert a benchmark file between formats (lossless for same-format round trips)."""
-    console = Console()
     m = _mapping(mapping)
     report = SkipReport()
     try:
@@ -83,8 +80,8 @@ def convert(
     except (DataError, ValueError) as e:
         _fail(str(e))
         return
-    console.print(f"wrote {n} sample(s) {fin} -> {fout}: {dst}", highlight=False)
-    _report_skipped(console, report)
+    typer.echo(f"wrote {n} sample(s) {fin} -> {fout}: {dst}")
+    _report_skipped(report)
 
 
 def _out_format(dst: Path, fin: str, generic: bool = False) -> str:
@@ -122,8 +119,9 @@ def stats(
         return
     result["skipped"] = report.count
     if as_json:
-        typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
+        emit_json(result)
         return
-    console = Console()
-    console.print(render_stats(result, title=path.name))
-    _report_skipped(console, report)
+    from kbvqa.report.summaries import dataset_stats_table
+
+    print_result(dataset_stats_table(result, title=path.name))
+    _report_skipped(report)

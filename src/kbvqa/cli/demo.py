@@ -8,6 +8,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from kbvqa.cli.common import fail
+
 
 def demo(
     out: Path = typer.Option(Path("results/demo"), "--out", help="Results folder (replaced if it exists)."),
@@ -21,8 +23,11 @@ def demo(
     from kbvqa.demo.run import run_demo
 
     console = Console()
-    res = run_demo(out, llm=llm, model=model, api_key_env=api_key_env, concurrency=concurrency,
-                   progress=console.is_terminal)
+    try:
+        res = run_demo(out, llm=llm, model=model, api_key_env=api_key_env, concurrency=concurrency,
+                       progress=console.is_terminal)
+    except (ValueError, OSError) as exc:  # a bad flag or server URL, a folder that cannot be written
+        fail(exc)
     o, f = res.scores["original"], res.scores["fixed"]
     r1 = (res.scores["retrieval"].get("stages", {}).get("initial", {}).get("recall", {}) or {}).get("@1")
     console.print(f"[bold]kbvqa demo[/bold] finished in {res.seconds:.1f} s -> {res.out}")

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from kbvqa.cli.common import fail
-
+from kbvqa.models.image_encoders import encoder_choices, resolve_encoder
 
 app = typer.Typer(no_args_is_help=True, help="Build FAISS image indexes and dense section indexes over a KB.")
 
@@ -29,6 +29,12 @@ class Rule(str, Enum):
     urlpath = "urlpath"
 
 
+def _encoder_name(name: str) -> str:
+    """--encoder takes a registered name, an alias, `open_clip:ARCH` or an index's recorded name."""
+    resolve_encoder(name)
+    return name
+
+
 def _errors() -> tuple[type[BaseException], ...]:
     from kbvqa.kb.store import KBError
 
@@ -39,8 +45,10 @@ def _errors() -> tuple[type[BaseException], ...]:
 def images(
     kb: Path = typer.Option(..., "--kb", help="KB: a kbvqa SQLite KB or a wiki .json/.jsonl (imported once)."),
     images_root: Path = typer.Option(..., "--images", help="Folder holding the KB images."),
-    encoder: str = typer.Option("colorgrad-hist-v1", "--encoder",
-                                help="colorgrad-hist-v1 (weight-free baseline) | clip | siglip | open_clip:ARCH"),
+    encoder: str = typer.Option("colorgrad-hist-v1", "--encoder", parser=_encoder_name,
+                                metavar=f"<{'|'.join(encoder_choices())}>",
+                                help="Image encoder (kbvqa.models.image_encoders.ENCODERS): colorgrad-hist-v1 is the "
+                                     "weight-free baseline; the neural ones load from --model-dir."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Local model directory (clip/siglip) or "
                                                                        "checkpoint file (open_clip). Never downloads."),
     out: Path = typer.Option(..., "--out", help="Index path; writes OUT.npy, OUT.json (and OUT.faiss for ivf/hnsw)."),
@@ -57,34 +65,24 @@ def images(
     device: Optional[str] = typer.Option(None, "--device", help="torch device for neural encoders (cpu, cuda)."),
 ) -> None:
     """Encode every KB article's images and save a cosine FAISS index of them, keyed by article url."""
-    from kbvqa.kb.image_index import build_image_index
-    from kbvqa.kb.store import open_kb
-    from kbvqa.models.image_encoders import HistogramEncoder, get_encoder
+    from kbvqa.pipelines.index import index_images
 
     console = Console(stderr=True)
     try:
-        store = open_kb(kb, progress=console.is_terminal)
-        kwargs = {"batch_size": batch_size, "progress": console.is_terminal}
-        if device and encoder not in (HistogramEncoder.name, "hist", "default"):
-            kwargs["device"] = device
-        enc = get_encoder(encoder, model_dir, **kwargs)
-        params = {"nlist": nlist, "nprobe": nprobe, "m": m, "ef_search": ef_search}
-        index, report = build_image_index(store, images_root, enc, rule=rule.value, kind=kind.value,
-                                          max_images_per_article=max_per_article, batch_size=batch_size,
-                                          progress=console.is_terminal, index_params=params)
-        meta_path = index.save(out)
+        built = index_images(kb, images_root, out, encoder=encoder, model_dir=model_dir, device=device,
+                             kind=kind.value, rule=rule.value, max_images_per_article=max_per_article,
+                             batch_size=batch_size, progress=console.is_terminal,
+                             index_params={"nlist": nlist, "nprobe": nprobe, "m": m, "ef_search": ef_search})
     except _errors() as e:
         fail(e)
-        return
-    summary = {"index": str(meta_path), "encoder": index.encoder, "kind": index.kind, "vectors": len(index),
-               **{k: v for k, v in report.as_dict().items() if not k.startswith("examples")}}
-    typer.echo(json.dumps(summary))
-    if getattr(enc, "baseline", False):
-        console.print(f"note: {enc.name} is a weight-free baseline (near-duplicate photos, not semantic matches)")
-    if report.images_missing or report.images_failed:
-        console.print(f"[yellow]{report.images_missing} of {report.images_listed} KB images not found under "
-                      f"{images_root} (rule {rule.value}), {report.images_failed} failed to decode[/yellow]; "
-                      f"examples: {(report.examples_missing + report.examples_failed)[:3]}")
+    typer.echo(json.dumps(built.summary()))
+    if getattr(built.model, "baseline", False):
+        console.print(f"note: {built.model.name} is a weight-free baseline (near-duplicate photos, not semantic matches)")
+    st = built.stats
+    if st["images_missing"] or st["images_failed"]:
+        console.print(f"[yellow]{st['images_missing']} of {st['images_listed']} KB images not found under "
+                      f"{images_root} (rule {rule.value}), {st['images_failed']} failed to decode[/yellow]; "
+                      f"examples: {(st['examples_missing'] + st['examples_failed'])[:3]}")
 
 
 @app.command("text")
@@ -97,17 +95,12 @@ def text(
     device: Optional[str] = typer.Option(None, "--device"),
 ) -> None:
     """Embed every KB section (dense retrieval beside the FTS5 BM25 index)."""
-    from kbvqa.kb.store import open_kb
-    from kbvqa.kb.text_index import build_text_index
-    from kbvqa.models.text_embed import TextEmbedder
+    from kbvqa.pipelines.index import index_text
 
     console = Console(stderr=True)
     try:
-        store = open_kb(kb, progress=console.is_terminal)
-        emb = TextEmbedder(model_dir, device=device, batch_size=batch_size)
-        index, stats = build_text_index(store, emb, progress=console.is_terminal)
-        meta_path = index.save(out)
+        built = index_text(kb, out, model_dir=model_dir, device=device, batch_size=batch_size,
+                           progress=console.is_terminal)
     except _errors() as e:
         fail(e)
-        return
-    typer.echo(json.dumps({"index": str(meta_path), "embedder": index.embedder, **stats}))
+    typer.echo(json.dumps(built.summary()))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from functools import partial
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from kbvqa.cli.common import fail
+from kbvqa.cli.common import emit_json, fail, print_result
 
 
 app = typer.Typer(no_args_is_help=True)
@@ -67,18 +66,14 @@ def search_cmd(
         except KeyError as e:
             _fail(str(e.args[0]))
     if as_json:
-        typer.echo(json.dumps([h.__dict__ for h in hits], ensure_ascii=False, indent=1))
+        emit_json([h.__dict__ for h in hits])
         return
     if not hits:
         typer.echo("no matches")
         return
-    from rich.console import Console
-    from rich.table import Table
-    t = Table("#", "score", "article", "section", "text")
-    for i, h in enumerate(hits, 1):
-        snippet = h.text if len(h.text) <= 160 else h.text[:157] + "..."
-        t.add_row(str(i), f"{h.score:.3g}", f"{h.title}\n{h.url}", f"[{h.section_index}] {h.section_title}", snippet)
-    Console().print(t)
+    from kbvqa.report.summaries import kb_hits_table
+
+    print_result(kb_hits_table([h.__dict__ for h in hits]))
 
 
 @app.command("show")
@@ -94,7 +89,7 @@ def show_cmd(
     if a is None:
         _fail(f"{url!r} is not in {kb}")
     if as_json:
-        typer.echo(json.dumps(a.model_dump(mode="json"), ensure_ascii=False, indent=1))
+        emit_json(a.model_dump(mode="json"))
         return
     typer.echo(f"{a.title}\n{a.url}\n{len(a.sections)} sections, {len(a.image_urls)} images")
     for s in a.sections:
@@ -112,8 +107,8 @@ def stats_cmd(
     with store:
         st = store.stats()
     if as_json:
-        typer.echo(json.dumps(st, indent=1))
+        emit_json(st)
         return
-    width = max(len(key) for key in st)
-    for key, value in st.items():
-        typer.echo(f"{key:<{width}}  {value}")
+    from kbvqa.report.summaries import kb_stats_table
+
+    print_result(kb_stats_table(st, title=str(kb)))

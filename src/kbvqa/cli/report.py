@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from kbvqa.cli.common import fail
+
 app = typer.Typer(no_args_is_help=True, help="Render study / score JSON files into tables, plots and an HTML page.")
 
 
@@ -31,16 +33,15 @@ def build(
     from kbvqa.report.results import build_report, collect_inputs
 
     if results_dir is None and not inputs and not scores:
-        raise typer.BadParameter("give RESULTS_DIR, --input or --scores")
+        fail("give RESULTS_DIR, --input or --scores")
     target = out or results_dir
     if target is None:
-        raise typer.BadParameter("--out is required without RESULTS_DIR")
+        fail("--out is required without RESULTS_DIR")
     try:
         files = (collect_inputs(results_dir) if results_dir is not None else []) + list(inputs)
         res = build_report(files, target, title=title, scores=list(scores))
     except (ValueError, FileNotFoundError, KeyError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(code=2)
+        fail(exc)
     for s in res.skipped:
         typer.echo(f"skipped: {s}", err=True)
     typer.echo(f"{res.html}: {len(res.tables)} table files, {len(res.plots)} plots")

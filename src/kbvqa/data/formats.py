@@ -7,6 +7,7 @@ None) and `write_samples(samples, path, fmt)` writes them back. Formats:
 - infoseek official InfoSeek JSONL (+ `qtypes=` question-type JSONL; write `qtypes_out=`)
 - evqa     Encyclopedic-VQA CSV
 - ara      ARA release CSVs (ground truth, or the augmented manifest as anchor/intra/inter samples)
+- notevqa  NoteVQA-style community items (short + interleaved references, category, intent)
 - jsonl / csv / parquet  generic tables with a field -> column `mapping`
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbvqa.data import ara, evqa, generic, infoseek, kbvqa_jsonl
+from kbvqa.data import ara, evqa, generic, infoseek, kbvqa_jsonl, notevqa
 from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
 from kbvqa.data.schema import Sample
 
@@ -39,6 +40,7 @@ FORMATS: dict[str, Format] = {
     "infoseek": Format("infoseek", infoseek.read_infoseek, infoseek.write_infoseek, "InfoSeek JSONL"),
     "evqa": Format("evqa", evqa.read_evqa, evqa.write_evqa, "Encyclopedic-VQA CSV"),
     "ara": Format("ara", ara.read_ara, ara.write_ara, "ARA ground-truth / augmented CSV"),
+    "notevqa": Format("notevqa", notevqa.read_notevqa, notevqa.write_notevqa, "NoteVQA-style community VQA JSONL"),
     **{f: Format(f, lambda path, _f=f, **kw: generic.read_generic(path, _f, **kw),
                  lambda samples, path, _f=f, **kw: generic.write_generic(samples, path, _f, **kw),
                  f"generic {f.upper()} with a column mapping") for f in generic.GENERIC_FORMATS},
@@ -71,6 +73,8 @@ def detect_format(path: str | Path) -> str:
             return "jsonl"
         if "data_id" in obj and ("answer_eval" in obj or "image_id" in obj):
             return "infoseek"
+        if notevqa.looks_like_notevqa(obj):
+            return "notevqa"
         if "id" in obj and "question" in obj:
             return "kbvqa"
         return "jsonl"

@@ -20,6 +20,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Iterable
 
 # --------------------------------------------------------------------------------------------- tokens
 
@@ -133,6 +134,24 @@ def contains(text: str, phrase: str) -> bool:
     if not needle:
         return False
     return f" {needle} " in f" {norm(text)} "
+
+
+_CJK_CHAR = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+
+
+def answers_in_text(text: str, answers: Iterable[str], min_chars: int = 3) -> list[str]:
+    """The reference answers `text` states verbatim (normalised, word-bounded; an answer in a script
+    written without spaces, such as Chinese, as a plain substring). Answers shorter than
+    `min_chars` are skipped: "no" or "4" would be found everywhere. Used for the agent's leakage
+    flags and for useful-evidence hit rates."""
+    out = []
+    for a in answers:
+        a = (a or "").strip()
+        if len(a) < min_chars:
+            continue
+        if (a in text) if _CJK_CHAR.search(a) else contains(text, a):
+            out.append(a)
+    return out
 
 
 # ------------------------------------------------------------------------------- countries/demonyms

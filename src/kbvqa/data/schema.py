@@ -198,9 +198,15 @@ class Prediction(BaseModel):
     evidence_used: list[Evidence] = Field(default_factory=list)
     trajectory: list[dict[str, Any]] = Field(default_factory=list)
     images: list[str] = Field(default_factory=list)
+    short_answer: str | None = None  # what a short-answer judge grades when `answer` is long (interleaved)
     usage: Usage = Field(default_factory=Usage)
     producer: Provenance | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """The prediction as a runner record (`id` = sample id). Empty fields are left out, but
+        `answer` is always there: `null` says the system abstained, which scorers count."""
+        return {"id": self.sample_id, **self.model_dump(mode="json", exclude_none=True), "answer": self.answer}
 
 
 class Verdict(BaseModel):

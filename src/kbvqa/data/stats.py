@@ -10,6 +10,10 @@ from typing import Any
 from kbvqa.data.schema import Sample
 
 
+#: Community-VQA groupings kept in `meta` (NoteVQA-style data): counted when present.
+META_GROUPS = ("category", "intent", "language")
+
+
 def _summary(values: list[int]) -> dict[str, float]:
     if not values:
         return {"mean": 0.0, "median": 0.0, "max": 0}
@@ -26,14 +30,21 @@ def dataset_stats(samples: Iterable[Sample]) -> dict[str, Any]:
     answer in words and characters, multi-part and numeric-with-range answers, and missing fields."""
     total = 0
     by: dict[str, Counter[str]] = {k: Counter() for k in ("question_type", "answer_type", "split", "dataset")}
+    by_meta: dict[str, Counter[str]] = {k: Counter() for k in META_GROUPS}
     words: list[int] = []
     chars: list[int] = []
-    multipart = numeric_range = 0
+    multipart = numeric_range = interleaved = ref_images = 0
     missing = Counter({"answers": 0, "entity_url": 0, "images": 0, "evidence": 0})
     for s in samples:
         total += 1
         for k, c in by.items():
             c[_label(getattr(s, k))] += 1
+        for k, c in by_meta.items():
+            if k in s.meta:
+                c[_label(str(s.meta[k]))] += 1
+        if isinstance(s.meta.get("reference"), dict):
+            interleaved += 1
+            ref_images += len(s.meta["reference"].get("images") or [])
         if s.answers:
             canon = s.answers[0].text
             words.append(len(canon.split()))
@@ -53,30 +64,11 @@ def dataset_stats(samples: Iterable[Sample]) -> dict[str, Any]:
     return {
         "total": total,
         **{f"by_{k}": dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for k, c in by.items()},
+        **{f"by_{k}": dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for k, c in by_meta.items() if c},
+        **({"interleaved_references": interleaved, "reference_images": ref_images} if interleaved else {}),
         "answer_words": _summary(words),
         "answer_chars": _summary(chars),
         "multipart": multipart,
         "numeric_with_range": numeric_range,
         "missing": dict(missing),
     }
-
-
-def render_stats(stats: dict[str, Any], title: str = "dataset") -> Any:
-    """A rich Table of `dataset_stats` output (print it with a rich Console)."""
-    from rich.table import Table
-
-    t = Table(title=f"{title}: {stats['total']} samples", show_lines=False)
-    t.add_column("group")
-    t.add_column("value")
-    t.add_column("count", justify="right")
-    for key in ("by_question_type", "by_answer_type", "by_split", "by_dataset"):
-        for i, (label, n) in enumerate(stats[key].items()):
-            t.add_row(key[3:] if i == 0 else "", label, str(n))
-    for key in ("answer_words", "answer_chars"):
-        s = stats[key]
-        t.add_row(key.replace("_", " "), "mean / median / max", f"{s['mean']} / {s['median']} / {s['max']}")
-    t.add_row("answers", "multi-part", str(stats["multipart"]))
-    t.add_row("", "numeric with range", str(stats["numeric_with_range"]))
-    for i, (k, n) in enumerate(stats["missing"].items()):
-        t.add_row("missing" if i == 0 else "", k.replace("_", " "), str(n))
-    return t

@@ -19,10 +19,11 @@ from PIL import Image
 from kbvqa.data.schema import Answer, Article, Entity, Sample, Section
 
 CONTENT = "content.json"
+COMMUNITY = "community.json"
 
 
-def load_content() -> dict[str, Any]:
-    return json.loads(resources.files(__package__).joinpath(CONTENT).read_text(encoding="utf-8"))
+def load_content(name: str = CONTENT) -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
 
 
 def load_photo(source: str) -> Image.Image:
@@ -100,3 +101,36 @@ def build_bench(root: Path) -> DemoBench:
     write_samples(samples, root / "samples.jsonl", "kbvqa")
     return DemoBench(root=root, samples=root / "samples.jsonl", kb=root / "kb.sqlite", kb_images=kb_images,
                      flaws=flaws, n_samples=len(samples))
+
+
+def community_view(img: Image.Image) -> Image.Image:
+    """A community member's own snapshot of the thing: a tighter, off-centre crop, not mirrored."""
+    w, h = img.size
+    crop = img.crop((int(w * 0.15), int(h * 0.1), int(w * 0.9), int(h * 0.85)))
+    return crop.resize((320, int(320 * crop.height / crop.width)))
+
+
+def build_community(bench: DemoBench) -> Path:
+    """The NoteVQA-style community set (community.json): query snapshots, short and interleaved
+    references citing the KB photographs, category and intent. Written as `community.jsonl` in the
+    NoteVQA layout (kbvqa.data.notevqa), beside the bench's samples and images."""
+    from kbvqa.data.notevqa import write_notevqa, sample_from_notevqa
+
+    content = load_content(COMMUNITY)
+    entities = {e["key"]: e for e in load_content()["entities"]}
+    root = bench.root
+    rows = []
+    for i, item in enumerate(content["items"]):
+        key = item["key"]
+        query = root / "images" / f"community_{key}.jpg"
+        if not query.exists():
+            community_view(Image.open(root / "images" / f"kb_{key}.jpg").convert("RGB")).save(query, quality=90)
+        ref_images = [{"path": f"images/kb_{k}.jpg", "source_url": entities[k]["url"]} for k in item["images"]]
+        rows.append(sample_from_notevqa({
+            "id": f"community_{i:03d}", "images": [f"images/community_{key}.jpg"], "question": item["question"],
+            "answer": item["answer"], "category": item["category"], "intent": item["intent"], "language": "en",
+            "reference": {"text": item["reference"], "images": ref_images},
+            "source": {"platform": "kbvqa-demo", "entity": entities[key]["url"]}}))
+    out = root / "community.jsonl"
+    write_notevqa(rows, out)
+    return out

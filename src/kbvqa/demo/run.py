@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kbvqa import __version__
+from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.schema import Provenance
 from kbvqa.evaluate.infoseek import score_reward, score_strict
 from kbvqa.evaluate.io import load_infoseek_references, load_predictions
@@ -23,9 +24,10 @@ from kbvqa.evaluate.retrieval import load_retrieval_references, retrieval_metric
 from kbvqa.kb.image_index import ImageIndex
 from kbvqa.kb.store import KBStore
 from kbvqa.models.image_encoders import HistogramEncoder
-from kbvqa.pipelines.answer import augmentation_recall_table
+from kbvqa.evaluate.augmentation import augmentation_recall_table
 from kbvqa.pipelines.audit import audit_file
 from kbvqa.pipelines.augment.run import AugmentConfig, augment_samples
+from kbvqa.pipelines.retrieve import run_retrieval
 from kbvqa.demo.bench import DemoBench, build_bench
 from kbvqa.report.html import Figure, Table, write_page
 from kbvqa.runner import read_results
@@ -34,7 +36,7 @@ from kbvqa.runner.manifest import git_info
 from kbvqa.runner.stage import Context
 from kbvqa.stages.answer.extractive import ExtractiveAnswer
 from kbvqa.stages.answer.generate import GenerateAnswer
-from kbvqa.stages.answer.retrieve import ImageRetrieve, batch_retrieve
+from kbvqa.stages.answer.retrieve import ImageRetrieve
 
 
 @dataclass
@@ -114,9 +116,9 @@ def _augment_and_retrieve(fixed: Path, root: Path, out: Path, index: ImageIndex)
                         families=DEMO_FAMILIES, min_entities=2, height=256, workers=1)
     stats = augment_samples(list(read_samples(fixed, "kbvqa")), root, out, cfg)
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
-    records = list(batch_retrieve(samples, index, HistogramEncoder(), image_root=root, k=10))
-    with (out / "retrieval.jsonl").open("w", encoding="utf-8") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
+    run = run_retrieval(samples, index, HistogramEncoder(), out=out / "retrieval.jsonl", image_root=root, k=10,
+                        resume=False)
+    records = [rec for _, rec in read_jsonl(run.out)]
     refs = load_retrieval_references(out / "samples.jsonl")
     return stats, augmentation_recall_table(records, refs, ks=(1, 3, 5))
 

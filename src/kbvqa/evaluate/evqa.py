@@ -13,28 +13,34 @@ question type, and the summary also gives ``accuracy_excluding_2_hop`` for compa
 
 When EM fails, an equivalence backend may rescue the item:
 (a) BEM from a local transformers directory (`load_bem`; a TF SavedModel is refused with a clear error);
-(b) an LLM judge through a model client (`LLMJudgeBackend`, SimpleQA-style prompt from judge.py);
+(b) an LLM judge through a model client (`LLMJudgeBackend`, SimpleQA-style prompt from judge.py), run
+    as a runner job over the EM failures: journal, manifest, `--resume` re-sends only failed calls;
 (c) a semantic-similarity approximation (`kbvqa.evaluate.semantic.SemanticBackend`: all-MiniLM-L6-v2
     cosine, labelled "semantic-approx (all-MiniLM-L6-v2, not BEM)");
 (d) none – EM only. Every item and the summary carry a ``scorer`` naming what produced the number.
-A backend is anything with a ``name`` and ``async judge_many([(ref, candidate)]) -> [Verdict]``.
+A backend is anything with a ``name`` and ``judge_many([(ref, candidate)]) -> [Verdict]`` (one per item).
+BEM and the semantic approximation are local models and stay in-process: they score the EM failures
+in batches (a runner job would feed them one record at a time) and make no call that can fail
+transiently, so resume would buy nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbvqa.data.schema import Provenance, Verdict
+from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import (PredictionRecord, ScoreInputError, add_reference, kbvqa_alternatives,
                               last_prediction_per_id, read_csv, read_jsonl)
-from kbvqa.evaluate.judge import PROMPT_VERSION, ChatClient, judge_answer
+from kbvqa.evaluate.judge import PROMPT_VERSION, ChatClient, JudgeConfig, JudgeRun, run_judge
 from kbvqa.evaluate.normalize import evqa_normalize
 
 __all__ = [
     "EVQA_QUESTION_TYPES", "EVQARef", "load_evqa_references", "exact_match", "multi_answer_iou",
-    "split_candidate", "LLMJudgeBackend", "load_bem", "BEMBackend", "score_evqa", "score_evqa_async", "EVQAResult",
+    "split_candidate", "LLMJudgeBackend", "load_bem", "BEMBackend", "score_evqa", "EVQAResult", "ExactMatchPass",
+    "exact_match_pass",
 ]
 
 EVQA_QUESTION_TYPES = ("templated", "automatic", "multi_answer", "2_hop")
@@ -216,9 +222,8 @@ class BEMBackend:
             out += torch.softmax(logits.float(), dim=-1)[:, 1].tolist()
         return out
 
-    async def judge_many(self, jobs: list[tuple["EVQARef", str]]) -> list[Any]:
-        from kbvqa.data.schema import Provenance, Verdict
-
+    def judge_many(self, jobs: list[tuple["EVQARef", str]]) -> list[Verdict]:
+        """One batched pass over every (reference alternative, candidate) pair, in this process."""
         triples, owner = [], []
         for j, (ref, cand) in enumerate(jobs):
             for alt in ref.alternatives:
@@ -235,14 +240,25 @@ class BEMBackend:
 
 
 class LLMJudgeBackend:
-    """EM-failure fallback through a SimpleQA-style LLM judge; 'correct' rescues the item."""
+    """EM-failure fallback through the SimpleQA-style LLM judge; 'correct' rescues the item.
 
-    def __init__(self, client: ChatClient, *, prompt_version: str = PROMPT_VERSION, concurrency: int = 16):
+    The calls run as a runner job (`kbvqa.evaluate.judge.run_judge`): with `out` the journal and
+    its manifest are kept and `resume=True` re-sends only the items that errored or got an
+    unusable reply; without `out` the job runs in a temporary directory."""
+
+    def __init__(self, client: ChatClient, *, prompt_version: str = PROMPT_VERSION, concurrency: int = 16,
+                 out: str | Path | None = None, resume: bool = True, progress: bool = False):
         self.client = client
         self.prompt_version = prompt_version
         self.concurrency = concurrency
-        model = getattr(getattr(client, "provenance", None), "model", None) or \
-            getattr(getattr(client, "provenance", None), "backend", None) or "unknown"
+        self.out = Path(out) if out is not None else None
+        self.resume = resume
+        self.progress = progress
+        self.last_run: JudgeRun | None = None
+        prov = getattr(client, "provenance", None)
+        self.provenance = {k: v for k, v in (prov.model_dump() if prov is not None else {}).items()
+                           if k in ("backend", "model", "base_url") and v is not None}
+        model = self.provenance.get("model") or self.provenance.get("backend") or "unknown"
         self.name = f"{EM_SCORER}+llm-judge({model})"
 
     @staticmethod
@@ -250,15 +266,20 @@ class LLMJudgeBackend:
         alts = [a.replace("&&", ", ").strip() for a in ref.alternatives]
         return alts[0] if len(alts) == 1 else "any one of: " + " | ".join(alts)
 
-    async def judge_many(self, jobs: list[tuple[EVQARef, str]]) -> list[Any]:
-        sem = asyncio.Semaphore(self.concurrency)
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": "llm-judge", "provenance": self.provenance}
+        if self.last_run is not None:
+            d["run"] = self.last_run.run_info()
+        return d
 
-        async def one(ref: EVQARef, cand: str) -> Any:
-            async with sem:
-                return await judge_answer(self.client, ref.question, self.target_text(ref), cand,
-                                          prompt_version=self.prompt_version, sample_id=ref.data_id)
-
-        return await asyncio.gather(*(one(r, c) for r, c in jobs))
+    def judge_many(self, jobs: list[tuple[EVQARef, str]]) -> list[Verdict]:
+        records = [{"id": ref.data_id, "question": ref.question, "target": self.target_text(ref), "prediction": cand}
+                   for ref, cand in jobs]
+        self.last_run = run_judge(records, self.client, out=self.out, resume=self.resume,
+                                  concurrency=self.concurrency, progress=self.progress,
+                                  config=JudgeConfig(prompt_version=self.prompt_version),
+                                  run_config={"task": "evqa-equivalence", "scorer": self.name})
+        return [self.last_run.verdicts[ref.data_id] for ref, _ in jobs]
 
 
 @dataclass
@@ -267,26 +288,55 @@ class EVQAResult:
     items: list[dict[str, Any]]
 
 
-async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARef], *,
-                           backend: Any = None, per_item: bool = False) -> EVQAResult:
-    """Accuracy over all references (missing predictions are wrong and counted), by question type."""
+@dataclass
+class ExactMatchPass:
+    """The cheap first pass (no model): one prediction per reference id and its exact-match outcome."""
+
+    by_id: dict[str, str | None]
+    n_unknown: int
+    n_duplicates: int
+    em: dict[str, bool]
+
+    def failures(self, refs: dict[str, EVQARef]) -> list[tuple[EVQARef, str]]:
+        """(reference, prediction) for every EM failure that has a non-empty prediction: what an
+        equivalence backend is asked about (a missing answer is wrong without asking)."""
+        return [(ref, self.by_id[did]) for did, ref in refs.items()  # type: ignore[misc]
+                if not self.em[did] and self.by_id.get(did) not in (None, "")]
+
+
+def exact_match_pass(preds: list[PredictionRecord], refs: dict[str, EVQARef]) -> ExactMatchPass:
+    """Last prediction per id (unknown ids and duplicates counted), exact match for every reference."""
     by_id, unknown, dup = last_prediction_per_id(preds, refs)
-    em: dict[str, bool] = {did: exact_match(ref, by_id[did]) if did in by_id else False
-                           for did, ref in refs.items()}
-    scorer_of: dict[str, str] = {did: EM_SCORER for did in refs}
-    verdicts: dict[str, Any] = {}
+    em = {did: exact_match(ref, by_id[did]) if did in by_id else False for did, ref in refs.items()}
+    return ExactMatchPass(by_id, unknown, dup, em)
+
+
+@METRICS.register("evqa", family="evqa",
+                  help="E-VQA accuracy: exact match (set IoU for multi_answer), then an optional BEM / LLM-judge "
+                       "/ semantic fallback")
+def score_evqa(preds: list[PredictionRecord], refs: dict[str, EVQARef], *,
+               backend: Any = None, per_item: bool = False) -> EVQAResult:
+    """Accuracy over all references (missing predictions are wrong and counted), by question type.
+
+    Exact match first; `backend.judge_many([(ref, prediction)]) -> [Verdict]` is asked only about
+    the EM failures that have a prediction, and a 'correct' verdict rescues the item."""
+    em_pass = exact_match_pass(preds, refs)
+    verdicts: dict[str, Verdict] = {}
     if backend is not None:
-        jobs = [(ref, by_id[did]) for did, ref in refs.items()
-                if not em[did] and by_id.get(did) not in (None, "")]
-        for (ref, _), v in zip(jobs, await backend.judge_many(jobs)):
-            verdicts[ref.data_id] = v
-            scorer_of[ref.data_id] = backend.name
-    correct: dict[str, bool] = {}
-    for did in refs:
-        v = verdicts.get(did)
-        correct[did] = em[did] or (v is not None and v.label == "correct")
-    summary_scorer = backend.name if backend is not None else EM_SCORER
-    # aggregate
+        jobs = em_pass.failures(refs)
+        got = list(backend.judge_many(jobs))
+        if len(got) != len(jobs):
+            raise RuntimeError(f"equivalence backend {backend.name!r} returned {len(got)} verdicts "
+                               f"for {len(jobs)} items")
+        verdicts = {ref.data_id: v for (ref, _), v in zip(jobs, got)}
+    return _merge(refs, em_pass, verdicts, backend, per_item)
+
+
+def _merge(refs: dict[str, EVQARef], em_pass: ExactMatchPass, verdicts: dict[str, Verdict], backend: Any,
+           per_item: bool) -> EVQAResult:
+    """EM outcomes and the backend's verdicts into the summary (and the per-item rows)."""
+    by_id, em = em_pass.by_id, em_pass.em
+    correct = {did: em[did] or (did in verdicts and verdicts[did].label == "correct") for did in refs}
     types: dict[str, list[int]] = {}
     for did, ref in refs.items():
         t = types.setdefault(ref.qtype, [0, 0, 0])
@@ -300,9 +350,8 @@ async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARe
     n_x2 = sum(v[1] for k, v in types.items() if k != "2_hop")
     c_x2 = sum(v[0] for k, v in types.items() if k != "2_hop")
     pct = lambda c, d: round(100 * c / d, 2) if d else 0.0  # noqa: E731
-    labels = [v.label for v in verdicts.values()]
     summary = {
-        "scorer": summary_scorer,
+        "scorer": backend.name if backend is not None else EM_SCORER,
         "accuracy": pct(c_all, n), "n": n, "correct": c_all,
         "n_predicted": n_pred, "n_missing": n - n_pred, "coverage": round(n_pred / n, 4) if n else 0.0,
         "accuracy_on_predicted": pct(c_pred, n_pred),
@@ -310,11 +359,12 @@ async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARe
         "by_question_type": {k: {"accuracy": pct(v[0], v[1]), "correct": v[0], "n": v[1], "n_predicted": v[2]}
                              for k, v in sorted(types.items())},
         "n_em_correct": sum(em.values()),
-        "n_unknown_ids": unknown, "n_duplicate_predictions": dup,
+        "n_unknown_ids": em_pass.n_unknown, "n_duplicate_predictions": em_pass.n_duplicates,
         "duplicates": "last prediction per id wins",
         "two_hop": "scored with the same EM rule; also reported separately",
     }
     if backend is not None:
+        labels = [v.label for v in verdicts.values()]
         summary["judge"] = {"name": backend.name, "prompt_version": getattr(backend, "prompt_version", None),
                             **(backend.describe() if hasattr(backend, "describe") else {}),
                             "n_calls": len(verdicts), "n_rescued": sum(1 for x in labels if x == "correct"),
@@ -323,9 +373,10 @@ async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARe
     items: list[dict[str, Any]] = []
     if per_item:
         for did, ref in refs.items():
-            row = {"data_id": did, "question_type": ref.qtype, "prediction": by_id.get(did),
-                   "correct": correct[did], "em": em[did], "missing": did not in by_id, "scorer": scorer_of[did]}
             v = verdicts.get(did)
+            row = {"data_id": did, "question_type": ref.qtype, "prediction": by_id.get(did),
+                   "correct": correct[did], "em": em[did], "missing": did not in by_id,
+                   "scorer": backend.name if v is not None else EM_SCORER}
             if v is not None:
                 row["judge_label"] = v.label
                 row["judge_rationale"] = v.rationale
@@ -333,9 +384,3 @@ async def score_evqa_async(preds: list[PredictionRecord], refs: dict[str, EVQARe
                     row["judge_value"] = v.value
             items.append(row)
     return EVQAResult(summary, items)
-
-
-def score_evqa(preds: list[PredictionRecord], refs: dict[str, EVQARef], *,
-               backend: Any = None, per_item: bool = False) -> EVQAResult:
-    """Synchronous wrapper around `score_evqa_async`."""
-    return asyncio.run(score_evqa_async(preds, refs, backend=backend, per_item=per_item))

@@ -26,8 +26,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import InfoSeekRef, PredictionRecord, last_prediction_per_id, ref_norm_aliases
 from kbvqa.evaluate.normalize import evqa_normalize, infoseek_normalize, number_words_to_digits
+from kbvqa.evaluate.numeric import parse_numeric
 
 __all__ = [
     "parse_numeric", "range_iou", "numeric_correct", "time_lenient", "score_official", "score_strict",
@@ -36,55 +38,6 @@ __all__ = [
 
 QTYPES = ("String", "Numerical", "Time")
 _TYPE_KEY = {"Time": "score_time", "Numerical": "score_num", "String": "score_string"}
-
-# optional sign, optional leading '.', digits, optional ',ddd' groups, optional '.' and digits,
-# optional exponent (the official pattern, character for character in behaviour)
-_NUMBER_RE = re.compile(r"[-+]?\.?\d+(?:,\d\d\d)*\.?\d*(?:[eE][-+]?\d+)?")
-
-
-def _space_ranges(text: str) -> str:
-    """'9-10' -> '9 - 10': every '-' right after a digit (str.isdigit, as the official code)."""
-    i = text.find("-")
-    if i < 0:
-        return text
-    parts: list[str] = []
-    last = 0
-    while i >= 0:
-        if i >= 1 and text[i - 1].isdigit():
-            parts.append(text[last:i])
-            parts.append(" - ")
-            last = i + 1
-        i = text.find("-", i + 1)
-    parts.append(text[last:])
-    return "".join(parts)
-
-
-def parse_numeric(text: str, *, strict: bool = False) -> float | list[float] | None:
-    """Parse a numeric answer the way the InfoSeek scorer does.
-
-    Returns a range ``[a, b]`` (two numbers with a <= b), a scalar (one number, or two with a > b:
-    the first), or ``[0.0, 0.0]`` when there is no number ("no idea" is therefore correct whenever
-    the reference range contains 0). With ``strict=True`` "no number" returns None instead.
-    No unit scaling: "1.2 million" is 1.2. Never raises: a sign-only token left by the "more than one
-    '.'" rule (e.g. "-.5.3", where the official script crashed) is skipped.
-    """
-    values: list[float] = []
-    for tok in _NUMBER_RE.findall(_space_ranges(text)):
-        tok = tok.replace(",", "").strip(".")
-        if tok.count(".") > 1:
-            tok = tok.split(".")[0]
-        try:
-            values.append(float(tok))
-        except ValueError:  # only "+" or "-" can get here
-            continue
-        if len(values) == 2:
-            break
-    if len(values) == 2:
-        a, b = values
-        return [a, b] if a <= b else a
-    if len(values) == 1:
-        return values[0]
-    return None if strict else [0.0, 0.0]
 
 
 def range_iou(x: Iterable[float], y: Iterable[float]) -> float:
@@ -202,6 +155,8 @@ def _check_numeric(refs: dict[str, InfoSeekRef]) -> None:
                              "from its answers, so it cannot be scored")
 
 
+@METRICS.register("infoseek-official", family="infoseek", mode="official",
+                  help="official InfoSeek scorer, bit-exact: scored predictions only, harmonic mean of splits")
 def score_official(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], *,
                    per_item: bool = False) -> InfoSeekResult:
     """Official InfoSeek rules (see module docstring). `summary` has exactly the official keys."""
@@ -240,6 +195,8 @@ def score_official(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], 
     return InfoSeekResult(summary, items, counts)
 
 
+@METRICS.register("infoseek-strict", family="infoseek", mode="strict",
+                  help="official rules over every reference (missing = wrong), coverage, Time leniency extension")
 def score_strict(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], *,
                  per_item: bool = False, time_leniency: bool = True) -> InfoSeekResult:
     """Official per-item rules, every reference counted, coverage reported, Time year leniency."""
@@ -328,6 +285,8 @@ def reward_numeric_correct(pred: str, intervals: list[tuple[float, float]]) -> b
     return False
 
 
+@METRICS.register("infoseek-reward", family="infoseek", mode="reward", raw_aliases=True,
+                  help="ARA / ReflectiVA answer reward: containment and ±10% numeric, accuracy by question type")
 def score_reward(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], *,
                  per_item: bool = False, normalize: Callable[[str], str] = evqa_normalize) -> InfoSeekResult:
     """ARA reward accuracy over all reference ids (missing = wrong), by question type."""

@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - exercised only without orjson
 from kbvqa.data import jsonl as data_jsonl
 from kbvqa.data.errors import DataError
 from kbvqa.evaluate.normalize import infoseek_normalize, number_words_to_digits
+from kbvqa.evaluate.numeric import parse_numeric
 
 __all__ = [
     "ScoreInputError", "PredictionRecord", "InfoSeekRef", "read_jsonl", "read_csv",
@@ -79,7 +80,8 @@ class PredictionRecord:
 
 
 def load_predictions(path: str | Path) -> list[PredictionRecord]:
-    """Read predictions: {"data_id","prediction"} lines or kbvqa Prediction {"sample_id","answer"}.
+    """Read predictions: {"data_id","prediction"} lines or kbvqa Prediction {"sample_id","answer"}
+    (its `short_answer` when it has one: the agent's interleaved answers carry one).
 
     Order and duplicates are kept; the scorers decide what duplicates mean (official InfoSeek counts
     them twice, the other modes keep the last one and report the count).
@@ -89,8 +91,9 @@ def load_predictions(path: str | Path) -> list[PredictionRecord]:
     for ln, obj in read_jsonl(path):
         if "data_id" in obj:
             did, pred, pfield = obj["data_id"], obj.get("prediction", _MISSING), "prediction"
-        elif "sample_id" in obj:
-            did, pred, pfield = obj["sample_id"], obj.get("answer", _MISSING), "answer"
+        elif "sample_id" in obj:  # an interleaved answer is graded by its extracted short answer
+            pfield = "short_answer" if obj.get("short_answer") is not None else "answer"
+            did, pred = obj["sample_id"], obj.get(pfield, _MISSING)
         else:
             raise ScoreInputError(path, ln, "data_id", "missing (expected data_id/prediction or sample_id/answer)")
         if pred is _MISSING:
@@ -342,8 +345,6 @@ def _range_from_texts(aliases: list[str], path: str | Path, ln: int) -> tuple[fl
     official parser, number words first turned into digits when the text has no digits; a scalar v
     becomes [v, v]; several aliases give the hull of what they parse to. None when no alias holds a
     number: the scorers then refuse that reference, naming its id, instead of the loader failing."""
-    from kbvqa.evaluate.infoseek import parse_numeric  # local import: avoid a cycle
-
     lo, hi = float("inf"), float("-inf")
     for a in aliases:
         v = parse_numeric(a, strict=True)

@@ -2,12 +2,18 @@
 
 Differences from the original grader (field-anchors §4.2), all deliberate:
 
-* the reply is JSON ``{"label": ..., "rationale": ...}`` checked by a strict parser; anything else is
-  the label ``"invalid"`` (never a silent default);
-* a model/API failure is not a label at all: the Verdict has ``label=None`` and a rationale starting
-  with ``"error:"``; `simpleqa_metrics` counts it under ``error``;
+* the reply is JSON ``{"label": ..., "rationale": ...}`` checked by the strict parser
+  (`kbvqa.models.jsonx.extract_json(strict=True)`); anything else is ``invalid`` (never a default);
+* a model/API failure is not a label at all: `judge_answer` returns ``label=None`` and a rationale
+  starting with ``"error:"``; `simpleqa_metrics` counts it under ``error``;
 * temperature 0 by default (the original used 0.5, so grades were not reproducible);
 * accuracy-given-attempted and F1 are returned, not only printed.
+
+Over a file the judge runs as a runner job (`JudgeStage`, `run_judge`): one record
+``{id, question, target, prediction}`` in, that record plus its ``verdict`` out, with resume, a
+manifest and exactly one journal line per id. There a failed call is a runner ``error`` line and an
+unusable reply an ``invalid`` line, so `--resume` sends exactly those again. A missing or empty
+prediction is ``not_attempted`` without a call.
 
 `legacy_parse` reproduces the original parser (first ``A|B|C`` anywhere, default C) so old numbers can
 be re-derived – including its pitfall: a reply "CORRECT" contains a C and becomes not_attempted.
@@ -15,26 +21,38 @@ be re-derived – including its pitfall: a reply "CORRECT" contains a C and beco
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import tempfile
 from collections import Counter
-from typing import Any, Iterable, Literal, Protocol
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kbvqa.data.schema import Provenance, Verdict
+from kbvqa.evaluate import METRICS
+from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
 from kbvqa.models import prompts
+from kbvqa.models.jsonx import extract_json
 from kbvqa.models.prompts.judge import SIMPLEQA
+from kbvqa.runner import Context, Invalid, RunSummary, Stage, StageConfig, read_results
+from kbvqa.runner.job import Job
+from kbvqa.stages import register_stage
 
 __all__ = [
     "PROMPT_VERSION", "JudgeReply", "build_judge_messages", "judge_answer", "strict_parse",
-    "legacy_parse", "simpleqa_metrics", "ChatClient",
+    "legacy_parse", "simpleqa_metrics", "ChatClient", "JudgeCallError", "JudgeConfig", "JudgeStage",
+    "judge_job", "run_judge", "JudgeRun", "verdict_of_line", "load_judge_references",
 ]
 
 PROMPT_VERSION = SIMPLEQA.id
 METRIC = "simpleqa-judge"
 LABELS = ("correct", "incorrect", "not_attempted")
-
+#: Record fields a verdict depends on; a resumed journal must agree with the input on all of them.
+JUDGED_FIELDS = ("question", "target", "prediction")
 
 
 class JudgeReply(BaseModel):
@@ -55,6 +73,10 @@ class ChatClient(Protocol):
                    **params: Any) -> Any: ...
 
 
+class JudgeCallError(RuntimeError):
+    """The judge call itself failed (HTTP error after retries, timeout, cassette miss): no verdict."""
+
+
 def build_judge_messages(question: str, target: str, predicted: str, *,
                          prompt_version: str = PROMPT_VERSION) -> list[dict]:
     """The single user message for one grading call (versioned template)."""
@@ -66,21 +88,13 @@ def build_judge_messages(question: str, target: str, predicted: str, *,
     return prompt.messages(question_raw=question, target_raw=target, predicted_raw=predicted)
 
 
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
-
-
 def strict_parse(reply: str | None) -> JudgeReply | None:
     """The whole reply (optionally inside one ``` fence) must be the JSON object; else None.
 
     No regex fishing for a label inside prose: a reply that is not exactly the contract is invalid.
     """
-    if not reply:
-        return None
-    m = _FENCE.match(reply)
-    body = m.group(1) if m else reply.strip()
     try:
-        obj = json.loads(body)
-        return JudgeReply.model_validate(obj)
+        return JudgeReply.model_validate(extract_json(reply, strict=True))
     except (ValueError, ValidationError):
         return None
 
@@ -110,31 +124,53 @@ def _reply_from_data(data: Any) -> JudgeReply | None:
         return None
 
 
-async def judge_answer(client: ChatClient, question: str, target: str, predicted: str, *,
-                       prompt_version: str = PROMPT_VERSION, sample_id: str = "",
-                       temperature: float = 0.0, **params: Any) -> Verdict:
-    """Grade one answer. Label None + "error: ..." on a failed call; "invalid" on an unusable reply."""
-    messages = build_judge_messages(question, target, predicted, prompt_version=prompt_version)
-    res = await client.chat(messages, schema=JudgeReply, prompt_version=prompt_version,
-                            temperature=temperature, **params)
-    prov = getattr(res, "provenance", None) or getattr(client, "provenance", None)
-    if prov is not None:
-        prov = prov.model_copy(update={"prompt_version": prompt_version})
+def parse_judge_result(res: Any) -> JudgeReply:
+    """One call's result as a JudgeReply. Raises JudgeCallError when the call failed and `Invalid`
+    when the model replied but not with the {label, rationale} object (never a default label)."""
     status = getattr(res, "status", "error")
     if status == "error":
-        return Verdict(sample_id=sample_id, metric=METRIC, label=None, value=None,
-                       rationale=f"error: {getattr(res, 'reason', '') or 'model call failed'}", judge=prov)
+        raise JudgeCallError(getattr(res, "reason", "") or "model call failed")
     parsed = None
     if status == "ok":
         parsed = _reply_from_data(res.data) if getattr(res, "data", None) is not None else None
         if parsed is None:
             parsed = strict_parse(getattr(res, "text", None))
     if parsed is None:
-        why = getattr(res, "reason", "") or "reply is not the JSON {label, rationale} object"
+        raise Invalid(getattr(res, "reason", "") or "reply is not the JSON {label, rationale} object")
+    return parsed
+
+
+async def _ask(client: ChatClient, question: str, target: str, predicted: str, *, prompt_version: str,
+               temperature: float, **params: Any) -> tuple[Any, Provenance | None]:
+    """One grading call; returns the result and the provenance stamped with the prompt version."""
+    messages = build_judge_messages(question, target, predicted, prompt_version=prompt_version)
+    res = await client.chat(messages, schema=JudgeReply, prompt_version=prompt_version,
+                            temperature=temperature, **params)
+    prov = getattr(res, "provenance", None) or getattr(client, "provenance", None)
+    if prov is not None:
+        prov = prov.model_copy(update={"prompt_version": prompt_version})
+    return res, prov
+
+
+def _verdict(sample_id: str, reply: JudgeReply, prov: Provenance | None) -> Verdict:
+    return Verdict(sample_id=sample_id, metric=METRIC, label=reply.label,
+                   value=1.0 if reply.label == "correct" else 0.0, rationale=reply.rationale, judge=prov)
+
+
+async def judge_answer(client: ChatClient, question: str, target: str, predicted: str, *,
+                       prompt_version: str = PROMPT_VERSION, sample_id: str = "",
+                       temperature: float = 0.0, **params: Any) -> Verdict:
+    """Grade one answer. Label None + "error: ..." on a failed call; "invalid" on an unusable reply."""
+    res, prov = await _ask(client, question, target, predicted, prompt_version=prompt_version,
+                           temperature=temperature, **params)
+    try:
+        return _verdict(sample_id, parse_judge_result(res), prov)
+    except JudgeCallError as exc:
+        return Verdict(sample_id=sample_id, metric=METRIC, label=None, value=None, rationale=f"error: {exc}",
+                       judge=prov)
+    except Invalid as exc:
         return Verdict(sample_id=sample_id, metric=METRIC, label="invalid", value=None,
-                       rationale=f"invalid: {why}", judge=prov)
-    return Verdict(sample_id=sample_id, metric=METRIC, label=parsed.label,
-                   value=1.0 if parsed.label == "correct" else 0.0, rationale=parsed.rationale, judge=prov)
+                       rationale=f"invalid: {exc}", judge=prov)
 
 
 def simpleqa_metrics(labels: Iterable[str | None | Verdict]) -> dict[str, float | int]:
@@ -161,3 +197,166 @@ def simpleqa_metrics(labels: Iterable[str | None | Verdict]) -> dict[str, float 
     f1 = 2 * aga * rate["correct"] / (aga + rate["correct"]) if (aga + rate["correct"]) > 0 else 0.0
     return {**rate, "accuracy_given_attempted": aga, "f1": f1, "n": n,
             **{f"n_{k}": counts[k] for k in ("correct", "incorrect", "not_attempted", "invalid", "error")}}
+
+
+# --------------------------------------------------------------------------------------------------
+# references
+
+
+def load_judge_references(path: str | Path) -> dict[str, tuple[str, str]]:
+    """id -> (question, target) from kbvqa JSONL (`id`, `question`, `answers`) or a CSV with
+    `data_id`/`id`, `problem`/`question` and `answer` (SimpleQA / ARA style)."""
+    out: dict[str, tuple[str, str]] = {}
+    if str(path).lower().endswith(".csv"):
+        for ln, row in read_csv(path):
+            did = row.get("data_id") or row.get("id")
+            if not did:
+                raise ScoreInputError(path, ln, "data_id", "missing")
+            target = (row.get("answer") or "").strip()
+            if not target:
+                raise ScoreInputError(path, ln, "answer", f"empty gold answer for {did!r}")
+            out[did] = (row.get("problem") or row.get("question") or "", target.replace("|", " / "))
+    else:
+        for ln, obj in read_jsonl(path):
+            did = obj.get("id", obj.get("data_id"))
+            if not isinstance(did, str) or not did:
+                raise ScoreInputError(path, ln, "id", f"must be a non-empty string, got {did!r}")
+            texts = [a if isinstance(a, str) else a.get("text", "") for a in obj.get("answers") or []
+                     if isinstance(a, (str, dict))]
+            texts = [t for t in texts if t and t.strip()]
+            if not texts:
+                raise ScoreInputError(path, ln, "answers", f"no gold answer for {did!r}")
+            target = texts[0] if len(texts) == 1 else "any one of: " + " | ".join(texts)
+            out[did] = (obj.get("question") or "", target)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the judge as a runner stage
+
+
+class JudgeConfig(StageConfig):
+    role: str = "judge"  # the model role that grades
+    prompt_version: str = PROMPT_VERSION
+    temperature: float = 0.0
+
+
+@METRICS.register("simpleqa-judge", family="judge",
+                  help="SimpleQA-style LLM grading: correct / incorrect / not_attempted (invalid and error counted)")
+@register_stage
+class JudgeStage(Stage):
+    """Grade one {id, question, target, prediction} record with the `judge` role; adds `verdict`."""
+
+    name = "simpleqa-judge"
+    version = "1"
+    config_model = JudgeConfig
+    prompts = (SIMPLEQA,)
+
+    def prompt_versions(self) -> dict[str, str]:
+        p = prompts.get(self.config.prompt_version)
+        return {p.id: p.sha256}
+
+    async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        rid = record["id"]
+        for f in ("question", "target"):
+            if not isinstance(record.get(f), str):
+                raise ValueError(f"record {rid!r}: field {f!r} must be a string, got {record.get(f)!r}")
+        pred = record.get("prediction")
+        if pred is not None and not isinstance(pred, str):
+            raise ValueError(f"record {rid!r}: field 'prediction' must be a string or null, got {pred!r}")
+        if not pred:  # no answer is not attempted by definition: no call
+            v = Verdict(sample_id=rid, metric=METRIC, label="not_attempted", value=0.0, rationale="no answer")
+        else:
+            client = ctx.role(self.config.role)
+            res, prov = await _ask(client, record["question"], record["target"], pred,
+                                   prompt_version=self.config.prompt_version, temperature=self.config.temperature)
+            ctx.add_usage(getattr(res, "usage", None))
+            v = _verdict(rid, parse_judge_result(res), prov)
+        return {**record, "verdict": v.model_dump(mode="json", exclude_none=True)}
+
+
+def judge_job(client: ChatClient, config: JudgeConfig | None = None) -> Job:
+    """The judge job: one JudgeStage with `client` in the role it reads."""
+    config = config or JudgeConfig()
+    return Job([JudgeStage(config)], Context(roles={config.role: client}), description="simpleqa judge")
+
+
+def verdict_of_line(line: dict[str, Any]) -> Verdict:
+    """The Verdict a journal line stands for: ok lines carry it; an `error` line is label None
+    ("error: reason") and an `invalid` line the label "invalid", as `judge_answer` returns them."""
+    status = line.get("status")
+    if status == "ok":
+        return Verdict.model_validate(line["verdict"])
+    reason = line.get("reason") or status
+    if status == "invalid":
+        return Verdict(sample_id=line["id"], metric=METRIC, label="invalid", rationale=f"invalid: {reason}")
+    return Verdict(sample_id=line["id"], metric=METRIC, label=None, rationale=f"error: {reason}")
+
+
+@dataclass
+class JudgeRun:
+    """A finished judge job: one Verdict per input id (input order), read back from the journal."""
+
+    verdicts: dict[str, Verdict]
+    run: RunSummary
+    out: Path | None  # None when the journal was temporary
+
+    def run_info(self) -> dict[str, Any]:
+        """This run's counts and files, for a summary: skipped = judged by an earlier run."""
+        r = self.run
+        return {"ok": r.ok, "error": r.error, "invalid": r.invalid, "skipped": r.skipped, "calls": r.usage.calls,
+                **({"out": str(self.out), "manifest": str(r.manifest)} if self.out is not None else {})}
+
+
+def _check_resumable(out: Path, records: Sequence[dict[str, Any]]) -> None:
+    """A verdict in the journal is reused only for the same question, target and prediction; a
+    journal written for other inputs is refused (naming file, line, id and field), not reused."""
+    if not out.is_file():
+        return
+    done: dict[str, tuple[int, dict[str, Any]]] = {}  # id -> (line, judged fields) of its last ok line
+    with open(out, "rb") as fh:
+        for ln, raw in enumerate(fh, 1):
+            try:
+                obj = json.loads(raw)
+            except ValueError:  # a line cut off by a crash: the runner repairs it (and refuses real corruption)
+                continue
+            if not (isinstance(obj, dict) and isinstance(obj.get("id"), str)):
+                continue
+            if obj.get("status") == "ok":
+                done[obj["id"]] = (ln, {f: obj.get(f) for f in JUDGED_FIELDS})
+            else:  # the last line wins: an id that failed since is judged again anyway
+                done.pop(obj["id"], None)
+    for rec in records:
+        if rec["id"] not in done:
+            continue
+        ln, judged = done[rec["id"]]
+        for f in JUDGED_FIELDS:
+            if judged[f] != rec.get(f):
+                raise ScoreInputError(out, ln, f, f"id {rec['id']!r} was judged for {judged[f]!r} but the input now "
+                                                  f"has {rec.get(f)!r}; run with --no-resume (the old journal is "
+                                                  "moved aside) or choose another --out")
+
+
+def run_judge(records: Sequence[dict[str, Any]], client: ChatClient, *, out: str | Path | None = None,
+              resume: bool = True, concurrency: int = 16, progress: bool = False,
+              config: JudgeConfig | None = None, run_config: dict[str, Any] | None = None) -> JudgeRun:
+    """Judge every record through the runner and read the verdicts back from the journal.
+
+    `records` are {id, question, target, prediction} (prediction None or "" = not attempted, no
+    call; any other field is kept on the line). `out` is the journal (its manifest goes beside it);
+    None runs in a temporary directory (in-memory use: no resume). `resume=True` keeps the verdicts
+    of ids already ok and sends error/invalid ones again. The client is closed at the end."""
+    with contextlib.ExitStack() as stack:
+        journal = Path(out) if out is not None else \
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kbvqa-judge-"))) / "judge.jsonl"
+        if out is not None and resume:
+            _check_resumable(journal, records)
+        summary = judge_job(client, config).run(records, out=journal, resume=resume and out is not None,
+                                                concurrency=concurrency, progress=progress, run_config=run_config)
+        wanted = {r["id"] for r in records}
+        lines = {line["id"]: line for line in read_results(journal) if line["id"] in wanted}
+    lost = [r["id"] for r in records if r["id"] not in lines]
+    if lost:  # the runner writes every record it pulls; this would be a runner bug
+        raise RuntimeError(f"{journal}: no journal line for {len(lost)} ids, e.g. {lost[:5]}")
+    return JudgeRun({r["id"]: verdict_of_line(lines[r["id"]]) for r in records}, summary,
+                    journal if out is not None else None)

@@ -38,18 +38,20 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal, get_args
 
 from kbvqa.data.jsonl import write_jsonl
 from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
+from kbvqa.registry import Registry
 
 __all__ = [
-    "METHODS", "ConvertedPrediction", "AlignmentReport", "ConversionResult", "DuplicateIdError",
-    "extract_comem", "reference_ids", "align", "convert", "write_predictions",
+    "METHODS", "DATASETS", "DUPLICATE_POLICIES", "ReadOptions", "ConvertedPrediction", "AlignmentReport",
+    "ConversionResult", "DuplicateIdError", "extract_comem", "reference_ids", "align", "convert", "write_predictions",
 ]
 
-METHODS = ("iba", "echosight", "reflectiva", "wikiprf", "comem", "generic")
 DuplicatePolicy = Literal["error", "last", "first"]
+DUPLICATE_POLICIES: tuple[str, ...] = get_args(DuplicatePolicy)
+DATASETS = ("infoseek", "evqa")  # which benchmark the outputs answer (IBA reads more keys for evqa)
 
 ID_KEYS = ("data_id", "question_id", "id")
 ANSWER_KEYS = ("prediction", "answer", "output", "generated_answer", "response")
@@ -368,6 +370,60 @@ def _read_generic(path: Path, id_key: str, answer_key: str, extract: str | None)
 
 
 # --------------------------------------------------------------------------------------------------
+# the registry of output formats
+
+
+@dataclass
+class ReadOptions:
+    """What a reader may need besides the path; readers append to `warnings`, never print."""
+
+    dataset: str = "infoseek"
+    id_key: str = "data_id"
+    answer_key: str = "prediction"
+    extract: str | None = None
+    raw_outputs: Path | None = None
+    allow_gt_order: bool = False
+    gt_order: list[str] | None = None  # reference ids in row order (wikiprf's explicit last resort)
+    warnings: list[str] = field(default_factory=list)
+
+
+#: Output format name -> reader(path, ReadOptions) -> ConvertedPrediction lines; the CLI's --method choices.
+METHODS: Registry[Callable[[Path, ReadOptions], Iterator[ConvertedPrediction]]] = Registry("method")
+
+
+@METHODS.register("iba", help="IBA JSONL {data_id, prediction}; evqa also reads answer / final_answer / "
+                              "raw_response / answers")
+def _iba(path: Path, o: ReadOptions) -> Iterator[ConvertedPrediction]:
+    return _read_simple(path, "iba", IBA_EVQA_KEYS if o.dataset == "evqa" else ("prediction",))
+
+
+@METHODS.register("echosight", help="EchoSight JSONL {data_id, prediction}")
+def _echosight(path: Path, o: ReadOptions) -> Iterator[ConvertedPrediction]:
+    return _read_simple(path, "echosight", ("prediction",))
+
+
+@METHODS.register("reflectiva", help="ReflectiVA JSON file or directory of *.json (a list of objects or id -> answer)")
+def _reflectiva(path: Path, o: ReadOptions) -> Iterator[ConvertedPrediction]:
+    return _read_reflectiva(path)
+
+
+@METHODS.register("wikiprf", help="Wiki-PRF *_generation_details.jsonl, or the legacy {data_id, results} JSON")
+def _wikiprf(path: Path, o: ReadOptions) -> Iterator[ConvertedPrediction]:
+    return _read_wikiprf(path, raw_outputs=o.raw_outputs, allow_gt_order=o.allow_gt_order, gt_order=o.gt_order,
+                         warnings=o.warnings)
+
+
+@METHODS.register("comem", help="CoMEM generations: last \\boxed{}, <answer> tag or 'final answer:' extracted")
+def _comem(path: Path, o: ReadOptions) -> Iterator[ConvertedPrediction]:
+    return _read_comem(path)
+
+
+@METHODS.register("generic", help="any JSONL with --id-key / --answer-key (dotted paths), optional --extract comem")
+def _generic(path: Path, o: ReadOptions) -> Iterator[ConvertedPrediction]:
+    return _read_generic(path, o.id_key, o.answer_key, o.extract)
+
+
+# --------------------------------------------------------------------------------------------------
 # references and alignment
 
 
@@ -435,27 +491,15 @@ def convert(method: str, path: str | Path, *, references: str | Path | None = No
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r} (expected one of {', '.join(METHODS)})")
-    if dataset not in ("infoseek", "evqa"):
-        raise ValueError(f"dataset must be infoseek or evqa, got {dataset!r}")
+        raise ValueError(f"unknown method {method!r} (expected one of {', '.join(METHODS.names())})")
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
     ref_ids = reference_ids(references) if references is not None else None
-    warnings: list[str] = []
-    reader: Callable[[], Iterator[ConvertedPrediction]]
-    if method == "iba":
-        keys = IBA_EVQA_KEYS if dataset == "evqa" else ("prediction",)
-        reader = lambda: _read_simple(path, "iba", keys)  # noqa: E731
-    elif method == "echosight":
-        reader = lambda: _read_simple(path, "echosight", ("prediction",))  # noqa: E731
-    elif method == "reflectiva":
-        reader = lambda: _read_reflectiva(path)  # noqa: E731
-    elif method == "wikiprf":
-        reader = lambda: _read_wikiprf(path, raw_outputs=Path(raw_outputs) if raw_outputs else None,  # noqa: E731
-                                       allow_gt_order=allow_gt_order, gt_order=ref_ids, warnings=warnings)
-    elif method == "comem":
-        reader = lambda: _read_comem(path)  # noqa: E731
-    else:
-        reader = lambda: _read_generic(path, id_key, answer_key, extract)  # noqa: E731
-    preds = list(reader())
+    opts = ReadOptions(dataset=dataset, id_key=id_key, answer_key=answer_key, extract=extract,
+                       raw_outputs=Path(raw_outputs) if raw_outputs else None, allow_gt_order=allow_gt_order,
+                       gt_order=ref_ids)
+    warnings = opts.warnings
+    preds = list(METHODS.get(method)(path, opts))
     if not preds:
         warnings.append(f"{method}: {path} holds no predictions")
     rules = dict(Counter(p.parse_rule for p in preds).most_common())

@@ -18,19 +18,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal, get_args
 
 from kbvqa.data.urls import canonical_url, dedupe_urls
+from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import ScoreInputError, add_reference, kbvqa_alternatives, read_csv, read_jsonl
 from kbvqa.evaluate.normalize import contains_word_bounded, evqa_normalize
 
 __all__ = [
     "DEFAULT_KS", "RetrievalRef", "load_retrieval_records", "load_retrieval_references", "gold_rank",
-    "retrieval_metrics", "answer_in_text_recall",
+    "retrieval_metrics", "answer_in_text_recall", "load_answer_texts", "parse_ks", "TWO_HOP_POLICIES",
 ]
 
 DEFAULT_KS = (1, 3, 5, 10, 20)
 TwoHop = Literal["any", "all"]
+TWO_HOP_POLICIES: tuple[str, ...] = get_args(TwoHop)
 
 
 @dataclass(slots=True)
@@ -94,6 +96,17 @@ def load_retrieval_records(path: str | Path) -> tuple[dict[str, dict[str, list[s
     return out, dup
 
 
+def parse_ks(text: str) -> list[int]:
+    """K values from "1,3,5" (the --k flag); anything but positive integers is a ValueError."""
+    try:
+        ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--k must be comma-separated integers, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise ValueError(f"--k values must be positive, got {text!r}")
+    return ks
+
+
 def gold_rank(ranking: list[str], gold: list[str], policy: TwoHop = "any") -> int | None:
     """1-based rank in a de-duplicated canonical ranking: first gold url ("any") or the position by
     which every gold url has appeared ("all"); None if not found."""
@@ -107,6 +120,8 @@ def gold_rank(ranking: list[str], gold: list[str], policy: TwoHop = "any") -> in
     raise ValueError(f"two_hop policy must be 'any' or 'all', not {policy!r}")
 
 
+@METRICS.register("retrieval", family="retrieval",
+                  help="Recall@K and MRR per retrieval stage over canonical KB urls (missing records = misses)")
 def retrieval_metrics(records: dict[str, dict[str, list[str]]], refs: dict[str, RetrievalRef], *,
                       ks: Iterable[int] = DEFAULT_KS, two_hop: TwoHop = "any") -> dict[str, Any]:
     """Per stage: recall@K (fraction of all references), MRR, n, n_with_record, n_missing, unknown ids."""
@@ -184,3 +199,13 @@ def answer_in_text_recall(records: dict[str, list[str]], refs: dict[str, Retriev
     n = len(refs)
     return {"recall": {f"@{k}": (hits[k] / n if n else 0.0) for k in ks}, "n": n,
             "n_without_answers": no_answers, "n_urls_without_text": len(missing_text)}
+
+
+def load_answer_texts(path: str | Path) -> dict[str, str]:
+    """Article texts for answer-in-text recall: JSONL {url, text} -> {canonical url: text}."""
+    table: dict[str, str] = {}
+    for ln, obj in read_jsonl(path):
+        if not isinstance(obj.get("url"), str) or not isinstance(obj.get("text"), str):
+            raise ScoreInputError(path, ln, "url/text", "each line needs string url and text")
+        table[canonical_url(obj["url"])] = obj["text"]
+    return table

@@ -118,7 +118,7 @@ class SemanticBackend:
             out.append(float(max(vecs[vocab[r.strip()]] @ c for r in eligible)) if eligible else 0.0)
         return out
 
-    async def judge_many(self, jobs: list[tuple[Any, str]]) -> list[Verdict]:
+    def judge_many(self, jobs: list[tuple[Any, str]]) -> list[Verdict]:
         """One Verdict per (EVQARef, candidate): label correct when cosine >= threshold."""
         pairs = [(cand, reference_texts(ref)) for ref, cand in jobs]
         sims = self.similarities(pairs)

@@ -13,30 +13,33 @@ O(resamples x n). Other values fall back to chunked index resampling.
 
 The official InfoSeek mode is not offered here: it drops references without a prediction, so two
 runs would not be scored on the same items; `infoseek-strict` applies the same per-item rules to all.
+`SCORERS` names the study scorers (the CLI's `--scorer` choices come from it).
+
+The `*_study` functions are what `kbvqa study ...` runs: from files to one JSON-ready result, which
+`save_study` writes as `<name>.study.json` for `kbvqa report build`.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from kbvqa.evaluate.scorers import SCORERS, StudyScorer, semantic_backend
+
 __all__ = [
-    "SCORERS", "ItemScores", "CI", "bootstrap_ci", "paired_delta_ci", "load_references", "score_items",
-    "group_labels", "by_group", "compare_splits", "ranking", "ranking_reversals", "retrieval_2x2",
-    "mcnemar_exact_p",
+    "SCORERS", "StudyScorer", "ItemScores", "CI", "bootstrap_ci", "paired_delta_ci", "load_references",
+    "score_items", "semantic_backend", "group_labels", "by_group", "compare_splits", "ranking",
+    "ranking_reversals", "retrieval_2x2", "mcnemar_exact_p", "parse_method_specs", "by_type_study",
+    "compare_study", "retrieval_2x2_study", "study_name", "save_study",
 ]
 
-SCORERS: dict[str, str] = {
-    "infoseek-strict": "InfoSeek strict (official per-item rules, missing = wrong, kbvqa Time leniency on)",
-    "infoseek-reward": "InfoSeek reward (ARA/ReflectiVA containment and ±10% numeric band)",
-    "evqa": "E-VQA exact match (evqa-em)",
-    "evqa-semantic": "E-VQA exact match + semantic-approx (all-MiniLM-L6-v2, not BEM)",
-}
 DEFAULT_RESAMPLES = 2000
 
 
@@ -144,15 +147,7 @@ class ItemScores:
 
 def load_references(path: str | Path, scorer: str, *, qtypes: str | Path | None = None) -> Any:
     """Reference object for `score_items` (load once, score many prediction files)."""
-    if scorer not in SCORERS:
-        raise ValueError(f"unknown scorer {scorer!r} (expected one of {', '.join(SCORERS)})")
-    if scorer.startswith("infoseek"):
-        from kbvqa.evaluate.io import load_infoseek_references
-
-        return load_infoseek_references(path, qtypes_path=qtypes, keep_raw=scorer == "infoseek-reward")
-    from kbvqa.evaluate.evqa import load_evqa_references
-
-    return load_evqa_references(path)
+    return SCORERS.get(scorer).load(path, qtypes)
 
 
 def score_items(predictions: str | Path | list[Any], references: Any, scorer: str, *, label: str = "",
@@ -161,41 +156,16 @@ def score_items(predictions: str | Path | list[Any], references: Any, scorer: st
     `references` what `load_references` returned for the same scorer."""
     from kbvqa.evaluate.io import load_predictions
 
+    entry = SCORERS.entry(scorer)
     preds = load_predictions(predictions) if isinstance(predictions, (str, Path)) else predictions
-    detail = SCORERS.get(scorer)
-    if detail is None:
-        raise ValueError(f"unknown scorer {scorer!r} (expected one of {', '.join(SCORERS)})")
-    name = scorer
-    if scorer == "infoseek-strict":
-        from kbvqa.evaluate.infoseek import score_strict
-
-        res = score_strict(preds, references, per_item=True)
-        items, s = res.items, res.summary
-    elif scorer == "infoseek-reward":
-        from kbvqa.evaluate.infoseek import score_reward
-
-        res = score_reward(preds, references, per_item=True)
-        items, s = res.items, res.summary
-    else:
-        from kbvqa.evaluate.evqa import score_evqa
-
-        backend = None
-        if scorer == "evqa-semantic":
-            if semantic_backend is None:
-                from kbvqa.evaluate.semantic import SemanticBackend
-
-                semantic_backend = SemanticBackend()
-            backend = semantic_backend
-            name = f"evqa-semantic [{backend.name}]"
-        res = score_evqa(preds, references, backend=backend, per_item=True)
-        items, s = res.items, res.summary
+    items, s, name = entry.obj.score(preds, references, semantic_backend)
     return ItemScores(
         scorer=name, ids=[r["data_id"] for r in items],
         correct=np.fromiter((bool(r["correct"]) for r in items), dtype=bool, count=len(items)),
         missing=np.fromiter((bool(r["missing"]) for r in items), dtype=bool, count=len(items)),
         qtype=[str(r.get("question_type")) for r in items], label=label,
         n_unknown=int(s.get("n_unknown_ids", 0)), n_duplicates=int(s.get("n_duplicate_predictions", 0)),
-        scorer_detail=detail)
+        scorer_detail=entry.help)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -385,3 +355,94 @@ def retrieval_2x2(with_r: ItemScores, without_r: ItemScores, *, n_resamples: int
         qt = np.asarray(without_r.qtype)
         result["by_question_type"] = {t: cells(qt == t) for t in sorted(set(without_r.qtype))}
     return result
+
+
+# --------------------------------------------------------------------------------------------------
+# studies from files (what `kbvqa study ...` runs)
+
+
+def by_type_study(predictions: str | Path, references: str | Path, scorer: str, *, by: str = "question_type",
+                  qtypes: str | Path | None = None, label: str = "", n_resamples: int = DEFAULT_RESAMPLES,
+                  seed: int = 0, semantic_threshold: float | None = None) -> dict[str, Any]:
+    """Accuracy per question type, or per any reference field / `meta.KEY` (`by`), with bootstrap
+    CIs; `label` names the method (default: the predictions file's stem)."""
+    refs = load_references(references, scorer, qtypes=qtypes)
+    sc = score_items(predictions, refs, scorer, label=label or Path(predictions).stem,
+                     semantic_backend=semantic_backend(scorer, semantic_threshold))
+    labels = None if by in ("question_type", "qtype") else group_labels(references, by)
+    return by_group(sc, by, labels, n_resamples=n_resamples, seed=seed)
+
+
+def parse_method_specs(specs: Iterable[str]) -> dict[str, tuple[Path, Path]]:
+    """`NAME=PRED.jsonl` (one file scored on both splits) or `NAME=PRED_A.jsonl,PRED_B.jsonl` ->
+    {name: (predictions on A, predictions on B)}; a bad spec is a ValueError naming it."""
+    out: dict[str, tuple[Path, Path]] = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise ValueError(f"--method expects NAME=PRED.jsonl or NAME=PRED_A.jsonl,PRED_B.jsonl, got {spec!r}")
+        name, paths = spec.split("=", 1)
+        if not name or name in out:
+            raise ValueError(f"--method names must be non-empty and unique, got {name!r}")
+        parts = paths.split(",")
+        if len(parts) not in (1, 2):
+            raise ValueError(f"--method {name}: one prediction file, or two separated by a comma")
+        pa, pb = Path(parts[0]), Path(parts[-1])
+        for p in {pa, pb}:
+            if not p.is_file():
+                raise ValueError(f"--method {name}: {p} is not a file")
+        out[name] = (pa, pb)
+    return out
+
+
+def compare_study(references_a: str | Path, references_b: str | Path, methods: Mapping[str, tuple[Path, Path]],
+                  scorer: str, *, split_names: tuple[str, str] = ("A", "B"), qtypes: str | Path | None = None,
+                  allow_partial: bool = False, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                  semantic_threshold: float | None = None) -> dict[str, Any]:
+    """Every method scored on both splits (`methods` from `parse_method_specs`), then
+    `compare_splits`; the result names the two reference files."""
+    if len(split_names) != 2 or not all(split_names):
+        raise ValueError(f"two non-empty split names are needed, got {list(split_names)}")
+    ra = load_references(references_a, scorer, qtypes=qtypes)
+    rb = load_references(references_b, scorer, qtypes=qtypes)
+    sem = semantic_backend(scorer, semantic_threshold)
+    runs = {n: (score_items(pa, ra, scorer, label=n, semantic_backend=sem),
+                score_items(pb, rb, scorer, label=n, semantic_backend=sem))
+            for n, (pa, pb) in methods.items()}
+    res = compare_splits(runs, split_names=split_names, n_resamples=n_resamples, seed=seed,
+                         allow_partial=allow_partial)
+    res["references"] = {split_names[0]: str(references_a), split_names[1]: str(references_b)}
+    return res
+
+
+def retrieval_2x2_study(with_predictions: str | Path, without_predictions: str | Path, references: str | Path,
+                        scorer: str, *, qtypes: str | Path | None = None, n_resamples: int = DEFAULT_RESAMPLES,
+                        seed: int = 0, semantic_threshold: float | None = None) -> dict[str, Any]:
+    """Two runs of one model (with / without retrieval) on the same references: `retrieval_2x2`."""
+    refs = load_references(references, scorer, qtypes=qtypes)
+    sem = semantic_backend(scorer, semantic_threshold)
+    w = score_items(with_predictions, refs, scorer, label=Path(with_predictions).stem, semantic_backend=sem)
+    wo = score_items(without_predictions, refs, scorer, label=Path(without_predictions).stem, semantic_backend=sem)
+    return retrieval_2x2(w, wo, n_resamples=n_resamples, seed=seed)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+def study_name(result: Mapping[str, Any]) -> str:
+    """The file stem a study result is saved under: `by-<field>-<method>`, `compare`, `retrieval-2x2`."""
+    kind = result.get("kind")
+    if kind == "by-group":
+        return f"by-{_slug(str(result['by']))}-{_slug(str(result.get('method') or 'predictions'))}"
+    if kind in ("compare", "retrieval-2x2"):
+        return str(kind)
+    raise ValueError(f"not a study result (kind {kind!r})")
+
+
+def save_study(out_dir: str | Path, result: Mapping[str, Any]) -> Path:
+    """Write `result` as OUT_DIR/<study_name>.study.json (what `kbvqa report build` reads)."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{study_name(result)}.study.json"
+    path.write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+    return path

@@ -10,8 +10,8 @@ Kinds: `flat` (exact; the default and right up to ~1M vectors), `ivf` (inverted 
 centroids trained on 64 points each, `nprobe` probed per query; the cheap one to build), `hnsw`
 (graph, `m` links, `ef_search`; fastest queries, slowest build: benchmarks/index_speed.py).
 
-`build_image_index` reads a KB's `image_urls`, maps each to a local file under an image root with
-`ImageResolver`, encodes them, and reports every image it could not find or decode.
+The index stores vectors and computes none: building one (KB image urls -> local files -> an
+encoder) is `kbvqa.pipelines.index.build_image_index`, so this layer never loads a model.
 """
 
 from __future__ import annotations
@@ -20,12 +20,8 @@ import hashlib
 import json
 import math
 import os
-import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
-from urllib.parse import unquote, urlparse
+from typing import Any, Literal
 
 import numpy as np
 
@@ -80,6 +76,28 @@ class ImageIndex:
         self._chunks: list[np.ndarray] = []
         self._vectors = np.zeros((0, dim), dtype=np.float32)
         self._faiss = None
+
+    # -- pickling (Ray actors) ---------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """Vectors as one plain array (chunks merged; a memory map read into the pickle) and a trained
+        IVF/HNSW structure as `faiss.serialize_index` bytes, so a copy is not retrained; a flat index is
+        rebuilt from the vectors on first search. HNSW keeps its vectors inside the structure, so
+        they are not pickled twice."""
+        vectors = np.asarray(self.vectors)
+        state = {**self.__dict__, "_chunks": [], "_vectors": vectors, "_faiss": None}
+        if self._faiss is not None and self.kind != "flat":
+            state["_faiss_bytes"] = faiss.serialize_index(self._faiss)
+            if self.kind == "hnsw" and len(vectors):
+                state["_vectors"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        blob = state.pop("_faiss_bytes", None)
+        self.__dict__.update(state)
+        if blob is not None:
+            self._faiss = faiss.deserialize_index(blob)  # keeps nlist/nprobe, efSearch
+            if self._vectors is None:
+                self._vectors = _FaissView(self._faiss, len(self.urls), self.dim).array()
 
     # -- building ---------------------------------------------------------------------------------
     def add(self, vectors: np.ndarray, urls: list[str], images: list[str] | None = None) -> None:
@@ -272,129 +290,3 @@ class ImageIndex:
             if self._faiss is not None and self.kind == "hnsw":
                 self._faiss.hnsw.efSearch = ef_search
 
-
-# -- KB images -> local files ------------------------------------------------------------------------
-ImageRule = Literal["auto", "basename", "relative", "urlpath"]
-
-
-@dataclass
-class ImageResolver:
-    """Map a KB `image_urls` entry to a local file under `root`.
-
-    Rules: `basename` (ROOT/<last path segment of the url, percent-decoded>), `relative` (ROOT/<the
-    entry as stored>, for KBs that store relative paths), `urlpath` (ROOT/<host-less url path>, for a
-    mirror that keeps the server's directory layout), `auto` (relative for non-URLs, else basename,
-    then urlpath). A callable `rule(url, root) -> Path | None` may replace them."""
-
-    root: Path
-    rule: ImageRule | Callable[[str, Path], Path | None] = "auto"
-
-    def candidates(self, url: str) -> list[Path]:
-        root = Path(self.root)
-        if callable(self.rule):
-            p = self.rule(url, root)
-            return [Path(p)] if p is not None else []
-        is_url = "://" in url
-        path = unquote(urlparse(url).path) if is_url else url
-        base = path.rstrip("/").rsplit("/", 1)[-1]
-        by_rule = {
-            "basename": [root / base, root / url.rstrip("/").rsplit("/", 1)[-1]],
-            "relative": [root / url.lstrip("/")],
-            "urlpath": [root / path.lstrip("/")],
-        }
-        if self.rule == "auto":
-            order = (["basename", "urlpath"] if is_url else ["relative", "basename"])
-            out = [p for r in order for p in by_rule[r]]
-        else:
-            if self.rule not in by_rule:
-                raise ValueError(f"unknown image rule {self.rule!r} (auto, basename, relative, urlpath)")
-            out = by_rule[self.rule]
-        seen, uniq = set(), []
-        for p in out:
-            if p not in seen:
-                seen.add(p)
-                uniq.append(p)
-        return uniq
-
-    def resolve(self, url: str) -> Path | None:
-        for p in self.candidates(url):
-            if p.is_file():
-                return p
-        return None
-
-
-@dataclass
-class BuildReport:
-    """What `build_image_index` did; nothing missing is silent."""
-
-    articles: int = 0
-    articles_without_images: int = 0
-    articles_indexed: int = 0
-    images_listed: int = 0
-    images_resolved: int = 0
-    images_missing: int = 0
-    images_failed: int = 0
-    vectors: int = 0
-    seconds: float = 0.0
-    images_per_second: float = 0.0
-    examples_missing: list[str] = field(default_factory=list)
-    examples_failed: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-def build_image_index(kb: Any, image_root: str | Path, encoder: Any, *, rule: ImageRule | Callable = "auto",
-                      kind: IndexKind = "flat", max_images_per_article: int | None = None, batch_size: int = 256,
-                      progress: bool = False, urls: Iterable[str] | None = None,
-                      index_params: dict[str, Any] | None = None) -> tuple[ImageIndex, BuildReport]:
-    """Index every KB article's images (or those of `urls`) found under `image_root`.
-
-    Missing files and undecodable images are counted in the report (with up to 20 examples each)."""
-    from kbvqa.models.image_encoders import encode_files
-    from kbvqa.progress import ProgressBar
-
-    t0 = time.perf_counter()
-    resolver = ImageResolver(Path(image_root), rule)
-    report = BuildReport()
-    paths: list[Path] = []
-    owners: list[str] = []
-    names: list[str] = []
-    iterator = (kb.get(u) for u in urls) if urls is not None else iter(kb)
-    for article in iterator:
-        if article is None:
-            continue
-        report.articles += 1
-        listed = list(article.image_urls)
-        if max_images_per_article:
-            listed = listed[:max_images_per_article]
-        if not listed:
-            report.articles_without_images += 1
-        for img_url in listed:
-            report.images_listed += 1
-            p = resolver.resolve(img_url)
-            if p is None:
-                report.images_missing += 1
-                if len(report.examples_missing) < 20:
-                    report.examples_missing.append(img_url)
-                continue
-            paths.append(p)
-            owners.append(article.url)
-            names.append(img_url)
-    report.images_resolved = len(paths)
-    bar = ProgressBar(len(paths), f"index images ({encoder.name})", progress)
-    vecs, kept, failed = encode_files(encoder, paths, batch_size=batch_size, on_batch=bar.advance)
-    bar.close()
-    report.images_failed = len(failed)
-    report.examples_failed = [f"{names[i]}: {msg}" for i, msg in list(failed.items())[:20]]
-    index = ImageIndex(encoder.name, int(vecs.shape[1]) if len(vecs) else int(encoder.dim), kind,
-                       **(index_params or {}))
-    index.add(vecs, [owners[i] for i in kept], [names[i] for i in kept])
-    index.build()
-    report.vectors = len(index)
-    report.articles_indexed = len(Counter(index.urls))
-    report.seconds = round(time.perf_counter() - t0, 3)
-    report.images_per_second = round(len(kept) / report.seconds, 1) if report.seconds else 0.0
-    index.stats = {**report.as_dict(), "image_root": str(image_root),
-                   "rule": rule if isinstance(rule, str) else getattr(rule, "__name__", "callable")}
-    return index, report

@@ -124,6 +124,14 @@ class KBStore:
         self.max_scored = max_scored  # sections BM25 may score per query before rare-first planning kicks in
         self._db.execute("PRAGMA cache_size=-65536")
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle as the path (Ray actors): the copy reopens the file read-only on its side, so every
+        node needs the KB at the same absolute path (or on shared storage)."""
+        return {"path": str(self.path.resolve()), "max_scored": self.max_scored}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], max_scored=state["max_scored"])  # type: ignore[misc]
+
     # -- protocol ---------------------------------------------------------------------------------
     def get(self, url: str) -> Article | None:
         """The article with this url (any spelling canonical_url accepts), or None."""

@@ -4,6 +4,7 @@ One row per KB section, in KB order, so the rows of one article are contiguous: 
 scores an article's sections with a slice and a dot product (no FAISS needed), and `search` runs a
 flat FAISS inner-product search over everything. Saved as `<path>.npy` + `<path>.json` (embedder
 name, per-article row ranges, sha256 of the vectors); a checksum or embedder mismatch is refused.
+Embedding the sections is `kbvqa.pipelines.index.build_text_index`: this layer loads no model.
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
-from kbvqa.data.text import section_text
 from kbvqa.data.urls import canonical_url
 
 try:
@@ -38,6 +37,10 @@ class TextIndex:
         self._faiss = None
         self._order: list[str] = []  # urls in row order (for `search`)
         self._starts = np.zeros(0, dtype=np.int64)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the FAISS object (not picklable); `search` rebuilds the flat index lazily."""
+        return {**self.__dict__, "_faiss": None}
 
     def __len__(self) -> int:
         return len(self.vectors)
@@ -119,52 +122,16 @@ class TextIndex:
         idx._reindex()
         return idx
 
-
-def build_text_index(kb: Any, embedder: Any, *, urls: Iterable[str] | None = None, batch_articles: int = 512,
-                     max_chars: int = 1500, progress: bool = False) -> tuple[TextIndex, dict[str, Any]]:
-    """Embed every section of every KB article (or of `urls`). Returns (index, stats)."""
-    from kbvqa.progress import ProgressBar
-
-    t0 = time.perf_counter()
-    index = TextIndex(embedder.name, embedder.dim)
-    chunks: list[np.ndarray] = []
-    row = 0
-    n_articles = n_empty = 0
-    total = len(kb) if urls is None and hasattr(kb, "__len__") else 0
-    bar = ProgressBar(total, "embed KB sections", progress and total > 0)
-    buf_texts: list[str] = []
-
-    def flush() -> None:
-        if buf_texts:
-            chunks.append(embedder.encode(buf_texts))
-            buf_texts.clear()
-
-    articles = (kb.get(u) for u in urls) if urls is not None else iter(kb)
-    pending = 0
-    for art in articles:
-        if art is None:
-            continue
-        n_articles += 1
-        start = row
-        for s in art.sections:
-            if not (s.text or s.title).strip():
-                continue
-            buf_texts.append(section_text(art.title, s.title, s.text, max_chars))
-            index.section_ids.append(s.index)
-            row += 1
-        if row == start:
-            n_empty += 1
-        index.ranges[canonical_url(art.url)] = (start, row)
-        pending += 1
-        if pending >= batch_articles:
-            flush()
-            bar.advance(pending)
-            pending = 0
-    flush()
-    bar.advance(pending)
-    bar.close()
-    index.vectors = np.concatenate(chunks) if chunks else np.zeros((0, embedder.dim), dtype=np.float32)
-    index._reindex()
-    secs = time.perf_counter() - t0
-    return index, {"articles": n_articles, "articles_without_text": n_empty, "sections": len(index),
-                   "seconds": round(secs, 3), "sections_per_second": round(len(index) / secs, 1) if secs else 0.0}
+    @classmethod
+    def from_rows(cls, embedder: str, dim: int, vectors: np.ndarray, ranges: dict[str, tuple[int, int]],
+                  section_ids: list[int]) -> "TextIndex":
+        """An index from rows computed elsewhere (`kbvqa.pipelines.index.build_text_index` embeds
+        them: the KB layer stores vectors and computes none)."""
+        idx = cls(embedder, dim)
+        idx.vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, dim)
+        idx.ranges = {canonical_url(u): (int(a), int(b)) for u, (a, b) in ranges.items()}
+        idx.section_ids = [int(x) for x in section_ids]
+        if len(idx.section_ids) != len(idx.vectors):
+            raise ValueError(f"{len(idx.vectors)} vectors but {len(idx.section_ids)} section ids")
+        idx._reindex()
+        return idx

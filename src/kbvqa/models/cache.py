@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from kbvqa.data.kvstore import KVStore
 from kbvqa.models.result import ChatResult
 
 
@@ -69,63 +67,51 @@ def is_deterministic(params: dict[str, Any]) -> bool:
 
 
 class ResponseCache:
-    """SQLite (WAL) store of `ok` ChatResults by request key.
-
-    Calls are short synchronous statements behind a threading lock, so one instance is safe to share
-    between the tasks of an event loop and between threads."""
+    """`ok` ChatResults by request key, in a kbvqa.data.kvstore.KVStore (SQLite, WAL): safe to share
+    between the tasks of an event loop and between threads; pickles as its path (Ray actors reopen
+    the same file, with their own counters)."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        if str(self.path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=10000")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, created REAL NOT NULL, "
-            "backend TEXT, model TEXT, response TEXT NOT NULL)")
+        self.store = KVStore(path, table="chat_responses")
         self.hits = 0
         self.misses = 0
         self.writes = 0
 
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self.store}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.store = state["store"]
+        self.hits = self.misses = self.writes = 0
+
     def get(self, key: str) -> ChatResult | None:
         """The stored result (as it was stored; callers mark it cached), or None."""
-        with self._lock:
-            row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
-        if row is None:
+        raw = self.store.get(key)
+        if raw is None:
             self.misses += 1
             return None
         self.hits += 1
-        return ChatResult.model_validate_json(row[0])
+        return ChatResult.model_validate_json(raw)
 
     def put(self, key: str, result: ChatResult) -> bool:
         """Store an `ok` result; anything else is refused (returns False) so it is retried later."""
         if result.status != "ok":
             return False
-        body = result.model_dump_json()
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO responses (key, created, backend, model, response) VALUES (?,?,?,?,?)",
-                (key, time.time(), result.provenance.backend, result.provenance.model, body))
+        self.store.put(key, result.model_dump_json(), label=f"{result.provenance.backend}:{result.provenance.model}")
         self.writes += 1
         return True
 
     def __len__(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        return len(self.store)
 
     def stats(self) -> dict[str, Any]:
         """Counts for the run report: entries, this process's hits/misses/writes, per model."""
-        with self._lock:
-            per_model = self._db.execute(
-                "SELECT backend, model, COUNT(*) FROM responses GROUP BY backend, model").fetchall()
-            total = self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
-        return {"path": str(self.path), "entries": total, "hits": self.hits, "misses": self.misses,
-                "writes": self.writes,
-                "by_model": {f"{b}:{m}": n for b, m, n in per_model}}
+        return {"path": str(self.path), "entries": len(self.store), "hits": self.hits, "misses": self.misses,
+                "writes": self.writes, "by_model": self.store.labels()}
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self.store.close()

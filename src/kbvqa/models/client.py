@@ -159,6 +159,7 @@ class OpenAIChatClient:
         self.price_in_per_mtok = price_in_per_mtok
         self.price_out_per_mtok = price_out_per_mtok
         self.cache = cache
+        self.cache_only = False  # exact replay from a cassette: a cache miss is an error, never a live call
         self.extra_params = dict(extra_params or {})
         self.json_schema_strict = json_schema_strict
         self.supports_json_schema: bool | None = None  # None = not yet known; False after a 400
@@ -172,6 +173,13 @@ class OpenAIChatClient:
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIChatClient(model={self.model!r}, base_url={self.base_url!r}, concurrency={self.concurrency})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle for another process (Ray actors): pools, semaphore and loop belong to this process's
+        event loop, so they are dropped and `_ensure_loop_state` rebuilds them on first use there."""
+        state = self.__dict__.copy()
+        state.update(_pools=[], _pool_cap=[], _pool_busy=[], _sem=None, _loop=None)
+        return state
 
     # -- plumbing ---------------------------------------------------------------------------
     def _ensure_loop_state(self) -> tuple[list[httpx.AsyncClient], asyncio.Semaphore]:
@@ -248,6 +256,11 @@ class OpenAIChatClient:
                                              "usage": Usage(seconds=time.perf_counter() - t0)})
                 self.total_usage = self.total_usage.add(res.usage)
                 return res
+        if self.cache_only:
+            res = ChatResult(status="error", provenance=prov, usage=Usage(seconds=time.perf_counter() - t0),
+                             reason="cassette miss: this request was not recorded (replay never goes live)")
+            self.total_usage = self.total_usage.add(res.usage)
+            return res
         res = await self._call(messages, schema, call_params, prov, t0)
         self.total_usage = self.total_usage.add(res.usage)
         if key is not None and res.status == "ok":

@@ -31,8 +31,10 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -42,7 +44,7 @@ from kbvqa.models.replay import ReplayClient
 from kbvqa.models.result import ModelClient
 from kbvqa.models.rules import RulesClient, get_rule
 
-ROLES = ("verifier", "repairer", "checker", "judge", "answerer", "agent", "vision")
+ROLES = ("verifier", "repairer", "checker", "judge", "answerer", "agent", "vision", "extractor")
 MULTI_ROLES = ("verifier",)
 _SECRET = re.compile(r"(^|_)(api_?key|key|secret|password|passwd|token|auth|authorization)($|_)", re.IGNORECASE)
 
@@ -242,21 +244,61 @@ def build_roles(cfg: ModelsConfig, env: dict[str, str] | None = None) -> dict[st
     return out
 
 
-def _redact_url(url: str) -> str:
-    url = re.sub(r"//[^/@]+@", "//<redacted>@", url)
-    return re.sub(r"([?&][^=&]*(?:key|token|secret|sig)[^=&]*=)[^&]*", r"\1<redacted>", url, flags=re.IGNORECASE)
+# What makes a config key secret when its value is written out (manifests, role descriptions): any
+# key/token/secret/password/credential/authorization in the name, or `auth` as a word part.
+_SECRET_NAME = re.compile(r"key|token|secret|passw|credential|authorization|(?:^|[_-])auth(?:$|[_-])",
+                          re.IGNORECASE)
+# URL query parameters additionally hide signatures (`?sig=`, `X-Amz-Signature=`).
+_SECRET_PARAM = re.compile(_SECRET_NAME.pattern + "|sig", re.IGNORECASE)
 
 
-def redact(obj: Any) -> Any:
-    """Replace the value of every field named like a key/token/secret (max_tokens is not one);
-    strip credentials from URLs."""
-    if isinstance(obj, dict):
-        return {k: ("<redacted>" if _SECRET.search(str(k)) else redact(v)) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    if isinstance(obj, str) and obj.startswith(("http://", "https://")):
-        return _redact_url(obj)
-    return obj
+def is_secret_key(key: Any) -> bool:
+    return isinstance(key, str) and bool(_SECRET_NAME.search(key))
+
+
+def redact_url(url: str, *, marker: str = "<redacted>") -> str:
+    """Drop `user:password@` and hide key-like query parameters (`?api_key=...`); anything that does
+    not parse as an absolute URL is returned as it came, and so is a URL with nothing to hide."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.scheme or not parts.netloc:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = parts.query
+    pairs = parse_qsl(query, keep_blank_values=True) if query else []
+    if any(_SECRET_PARAM.search(k) for k, _ in pairs):
+        query = urlencode([(k, marker if _SECRET_PARAM.search(k) else v) for k, v in pairs])
+    if netloc == parts.netloc and query == parts.query:
+        return url  # untouched: keep the exact spelling
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact(value: Any, *, marker: str = "<redacted>") -> Any:
+    """A copy of `value` that is safe to write down: the one redactor (the run manifest uses it too,
+    with its own marker).
+
+    Recursively through mappings and lists, the value under a secret-looking key (`is_secret_key`)
+    is replaced by `marker`. Numbers, booleans and None under
+    such keys are kept: they are counts and switches (`max_tokens`, `use_api_key`), never credentials,
+    and hiding them would hide the run's settings. Strings holding a URL lose their credentials
+    (`redact_url`); paths become strings."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if is_secret_key(k) and not (v is None or isinstance(v, (bool, int, float))):
+                out[str(k)] = marker
+            else:
+                out[str(k)] = redact(v, marker=marker)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [redact(v, marker=marker) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return redact_url(value, marker=marker)
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
 
 def describe_roles(cfg: ModelsConfig) -> dict[str, Any]:

@@ -9,7 +9,9 @@ index and report. Neural encoders plug in behind the same `encode()` signature:
 - `OpenCLIPEncoder(model, pretrained)`: open_clip (EVA-CLIP, the EchoSight encoder), an optional
   extra imported only when asked for; `pretrained` must be a local checkpoint file.
 
-Every encoder returns L2-normalised float32 rows, so inner product = cosine similarity.
+Every encoder returns L2-normalised float32 rows, so inner product = cosine similarity. `ENCODERS`
+names them (`get_encoder(name)`; `kbvqa index images --encoder` offers its names); `encode_batch`
+is the one loop that encodes a batch of files while surviving bad ones.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
-import numpy as np
 from PIL import Image, ImageOps
 
 from kbvqa.progress import ProgressBar
+from kbvqa.registry import Registry
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported where vectors are made, not at the top: `kbvqa --help` lists ENCODERS' names
+# and should not pay for loading numpy to do so.
 
 ImageLike = Image.Image | str | Path
 
@@ -44,6 +52,8 @@ def load_image(image: ImageLike, draft: int = 512) -> Image.Image:
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -67,6 +77,8 @@ class HistogramEncoder:
         self.progress = progress
 
     def _one(self, image: ImageLike) -> np.ndarray:
+        import numpy as np
+
         im = load_image(image).resize((self.side, self.side), Image.Resampling.BILINEAR)
         hsv = np.asarray(im.convert("HSV"), dtype=np.int32)
         h, s, v = hsv[..., 0] * 8 // 256, hsv[..., 1] * 4 // 256, hsv[..., 2] * 4 // 256
@@ -87,6 +99,8 @@ class HistogramEncoder:
         return (vec / (np.linalg.norm(vec) or 1.0)).astype(np.float32)
 
     def encode(self, images: Iterable[ImageLike]) -> np.ndarray:
+        import numpy as np
+
         images = list(images)
         bar = ProgressBar(len(images), f"encode {self.name}", self.progress and len(images) > self.batch_size)
         rows = []
@@ -121,6 +135,8 @@ class _BatchedEncoder:
         raise NotImplementedError
 
     def encode(self, images: Iterable[ImageLike]) -> np.ndarray:
+        import numpy as np
+
         images = list(images)
         bar = ProgressBar(len(images), f"encode {self.name}", self.progress)
         rows = []
@@ -220,58 +236,115 @@ class OpenCLIPEncoder(_BatchedEncoder):
             return self.model.encode_image(batch.to(self.device)).float().cpu().numpy()
 
 
+def encode_batch(encoder: ImageEncoder, images: Sequence[ImageLike]) -> list[np.ndarray | Exception]:
+    """One encoder call for a batch, surviving bad files: per item its vector, or the exception
+    (missing file, undecodable image) that kept it out, so one bad image never fails its batch."""
+    out: list[np.ndarray | Exception] = [None] * len(images)  # type: ignore[list-item]
+    loaded: list[tuple[int, Image.Image]] = []
+    for i, im in enumerate(images):
+        try:
+            loaded.append((i, load_image(im)))
+        except (OSError, ValueError) as e:
+            out[i] = e
+    if loaded:
+        vecs = encoder.encode([im for _, im in loaded])
+        if len(vecs) != len(loaded):
+            raise ValueError(f"encoder {encoder.name!r} returned {len(vecs)} vectors for {len(loaded)} images")
+        for (i, _), v in zip(loaded, vecs):
+            out[i] = v
+    return out
+
+
 def encode_files(encoder: ImageEncoder, paths: Sequence[ImageLike], *, batch_size: int = 256,
                  on_batch: Callable[[int], None] | None = None) -> tuple[np.ndarray, list[int], dict[int, str]]:
     """Encode many files, surviving bad ones: (vectors, indices of `paths` encoded, {index: error}).
 
     A file that is missing or does not decode is reported with its reason instead of aborting the
     batch (and never silently dropped)."""
+    import numpy as np
+
     vecs: list[np.ndarray] = []
     kept: list[int] = []
     failed: dict[int, str] = {}
     for start in range(0, len(paths), batch_size):
-        chunk = list(enumerate(paths[start:start + batch_size], start))
-        ims, idx = [], []
-        for i, p in chunk:
-            try:
-                ims.append(load_image(p))
-                idx.append(i)
-            except (OSError, ValueError) as e:
-                failed[i] = f"{type(e).__name__}: {e}"
-        if ims:
-            vecs.append(encoder.encode(ims))
-            kept.extend(idx)
+        chunk = paths[start:start + batch_size]
+        for i, r in enumerate(encode_batch(encoder, chunk), start):
+            if isinstance(r, Exception):
+                failed[i] = f"{type(r).__name__}: {r}"
+            else:
+                vecs.append(r)
+                kept.append(i)
         if on_batch:
             on_batch(len(chunk))
     dim = int(getattr(encoder, "dim", 0))
-    out = np.concatenate(vecs) if vecs else np.zeros((0, dim), dtype=np.float32)
+    out = np.stack(vecs).astype(np.float32, copy=False) if vecs else np.zeros((0, dim), dtype=np.float32)
     return out, kept, failed
 
 
-ENCODERS = {
-    HistogramEncoder.name: "embedded baseline (colour + gradient histograms; no weights)",
-    "clip": "CLIP through transformers from --model-dir (local files only)",
-    "siglip": "SigLIP through transformers from --model-dir (local files only)",
-    "open_clip:<ARCH>": "open_clip (optional extra); --model-dir is the local checkpoint file",
-}
+# -- the registry ------------------------------------------------------------------------------------
+#: Encoders by name. An entry is a factory `(model_dir, arg, **options) -> ImageEncoder`. Info:
+#: `aliases` (other names for it), `arg` (it takes a parameter after a colon: `open_clip:ARCH`),
+#: `recorded` (the prefix of the full names an index records, `hf-clip:<dir>:<hash>`: they reload
+#: the same model and are checked to match), `needs` (what --model-dir must hold). Third-party
+#: encoders register through the entry-point group `kbvqa.encoder`.
+ENCODERS: Registry[Callable[..., ImageEncoder]] = Registry("encoder")
 
 
-def get_encoder(name: str = HistogramEncoder.name, model_dir: str | Path | None = None, **kwargs: Any) -> ImageEncoder:
-    """An encoder by name: `colorgrad-hist-v1` (aliases `hist`, `default`), `clip`/`siglip`/`hf`
-    (needs `model_dir`), `open_clip:<ARCH>` (needs `model_dir` = checkpoint file), or an index's
-    recorded `hf-<type>:<dir>:<hash>` name (with `model_dir`, checked to match)."""
-    if name in (HistogramEncoder.name, "default", "hist", "histogram"):
-        return HistogramEncoder(**{k: v for k, v in kwargs.items() if k in ("batch_size", "progress")})
-    if name in ("clip", "siglip", "hf") or name.startswith("hf-"):
-        if model_dir is None:
-            raise ValueError(f"encoder {name!r} needs a local model directory (--model-dir); nothing is downloaded")
-        enc = CLIPEncoder(model_dir, **kwargs)
-        if name.startswith("hf-") and enc.name != name:
-            raise ValueError(f"{model_dir} gives encoder {enc.name!r}, not the requested {name!r}")
-        return enc
-    if name.startswith("open_clip:"):
-        if model_dir is None:
-            raise ValueError("open_clip encoders need --model-dir pointing at a local checkpoint file")
-        arch = name.split(":")[1]
-        return OpenCLIPEncoder(arch, model_dir, **kwargs)
-    raise ValueError(f"unknown image encoder {name!r} (available: {', '.join(ENCODERS)})")
+@ENCODERS.register(HistogramEncoder.name, help="embedded baseline (colour + gradient histograms; no weights)",
+                   aliases=("hist", "histogram", "default"))
+def _histogram(model_dir: str | Path | None, arg: str | None, **options: Any) -> ImageEncoder:
+    return HistogramEncoder(**{k: v for k, v in options.items() if k in ("batch_size", "progress")})
+
+
+def _transformers(model_dir: str | Path, arg: str | None, **options: Any) -> ImageEncoder:
+    return CLIPEncoder(model_dir, **options)
+
+
+for _name, _what in (("clip", "CLIP"), ("siglip", "SigLIP"), ("hf", "any image tower")):
+    ENCODERS.add(_name, _transformers, help=f"{_what} through transformers from --model-dir (local files only)",
+                 needs="a local model directory", **({"recorded": "hf-"} if _name == "hf" else {}))
+del _name, _what
+
+
+@ENCODERS.register("open_clip", help="open_clip (optional extra); --model-dir is the local checkpoint file",
+                   arg="ARCH", needs="a local checkpoint file")
+def _open_clip(model_dir: str | Path, arg: str | None, **options: Any) -> ImageEncoder:
+    if not arg:
+        raise ValueError("name the open_clip architecture: open_clip:ARCH (e.g. open_clip:EVA01-g-14)")
+    return OpenCLIPEncoder(arg, model_dir, **options)
+
+
+def encoder_choices() -> list[str]:
+    """The names `--encoder` offers (aliases left out; a parameterised one shown as `open_clip:ARCH`)."""
+    return [f"{e.name}:{e.info['arg']}" if e.info.get("arg") else e.name for e in ENCODERS]
+
+
+def resolve_encoder(name: str) -> tuple[str, str | None, bool]:
+    """(registry name, the part after its colon, whether `name` is a recorded full name that the
+    loaded encoder must reproduce) for a requested or an index-recorded encoder name. ValueError
+    lists the choices. Nothing is loaded, so the command line checks `--encoder` up front."""
+    for e in ENCODERS:
+        if name == e.name or name in e.info.get("aliases", ()):
+            return e.name, None, False
+    for e in ENCODERS:
+        if e.info.get("arg") and name.startswith(e.name + ":"):
+            arg, _, rest = name[len(e.name) + 1:].partition(":")
+            return e.name, arg, bool(rest)
+        if e.info.get("recorded") and name.startswith(e.info["recorded"]):
+            return e.name, None, True
+    raise ValueError(f"unknown image encoder {name!r} (available: {', '.join(encoder_choices())})")
+
+
+def get_encoder(name: str = HistogramEncoder.name, model_dir: str | Path | None = None, **options: Any) -> ImageEncoder:
+    """An encoder by registered name (`ENCODERS`): `colorgrad-hist-v1` (aliases `hist`, `default`),
+    `clip`/`siglip`/`hf` (needs `model_dir`), `open_clip:<ARCH>` (needs `model_dir` = checkpoint
+    file), or the full name an index recorded (`hf-<type>:<dir>:<hash>`; with `model_dir`, checked
+    to match). `options` (device, batch_size, progress) go to the encoder; the baseline ignores device."""
+    key, arg, recorded = resolve_encoder(name)
+    entry = ENCODERS.entry(key)
+    if entry.info.get("needs") and model_dir is None:
+        raise ValueError(f"encoder {name!r} needs {entry.info['needs']} (--model-dir); nothing is downloaded")
+    enc = entry.obj(model_dir, arg, **options)
+    if recorded and enc.name != name:
+        raise ValueError(f"{model_dir} gives encoder {enc.name!r}, not the requested {name!r}")
+    return enc

@@ -1,8 +1,10 @@
-"""The one tolerant JSON extractor in the project (the old scripts had 21 copies of one).
+"""The one JSON parser for model replies (the old scripts had 21 copies of one), tolerant or strict.
 
 Models wrap JSON in code fences, prose and `<think>` blocks. `extract_json` finds the first value
 that actually parses; it never invents one, and when none is found it raises ValueError with a
-short reason that ends up in `ChatResult.reason`.
+short reason that ends up in `ChatResult.reason`. `extract_json(text, strict=True)` is the contract
+check a grader needs instead: the whole reply (optionally inside one ```json fence) must be the
+value, so a label fished out of prose is never accepted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n?(.*?)```", re.DOTALL)
+_WHOLE_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 
 
 def strip_think(text: str | None) -> str:
@@ -104,13 +107,32 @@ def _extract(body: str) -> tuple[Any, str]:
     return None, reason or why
 
 
-def extract_json(text: str | None) -> Any:
+def _whole_reply(text: str | None) -> Any:
+    """Strict mode: the whole reply, optionally inside one ``` (or ```json) fence, as one JSON value."""
+    if not text or not text.strip():
+        raise ValueError("empty reply")
+    m = _WHOLE_FENCE.match(text)
+    body = m.group(1) if m else text.strip()
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as e:
+        snippet = body[:60].replace("\n", " ")
+        raise ValueError(f"not exactly one JSON value: {e.msg} at offset {e.pos} (reply starts {snippet!r})") from None
+
+
+def extract_json(text: str | None, *, strict: bool = False) -> Any:
     """Parse the JSON value a model reply contains.
 
-    Order: the whole (think-stripped) text; then each fenced code block; then the first balanced
-    `{...}` or `[...]` that parses, scanning past prose. If the stripped text yields nothing, the
+    `strict=True` is the contract check: the whole reply, optionally inside one ``` or ```json
+    fence, must be one JSON value. No think-stripping and no scanning: prose around the value, a
+    second fence, or anything that is not exactly JSON raises ValueError with the parser's reason.
+
+    Tolerant (default) order: the whole (think-stripped) text; then each fenced code block; then the
+    first balanced `{...}` or `[...]` that parses, scanning past prose. If the stripped text yields nothing, the
     unstripped text is tried too (a JSON string may legitimately contain "<think>"). Raises
     ValueError("…reason…") if nothing parses, so callers mark the record invalid, never guess."""
+    if strict:
+        return _whole_reply(text)
     try:
         return json.loads(text or "")  # the whole reply is JSON: nothing to strip or guess
     except json.JSONDecodeError:

@@ -58,6 +58,17 @@ class ReplayClient:
         elif mode == "replay":
             raise FileNotFoundError(f"cassette not found: {self.path}")
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle with the recorded entries (a worker on another node need not see the cassette file)
+        but without the lock, which a new process makes afresh."""
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _load(self) -> None:
         with self.path.open(encoding="utf-8") as f:
             for n, line in enumerate(f, 1):

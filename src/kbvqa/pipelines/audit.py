@@ -1,7 +1,8 @@
 """The audit/repair pipeline: verify -> derive -> posedness -> leakage, run by the runner.
 
-`build_audit_stages(config)` gives the stage list, `audit_file(...)` audits a benchmark file against
-a KB and writes the audited JSONL plus `<out stem>.summary.json`, and `audit_summary(records)` counts
+`build_audit_stages(config)` gives the stage list and `audit_job` the Job, `audit_file(...)` audits a
+benchmark file against a KB and writes the audited JSONL plus `<out stem>.summary.json` (`run_audit`
+does the same from the command line's flags), and `audit_summary(records)` counts
 labels, actions and tags overall and by question type (records that failed in the runner count as
 answer_support "invalid", never as supported).
 
@@ -43,6 +44,7 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kbvqa.runner.job import Job
 from kbvqa.runner.stage import Context, Stage
 from kbvqa.stages import STAGES
 from kbvqa.stages.audit.derive import DeriveConfig
@@ -85,15 +87,6 @@ def load_audit_roles(config: str | Path | None = None, *, llm: str | None = None
 
     return roles_from_flags(config, llm=llm, model=model, fill=LLM_ROLES, concurrency=concurrency, timeout=timeout,
                             env=env)
-
-
-async def close_roles(roles: dict[str, Any]) -> None:
-    seen: set[int] = set()
-    for v in roles.values():
-        for c in (v if isinstance(v, list) else [v]):
-            if id(c) not in seen and hasattr(c, "aclose"):
-                seen.add(id(c))
-                await c.aclose()
 
 
 def build_audit_stages(config: AuditConfig | None = None) -> list[Stage]:
@@ -160,26 +153,31 @@ def summary_path(out: str | Path) -> Path:
     return out.with_name(out.stem + ".summary.json")
 
 
+def audit_job(config: AuditConfig | None = None, *, kb: Any, roles: dict[str, Any] | None = None) -> Job:
+    """The audit as a Job: the configured stage list and a context holding the KB and the roles."""
+    config = config or AuditConfig()
+    return Job(build_audit_stages(config), Context(kb=kb, roles=roles or {}), description="audit",
+               run_config={"audit": config.model_dump(mode="json")})
+
+
 def audit_file(input_path: str | Path, kb: Any, out: str | Path, config: AuditConfig | None = None, *,
                fmt: str | None = None, concurrency: int = 8, resume: bool = True, limit: int | None = None,
                progress: bool = False, roles: dict[str, Any] | None = None,
-               skip_invalid: bool = False) -> dict[str, Any]:
+               skip_invalid: bool = False, close: bool = False) -> dict[str, Any]:
     """Audit a benchmark file (any format read_samples knows) against `kb` (a KB object, or a path
     that kb.store.open_kb opens) and write the audited JSONL to `out` and the summary beside it.
-    Returns the summary (with the runner's counts under "run")."""
+    Returns the summary (with the runner's counts under "run"). The caller owns `roles`; `close=True`
+    closes their HTTP pools when the run ends, inside the loop that used them."""
     from kbvqa.data.formats import read_samples
-    from kbvqa.runner import read_results, run
+    from kbvqa.runner import read_results
 
-    config = config or AuditConfig()
     if isinstance(kb, (str, Path)):
         from kbvqa.kb.store import open_kb
         kb = open_kb(kb)
     records = (s.dump() for s in read_samples(input_path, fmt, skip_invalid=skip_invalid))
-    ctx = Context(kb=kb, roles=roles or {})
-    rs = run(records, build_audit_stages(config), ctx, out=Path(out), concurrency=concurrency, resume=resume,
-             limit=limit, progress=progress, run_config={"audit": config.model_dump(mode="json"),
-                                                         "input": str(input_path)},
-             description="audit")
+    rs = audit_job(config, kb=kb, roles=roles).run(records, out=Path(out), close=close, concurrency=concurrency,
+                                                   resume=resume, limit=limit, progress=progress,
+                                                   run_config={"input": str(input_path)})
     summary = audit_summary(read_results(Path(out)))
     summary["run"] = {"total": rs.total, "ok": rs.ok, "error": rs.error, "invalid": rs.invalid,
                       "skipped": rs.skipped, "seconds": round(rs.seconds, 3), "out": str(rs.out),
@@ -188,3 +186,21 @@ def audit_file(input_path: str | Path, kb: Any, out: str | Path, config: AuditCo
     sp.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     summary["summary_path"] = str(sp)
     return summary
+
+
+def default_out(input_path: str | Path) -> Path:
+    """Where `kbvqa audit run` writes without --out: INPUT.audit.jsonl beside the input."""
+    p = Path(input_path)
+    return p.with_name(p.stem + ".audit.jsonl")
+
+
+def run_audit(input_path: str | Path, kb: str | Path, out: str | Path | None = None, *,
+              config: str | Path | None = None, llm: str | None = None, model: str | None = None,
+              llm_concurrency: int | None = None, concurrency: int = 8, **options: Any) -> dict[str, Any]:
+    """`kbvqa audit run`: the audit config and model roles from `config` (an audit.toml) and the
+    --llm/--model shortcut, the KB opened from `kb`, then `audit_file` with the roles closed at the
+    end (this function made them, so it owns them). `options` go to `audit_file`."""
+    cfg = AuditConfig.from_toml(config) if config else AuditConfig()
+    roles = load_audit_roles(config, llm=llm, model=model, concurrency=llm_concurrency or concurrency)
+    return audit_file(input_path, kb, out or default_out(input_path), cfg, concurrency=concurrency, roles=roles,
+                      close=True, **options)

@@ -5,7 +5,7 @@ run a human evaluation (export a stratified sheet, import the annotators' sheets
   means different after lower-casing, removing punctuation and collapsing spaces; answers are
   compared as sets of `|` alternatives (so reordering alternatives is not a change). Counts are
   overall, by question type and, when the files carry an `audit` object, by audit tag.
-- `entity_unique_subset(...)`: one sample per (entity url, normalised question), as the paper's
+- `entity_unique_subset(...)` (`subset_file` from a file to a file): one sample per (entity url, normalised question), as the paper's
   1,924-question InfoSeek subset: the same question about the same entity asked with different
   images is kept once (the first by id, or a seeded random pick).
 - `human_export(...)` / `human_import(...)`: the annotators see the final question, answer and
@@ -180,6 +180,17 @@ def entity_unique_subset(rows: list[tuple[Sample, dict[str, Any], dict[str, Any]
     return kept, stats
 
 
+def subset_file(input: str | Path, out: str | Path, key: Iterable[str] = ("entity", "question"), *,
+                seed: int | None = None, fmt: str | None = None) -> dict[str, Any]:
+    """`entity_unique_subset` from a file to kbvqa JSONL (audited records keep their audit); the
+    counts, with the output path under "out"."""
+    from kbvqa.data.jsonl import write_jsonl
+
+    kept, stats = entity_unique_subset(load_records(input, fmt), key, seed=seed)
+    write_jsonl(out, kept)
+    return {**stats, "out": str(out)}
+
+
 # ------------------------------------------------------------------------------- human evaluation
 
 SHEET_COLUMNS = ["item", "id", "question_type", "entity", "question", "answer", "evidence",
@@ -206,11 +217,15 @@ def human_export(audited: str | Path, out: str | Path, *, fraction: float = 0.1,
                  annotators: int = 2, kb: Any = None, max_evidence_chars: int = 0) -> dict[str, Any]:
     """Write annotator sheet(s) and a key file. Stratified by answer_support × action × question
     type: each stratum contributes round(fraction × size) items, at least one. With several
-    annotators every sheet holds the same items in the same (shuffled) order. Returns counts and paths."""
+    annotators every sheet holds the same items in the same (shuffled) order. `kb` (a KB, or a path
+    kb.store.open_kb opens) supplies the evidence text. Returns counts and paths."""
     if not 0 < fraction <= 1:
         raise ValueError("fraction must be in (0, 1]")
     if annotators < 1:
         raise ValueError("annotators must be >= 1")
+    if isinstance(kb, (str, Path)):
+        from kbvqa.kb.store import open_kb
+        kb = open_kb(kb)
     rows = load_records(audited)
     strata: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     skipped = 0

@@ -1,7 +1,9 @@
 """One table, three renderings: GitHub markdown, CSV and LaTeX (booktabs).
 
-A `ResultTable` always carries the scorer that produced its numbers; the caption of every rendering
-names it, so a table pasted into a paper or an issue cannot lose where its numbers came from.
+A `ResultTable` carries the scorer that produced its numbers; the caption of every rendering
+names it, so a table pasted into a paper or an issue cannot lose where its numbers came from. (Tables
+of counts — an audit summary, augmentation statistics — have no scorer and their caption is the
+title.) This is the one table writer: studies, reports and the command line all render through it.
 """
 
 from __future__ import annotations
@@ -29,11 +31,20 @@ class ResultTable:
     columns: Sequence[str]
     rows: Sequence[Sequence[Any]]
     notes: list[str] = field(default_factory=list)
-    float_digits: int = 2
+    float_digits: int | None = 2  # None: floats as they are (already rounded by whoever made them)
+
+    @classmethod
+    def from_dicts(cls, rows: Sequence[dict[str, Any]], *, name: str, title: str = "", scorer: str = "",
+                   notes: Sequence[str] = (), float_digits: int | None = None) -> "ResultTable":
+        """A table from row dicts; the columns are every key in first-seen order (a key a row lacks
+        is an empty cell)."""
+        columns = list(dict.fromkeys(c for r in rows for c in r))
+        return cls(name, title, scorer, columns, [[r.get(c) for c in columns] for r in rows], list(notes),
+                   float_digits)
 
     @property
     def caption(self) -> str:
-        return f"{self.title} (scorer: {self.scorer})"
+        return f"{self.title} (scorer: {self.scorer})" if self.scorer else self.title
 
     def fmt(self, v: Any) -> str:
         if v is None:
@@ -43,7 +54,7 @@ class ResultTable:
         if isinstance(v, float):
             if v != v:  # NaN
                 return "n/a"
-            return f"{v:.{self.float_digits}f}"
+            return str(v) if self.float_digits is None else f"{v:.{self.float_digits}f}"
         return str(v)
 
     def as_dicts(self) -> list[dict[str, Any]]:
@@ -59,11 +70,17 @@ def _md_cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(t: ResultTable) -> str:
-    lines = [f"**{_md_cell(t.caption)}**", "", "| " + " | ".join(_md_cell(c) for c in t.columns) + " |",
-             "|" + "|".join("---:" if _numeric_col(t, i) else "---" for i in range(len(t.columns))) + "|"]
-    for r in t.rows:
-        lines.append("| " + " | ".join(_md_cell(t.fmt(v)) for v in r) + " |")
+def to_markdown(t: ResultTable, *, caption: bool = True) -> str:
+    """GitHub markdown: the caption in bold (unless `caption=False`), the table, the notes in italics.
+    A table without columns renders as "(no rows)"."""
+    lines = [f"**{_md_cell(t.caption)}**", ""] if caption and t.caption else []
+    if not t.columns:
+        lines.append("(no rows)")
+    else:
+        lines += ["| " + " | ".join(_md_cell(str(c)) for c in t.columns) + " |",
+                  "|" + "|".join("---:" if _numeric_col(t, i) else "---" for i in range(len(t.columns))) + "|"]
+        for r in t.rows:
+            lines.append("| " + " | ".join(_md_cell(t.fmt(v)) for v in r) + " |")
     for n in t.notes:
         lines += ["", f"_{_md_cell(n)}_"]
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kbvqa.runner.run import RunSummary, run
 from kbvqa.runner.stage import Context, Stage
@@ -22,6 +22,8 @@ class Job:
     ctx: Context = field(default_factory=Context)
     description: str = ""
     run_config: dict[str, Any] = field(default_factory=dict)
+    #: resources that depend on where the output goes (an artifact folder, a cassette beside it)
+    output_resources: Callable[[Path], dict[str, Any]] | None = None
 
     @property
     def stage_names(self) -> list[str]:
@@ -32,5 +34,7 @@ class Job:
         """Run every record (see `kbvqa.runner.run_stages` for the options). The context's HTTP
         pools are closed at the end unless `close=False` (a caller that runs the job again)."""
         options.setdefault("description", self.description)
+        if self.output_resources is not None:
+            self.ctx.resources.update(self.output_resources(Path(out)))
         cfg = {"stages": self.stage_names, **self.run_config, **(run_config or {})}
         return run(records, self.stages, self.ctx, out=Path(out), close=close, run_config=cfg, **options)

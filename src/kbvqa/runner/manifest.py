@@ -12,18 +12,17 @@ import hashlib
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from kbvqa.models.config import redact as _redact
+from kbvqa.models.config import redact_url as _redact_url
 
 REDACTED = "***redacted***"
-
-_SECRET_KEY = re.compile(r"key|token|secret|passw|credential|authorization", re.IGNORECASE)
 
 
 def manifest_path(out: Path) -> Path:
@@ -31,51 +30,15 @@ def manifest_path(out: Path) -> Path:
     return out.with_name(out.stem + ".manifest.json")
 
 
-def _is_secret_key(key: Any) -> bool:
-    return isinstance(key, str) and bool(_SECRET_KEY.search(key))
-
-
 def redact(value: Any) -> Any:
-    """Copy `value` with everything under a key containing key/token/secret/password (also
-    credential, authorization) replaced by a marker, recursively through dicts and lists.
-
-    Numbers, booleans and None under such keys are kept: they are counts and switches
-    (`max_tokens`, `use_api_key`), never credentials, and hiding them would hide the run's settings.
-    URLs anywhere are cleaned of user:password and of key-like query parameters.
-    """
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if _is_secret_key(k) and not (v is None or isinstance(v, (bool, int, float))):
-                out[str(k)] = REDACTED
-            else:
-                out[str(k)] = redact(v)
-        return out
-    if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
-    if isinstance(value, str) and "://" in value:
-        return redact_url(value)
-    if isinstance(value, Path):
-        return str(value)
-    return value
+    """`kbvqa.models.config.redact` (the one redactor) with the manifest's marker, which is easy to
+    grep for in a JSON file."""
+    return _redact(value, marker=REDACTED)
 
 
 def redact_url(url: str) -> str:
-    """Drop `user:password@` and redact key-like query parameters (`?api_key=...`)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if not parts.scheme or not parts.netloc:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[-1] if "@" in parts.netloc else parts.netloc
-    query = parts.query
-    pairs = parse_qsl(query, keep_blank_values=True) if query else []
-    if any(_is_secret_key(k) for k, _ in pairs):
-        query = urlencode([(k, REDACTED if _is_secret_key(k) else v) for k, v in pairs])
-    if netloc == parts.netloc and query == parts.query:
-        return url  # untouched: keep the exact spelling
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    """`kbvqa.models.config.redact_url` with the manifest's marker."""
+    return _redact_url(url, marker=REDACTED)
 
 
 def git_info(cwd: Path | None = None) -> dict[str, Any]:

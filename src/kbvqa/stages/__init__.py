@@ -8,11 +8,13 @@ STAGES: Registry = Registry("stage", modules=(
     "kbvqa.stages.audit.verify", "kbvqa.stages.audit.derive", "kbvqa.stages.audit.posedness",
     "kbvqa.stages.audit.leakage", "kbvqa.stages.answer.retrieve", "kbvqa.stages.answer.identify",
     "kbvqa.stages.answer.rerank", "kbvqa.stages.answer.extractive", "kbvqa.stages.answer.generate",
+    "kbvqa.stages.agent.react", "kbvqa.stages.augment.types",
 ))
 
 
 def register_stage(cls):
     """Class decorator: register a Stage subclass under its `name`, in its family (the folder)."""
-    family = cls.__module__.split(".")[2] if cls.__module__.startswith("kbvqa.stages.") else "external"
+    parts = cls.__module__.split(".")
+    family = parts[2] if cls.__module__.startswith("kbvqa.stages.") else parts[1] if parts[0] == "kbvqa" else "external"
     STAGES.add(cls.name, cls, family=family)
     return cls

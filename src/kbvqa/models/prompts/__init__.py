@@ -32,6 +32,7 @@ class Prompt:
     system: str
     user: str
     fields: tuple[str, ...] = field(default=())
+    system_fields: tuple[str, ...] = field(default=())  # filled into the system text (a template then)
 
     @property
     def id(self) -> str:
@@ -41,21 +42,33 @@ class Prompt:
     def sha256(self) -> str:
         return hashlib.sha256(f"{self.system}\n\x00\n{self.user}".encode("utf-8")).hexdigest()
 
-    def render(self, **values: Any) -> str:
-        """The user text with `values` filled in; every declared field must be given (no silent blanks)."""
-        missing = [f for f in self.fields if f not in values]
-        extra = [k for k in values if k not in self.fields]
+    def _fill(self, template: str, names: tuple[str, ...], values: dict[str, Any]) -> str:
+        filled = {k: (values[k] if isinstance(values[k], str) and k.endswith("_raw")
+                      else json.dumps(values[k], ensure_ascii=False)) for k in names}
+        return template.format(**filled)
+
+    def _check(self, values: dict[str, Any]) -> None:
+        declared = (*self.fields, *self.system_fields)
+        missing = [f for f in declared if f not in values]
+        extra = [k for k in values if k not in declared]
         if missing or extra:
             raise KeyError(f"prompt {self.id}: missing fields {missing}, unexpected {extra}")
-        filled = {k: (v if isinstance(v, str) and k.endswith("_raw") else json.dumps(v, ensure_ascii=False))
-                  for k, v in values.items()}
-        return self.user.format(**filled)
+
+    def render(self, **values: Any) -> str:
+        """The user text with `values` filled in; every declared field must be given (no silent blanks)."""
+        self._check(values)
+        return self._fill(self.user, self.fields, values)
+
+    def render_system(self, **values: Any) -> str:
+        """The system text, with `system_fields` filled in when it is a template."""
+        self._check(values)
+        return self._fill(self.system, self.system_fields, values) if self.system_fields else self.system
 
     def messages(self, images: Iterable[str | Path] = (), **values: Any) -> list[dict[str, Any]]:
         """Chat messages: the system text (when there is one), then the user text with any images."""
         from kbvqa.models.images import user_message
 
-        system = [{"role": "system", "content": self.system}] if self.system else []
+        system = [{"role": "system", "content": self.render_system(**values)}] if self.system else []
         return [*system, user_message(self.render(**values), images)]
 
     def describe(self) -> dict[str, str]:
@@ -63,7 +76,7 @@ class Prompt:
 
 
 PROMPTS: Registry[Prompt] = Registry("prompt", modules=("kbvqa.models.prompts.audit", "kbvqa.models.prompts.answer",
-                                                        "kbvqa.models.prompts.augment",
+                                                        "kbvqa.models.prompts.augment", "kbvqa.models.prompts.agent",
                                                         "kbvqa.models.prompts.judge"))
 
 

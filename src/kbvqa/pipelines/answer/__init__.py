@@ -1,7 +1,8 @@
-"""Reference answer pipelines (retrieve -> rerank -> answer) and the retrieval studies built on them."""
+"""Reference answer pipelines (retrieve -> rerank -> answer) and their retrieval records.
 
-from kbvqa.pipelines.answer.rag import (VARIANTS, AnswerOptions, answer_pipelines, augmentation_recall_table,
-                                        build_answer_job, markdown_table, split_variant, write_retrieval_records)
+The augmentation study that used to live here is kbvqa.evaluate.augmentation (a study is evaluation,
+and evaluate may not import pipelines); the augmented-id convention is kbvqa.data.variants."""
 
-__all__ = ["VARIANTS", "AnswerOptions", "answer_pipelines", "augmentation_recall_table", "build_answer_job",
-           "markdown_table", "split_variant", "write_retrieval_records"]
+from kbvqa.pipelines.answer.rag import AnswerOptions, answer_pipelines, build_answer_job, write_retrieval_records
+
+__all__ = ["AnswerOptions", "answer_pipelines", "build_answer_job", "write_retrieval_records"]

@@ -16,8 +16,8 @@ initial and post-rerank), `evidence_used` and `usage` (all model calls of the re
 `build_answer_job(name, ...)` gives the preset's Job (stages + context); the presets are registered
 in `kbvqa.pipelines.PIPELINES`.
 
-Also here: turning predictions into Recall@K retrieval records, and the augmentation study table
-(Recall@K per anchor / intra / inter / blank / double variant, side by side).
+Also here: turning predictions into Recall@K retrieval records. (The augmentation study, Recall@K per
+variant, is kbvqa.evaluate.augmentation; tables are written by kbvqa.report.tables.)
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Literal, Mapping
 
 from kbvqa.pipelines import PIPELINES
-from kbvqa.pipelines.augment.manifest import VARIANTS, split_variant
 from kbvqa.runner.job import Job
 from kbvqa.runner.stage import Context, Stage
 
@@ -105,10 +104,13 @@ def build_answer_job(pipeline: str, *, kb: Any = None, roles: Mapping[str, Any] 
     `settings` are AnswerOptions fields (k=..., sections=...)."""
     from kbvqa.models.rerank import Reranker, get_reranker
 
+    entry = PIPELINES.entry(pipeline)
+    if entry.info.get("kind") != "answer":
+        raise ValueError(f"{pipeline!r} is not an answer pipeline (choose from {', '.join(answer_pipelines())})")
+    if entry.info.get("job"):  # a pipeline that builds its own Job (the agent)
+        return entry.obj(kb=kb, roles=roles, index=index, encoder=encoder, image_root=image_root, **settings)
     opts = options or AnswerOptions(**settings)
     roles = dict(roles or {})
-    if PIPELINES.entry(pipeline).info.get("kind") != "answer":
-        raise ValueError(f"{pipeline!r} is not an answer pipeline (choose from {', '.join(answer_pipelines())})")
     if index is not None:
         if encoder is None:
             raise ValueError("an image index needs its encoder")
@@ -142,71 +144,3 @@ def write_retrieval_records(predictions: Path, out: Path) -> Path:
             for r in retrieval_records(rec):
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
     return out
-
-
-# -- augmentation study ------------------------------------------------------------------------------
-
-
-def augmentation_recall_table(records: Iterable[Mapping[str, Any]], references: Mapping[str, Any], *,
-                              ks: Iterable[int] = (1, 5, 10, 20), stage: str = "initial",
-                              original_as: str = "original") -> list[dict[str, Any]]:
-    """Recall@K per augmentation variant, side by side (one row per variant, anchor first).
-
-    `records` are retrieval records ({id, retrieved, stage}); an id's `__anchor/__intra/__inter/
-    __blank/__double` suffix names its variant (no suffix = the original sample). `references` maps
-    ids to `RetrievalRef` (from `load_retrieval_references`) or to gold url lists; a variant id is
-    looked up as itself, then as its base id. Each row: variant, n, R@K..., MRR, n_no_reference, and
-    dR@K against the anchor over the base ids both have (paired, so a partial run is comparable).
-    """
-    from kbvqa.data.urls import dedupe_urls
-    from kbvqa.evaluate.retrieval import gold_rank
-
-    ks = sorted(set(int(k) for k in ks))
-    ranks: dict[str, dict[str, int | None]] = {}
-    no_ref: dict[str, int] = {}
-    for rec in records:
-        if rec.get("stage", "initial") != stage:
-            continue
-        rid = str(rec.get("id") or rec.get("data_id") or rec.get("sample_id"))
-        base, variant = split_variant(rid)
-        variant = variant or original_as
-        ref = references.get(rid, references.get(base))
-        if ref is None:
-            no_ref[variant] = no_ref.get(variant, 0) + 1
-            continue
-        gold = list(getattr(ref, "gold", ref))
-        ranks.setdefault(variant, {})[base] = gold_rank(dedupe_urls(rec.get("retrieved") or []),
-                                                        dedupe_urls(gold))
-    order = [v for v in (*VARIANTS, original_as) if v in ranks or v in no_ref]
-    order += sorted(v for v in ranks if v not in order)
-
-    def recall(rs: Iterable[int | None], k: int) -> float:
-        rs = list(rs)
-        return sum(1 for r in rs if r is not None and r <= k) / len(rs) if rs else 0.0
-
-    anchor = ranks.get("anchor", {})
-    rows = []
-    for v in order:
-        rs = ranks.get(v, {})
-        row: dict[str, Any] = {"variant": v, "n": len(rs)}
-        for k in ks:
-            row[f"R@{k}"] = round(recall(rs.values(), k), 4)
-        row["MRR"] = round(sum(1.0 / r for r in rs.values() if r) / len(rs), 4) if rs else 0.0
-        row["n_no_reference"] = no_ref.get(v, 0)
-        if v != "anchor" and anchor:
-            paired = [b for b in rs if b in anchor]
-            row["n_paired"] = len(paired)
-            for k in ks:
-                row[f"dR@{k}"] = round(recall((rs[b] for b in paired), k) - recall((anchor[b] for b in paired), k), 4)
-        rows.append(row)
-    return rows
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "(no rows)"
-    cols = list(dict.fromkeys(c for r in rows for c in r))
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append("| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in cols) + " |")
-    return "\n".join(lines)

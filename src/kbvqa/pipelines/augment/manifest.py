@@ -8,12 +8,12 @@ the explicit anchor question) goes into the JSONL manifest, which holds every in
 status, and the same 39 keys first.
 
 Augmented samples are kbvqa Samples with ids `<anchor>__anchor|__intra|__inter|__blank|__double`,
-each carrying the anchor's answers; `anchor_id` maps a prediction id back for scoring.
+each carrying the anchor's answers; `anchor_id` (kbvqa.data.variants, re-exported here) maps a
+prediction id back for scoring.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from kbvqa.data.ara import write_ara_augmented
 from kbvqa.data.jsonl import write_jsonl
 from kbvqa.data.schema import Sample
+from kbvqa.data.variants import VARIANTS, anchor_id, split_variant
 
 ARA_COLUMNS: tuple[str, ...] = (
     "anchor_data_id", "anchor_entity", "anchor_wikipedia_url", "anchor_entity_type", "anchor_question",
@@ -40,24 +41,9 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "method1_similarity", "method1_query_errors", "method2_query_errors", "with_position",
     "blank_composite_image_path", "blank_image_status", "blank_query",
     "double_composite_image_path", "double_image_status", "double_query", "errors")
-VARIANTS: tuple[str, ...] = ("anchor", "intra", "inter", "blank", "double")
-_SUFFIX_RE = re.compile(r"^(?P<anchor>.*?)__(?P<variant>anchor|intra|inter|blank|double|method[12]|m[12])(?:__.*)?$")
-_AUTHORS_VARIANTS = {"method1": "intra", "m1": "intra", "method2": "inter", "m2": "inter"}
 
-
-def split_variant(sample_id: str) -> tuple[str, str | None]:
-    """(anchor id, variant) of an augmented id: `x__intra` -> (`x`, `intra`); the authors'
-    `x__method1__...` -> (`x`, `intra`); an id without a variant suffix -> (id, None). The one place
-    the id convention is parsed, so scoring and the retrieval study agree."""
-    m = _SUFFIX_RE.match(sample_id)
-    if not m:
-        return sample_id, None
-    return m.group("anchor"), _AUTHORS_VARIANTS.get(m.group("variant"), m.group("variant"))
-
-
-def anchor_id(sample_id: str) -> str:
-    """The anchor's id for an augmented id (`x__intra` -> `x`; also the authors' `x__method1__...`)."""
-    return split_variant(sample_id)[0]
+__all__ = ["ARA_COLUMNS", "EXTRA_COLUMNS", "VARIANTS", "anchor_id", "ara_row", "split_variant", "variant_samples",
+           "write_csv", "write_manifest_jsonl"]
 
 
 def ara_row(entry: dict[str, Any]) -> dict[str, str]:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kbvqa.pipelines.augment.types import TypeMatch, TypeVocabulary, plural
+from kbvqa.stages.augment.types import TypeMatch, TypeVocabulary, plural
 from kbvqa.data.matching import contains
 
 POSITIONS = ("left", "right", "top left", "top right", "bottom left", "bottom right")

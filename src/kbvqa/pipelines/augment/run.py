@@ -5,7 +5,17 @@ Outputs in OUT_DIR:
 - `manifest.jsonl` every input sample with a status (ok | partial | error | excluded | not_sampled)
 - `samples.jsonl`  kbvqa Samples `<id>__anchor|__intra|__inter|__blank|__double` (absolute image paths)
 - `stats.json`     type distribution, side balance, exclusions, quotas, variant status
+- `types.jsonl`    the type tagger's runner output (one status line per sample) and
+  `types.manifest.json` (prompt hash, tagger model, counts, tokens and cost)
 - `composites/{method1,method2,blank,double}/NNNN_<anchor>__...` images
+
+Two executors, on purpose. Type tagging may call a model, per sample: it is the
+`augment-entity-type` stage run through the runner (resume, manifest, usage, a status per sample;
+see pipelines/augment/types.py). Composite building is CPU work on local files with a deterministic
+result and no model, cost or partial state worth resuming (a rerun rebuilds the same bytes), and it
+must use every core on pixels, which an asyncio runner in one process would not: so it stays a
+process pool (composite.run_tasks), and each composite's failure is still recorded per variant in
+the manifest, never dropped.
 """
 
 from __future__ import annotations
@@ -56,7 +66,8 @@ class AugmentConfig:
     url_types: dict[str, str] | None = None  # canonical url -> type (KB-category fallback)
     forced_pairs: dict[str, str] | None = None  # anchor url -> intra distractor url
     encoder: Any = None  # ImageEncoder: hardest same-type distractor by image similarity
-    client: Any = None  # model client for the LLM type tagger
+    client: Any = None  # model client for the LLM type tagger (the `tagger` role)
+    concurrency: int = 8  # samples in flight in the type tagger (its model requests)
     kb: Any = None  # KnowledgeBase: Article.meta["type"] fallback
 
     def check(self) -> None:
@@ -65,8 +76,8 @@ class AugmentConfig:
             raise ValueError(f"unknown variant(s) {bad}; choose from {list(ALL_VARIANTS)}")
         if self.layout not in ("row", "grid"):
             raise ValueError(f"layout must be row or grid, not {self.layout!r}")
-        if self.k < 1 or self.height < 8 or self.gap < 0 or self.min_entities < 2:
-            raise ValueError("need k >= 1, height >= 8, gap >= 0, min_entities >= 2")
+        if self.k < 1 or self.height < 8 or self.gap < 0 or self.min_entities < 2 or self.concurrency < 1:
+            raise ValueError("need k >= 1, height >= 8, gap >= 0, min_entities >= 2, concurrency >= 1")
         if self.image_format not in ("jpg", "png"):
             raise ValueError("image_format must be jpg or png")
 
@@ -108,8 +119,9 @@ def _pick(sampler: Sampler, anchor: Candidate, kind: str, k: int) -> list[Choice
 
 
 def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir: str | Path,
-                    config: AugmentConfig | None = None, *, show: bool = False) -> dict[str, Any]:
-    """Augment `samples`; write manifest, samples, stats and composites under `out_dir`; return stats."""
+                    config: AugmentConfig | None = None, *, progress: bool = False) -> dict[str, Any]:
+    """Augment `samples`; write manifest, samples, stats and composites under `out_dir`; return stats.
+    `progress` shows the type tagger's progress bar (on a terminal)."""
     cfg = config or AugmentConfig()
     cfg.check()
     root, out = Path(images_root).resolve(), Path(out_dir).resolve()  # samples.jsonl carries absolute paths
@@ -127,7 +139,9 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
             seen.add(s.id)
             live.append(i)
     tags: dict[int, TypeTag] = dict(zip(live, tag_samples([samples[i] for i in live], vocab, client=cfg.client,
-                                                          kb=cfg.kb, url_types=cfg.url_types)))
+                                                          kb=cfg.kb, url_types=cfg.url_types,
+                                                          concurrency=cfg.concurrency, out=out / "types.jsonl",
+                                                          progress=progress)))
     cands: list[Candidate] = []
     for i in live:
         s, tag = samples[i], tags[i]
@@ -299,18 +313,16 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
                               "samples_written": len(aug_samples),
                               "samples_by_variant": dict(Counter(x.id.rsplit("__", 1)[1] for x in aug_samples))})
     st.write(stats, out / "stats.json")
-    if show:
-        st.show(stats)
     return stats
 
 
 def augment_file(input: str | Path, images_root: str | Path, out_dir: str | Path, *,
                  variants: Iterable[str] = ALL_VARIANTS, seed: int = 3185, num_samples: int | None = None,
-                 fmt: str | None = None, config: AugmentConfig | None = None, show: bool = False,
+                 fmt: str | None = None, config: AugmentConfig | None = None, progress: bool = False,
                  read_opts: Mapping[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
     """Read `input` (any kbvqa-readable format) and augment it; returns the stats dict.
     `overrides` set AugmentConfig fields (height=, workers=, with_position=, k=, layout=, encoder=, ...)."""
     cfg = replace(config or AugmentConfig(), variants=tuple(variants), seed=seed, num_samples=num_samples,
                   **overrides)
     samples = list(read_samples(input, fmt, **dict(read_opts or {})))
-    return augment_samples(samples, images_root, out_dir, cfg, show=show)
+    return augment_samples(samples, images_root, out_dir, cfg, progress=progress)

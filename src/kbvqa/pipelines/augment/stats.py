@@ -1,7 +1,8 @@
 """Augmentation statistics: what was sampled, what was left out and why.
 
 Why: the paper reports type distribution, side balance and exclusions; a run that silently drops rows
-or skews towards one side cannot be compared. These numbers come from the manifest alone.
+or skews towards one side cannot be compared. These numbers come from the manifest alone. (The
+command line shows them as tables: kbvqa.report.summaries.augment_stats_tables.)
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
 
 
 def compute(entries: Iterable[dict[str, Any]], *, variants: Iterable[str] = (),
@@ -55,38 +54,3 @@ def compute(entries: Iterable[dict[str, Any]], *, variants: Iterable[str] = (),
 
 def write(stats: dict[str, Any], path: str | Path) -> None:
     Path(path).write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def _counter_table(title: str, counts: dict[str, Any]) -> Table:
-    t = Table(title=title)
-    t.add_column("key")
-    t.add_column("n", justify="right")
-    for k, v in counts.items():
-        t.add_row(str(k), str(v))
-    return t
-
-
-def show(stats: dict[str, Any], console: Console | None = None) -> None:
-    """Print the main tables with rich."""
-    console = console or Console()
-    console.print(f"inputs {stats['inputs']}, augmented anchors {stats['augmented_anchors']}, "
-                  f"status {stats['status']}")
-    q = Table(title="anchors per type")
-    for c in ("type", "selected", "available"):
-        q.add_column(c, justify="right" if c != "type" else "left")
-    for t, v in stats["per_type_quota"].items():
-        q.add_row(t, str(v["selected"]), str(v["available"]))
-    console.print(q)
-    console.print(_counter_table("side balance", stats["side_balance"]))
-    if stats["exclusions"]:
-        console.print(_counter_table("exclusions", stats["exclusions"]))
-    if stats["dropped_types"]:
-        console.print(_counter_table("dropped types (entities)", stats["dropped_types"]))
-    vs = Table(title="variant status")
-    vs.add_column("variant")
-    keys = sorted({k for d in stats["variant_status"].values() for k in d if k})
-    for k in keys:
-        vs.add_column(k, justify="right")
-    for v, d in stats["variant_status"].items():
-        vs.add_row(v, *[str(d.get(k, 0)) for k in keys])
-    console.print(vs)

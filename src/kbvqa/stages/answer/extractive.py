@@ -189,4 +189,4 @@ class ExtractiveAnswer(Stage):
                           evidence_used=[evidence] if evidence else [], usage=record_usage(record),
                           producer=Provenance(backend="rules", model=f"{self.name}-v{self.version}"),
                           meta=meta)
-        return {"id": sample.id, **pred.model_dump(mode="json", exclude_none=True)}
+        return pred.record()

@@ -94,4 +94,4 @@ class GenerateAnswer(Stage):
         pred = Prediction(sample_id=sample.id, answer=answer, retrieved=list(record.get("retrieved") or []),
                           evidence_used=evidence, usage=record_usage(record).add(result.usage),
                           producer=result.provenance, meta=meta)
-        return {"id": sample.id, **pred.model_dump(mode="json", exclude_none=True)}
+        return pred.record()

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from kbvqa.data.urls import canonical_url
+from kbvqa.data.urls import canonical_url, title_to_url
 from kbvqa.models.prompts.answer import IDENTIFY_ENTITY
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
 from kbvqa.stages import register_stage
@@ -41,9 +41,12 @@ def resolve_entity(kb: Any, name: str, fts_k: int = 20) -> tuple[str | None, str
         return None, "unresolved"
     if "://" in name:
         return (canonical_url(name), "url") if name in kb else (None, "unresolved")
-    guess = "https://en.wikipedia.org/wiki/" + name.replace(" ", "_")
-    if guess in kb:
-        return canonical_url(guess), "wiki-url"
+    try:
+        guess: str | None = title_to_url(name)
+    except ValueError:  # nothing of the name survives as a title ("_"): only the search can place it
+        guess = None
+    if guess is not None and guess in kb:
+        return guess, "wiki-url"
     hits = kb.search(name, k=fts_k)
     want = _norm(name)
     titles: dict[str, str] = {}

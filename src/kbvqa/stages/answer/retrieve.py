@@ -2,8 +2,13 @@
 
 The record gains `retrieved` (ranked canonical urls) and `retrieval` (stage "initial", the ranking,
 its scores and the encoder name): the retrieval-record shape the Recall@K scorer reads
-({id, retrieved, stage}). A sample whose image is missing fails this stage with FileNotFoundError,
-which the runner records as an `error` line; the run goes on.
+({id, retrieved, stage}). A sample without an image, or whose image is missing or undecodable,
+fails this stage (ValueError, FileNotFoundError, the decoder's error), which the runner records as
+an `error` line; the run goes on.
+
+The stage handles one record; encoding and search are batched across the records in flight by a
+`MicroBatcher` (`retrieval_batcher`): the `image_batcher` resource when the job gives one (`kbvqa
+retrieve` sizes it with --batch-size), otherwise one made on first use and kept in the context.
 
 Helpers shared by the answer stages turn a record's retrieval trail and per-record usage into
 prediction fields, so every prediction carries what was retrieved, reranked and spent.
@@ -11,42 +16,49 @@ prediction fields, so every prediction carries what was retrieved, reranked and 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
-import weakref
+import functools
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
-from kbvqa.data.images import resolve_image
+import numpy as np
+
 from kbvqa.data.schema import Usage
-from kbvqa.kb.image_index import ImageIndex
-from kbvqa.models.image_encoders import ImageEncoder
-from kbvqa.runner.stage import Context, Stage, StageConfig, error_reason
+from kbvqa.models.image_encoders import ImageEncoder, encode_batch
+from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
+from kbvqa.stages.batcher import MicroBatcher
+
+Ranking = list[tuple[str, float]]
 
 
 class RetrieveConfig(StageConfig):
     k: int = 20
 
 
-#: Neural encoders run one batch at a time (torch already uses every core); the histogram baseline is
-#: plain numpy and may run in parallel threads. One lock per encoder object, made on first use.
-_ENCODER_LOCKS: "weakref.WeakKeyDictionary[Any, threading.Lock]" = weakref.WeakKeyDictionary()
+def search_batch(index: Any, encoder: ImageEncoder, queries: list[tuple[Path, int]]) -> list[Ranking | Exception]:
+    """Encode a batch of query images in one encoder call and search the index with them in one
+    call: per query its top-k (url, score) ranking, or the exception that kept its image out."""
+    results: list[Any] = encode_batch(encoder, [path for path, _ in queries])
+    encoded = [i for i, r in enumerate(results) if not isinstance(r, Exception)]
+    for k in sorted({queries[i][1] for i in encoded}):  # one k per job in practice
+        rows = [i for i in encoded if queries[i][1] == k]
+        for i, ranked in zip(rows, index.search(np.stack([results[i] for i in rows]), k=k)):
+            results[i] = ranked
+    return results
 
 
-def _encoder_lock(encoder: Any) -> Any:
-    if getattr(encoder, "baseline", False):
-        return contextlib.nullcontext()
-    try:
-        return _ENCODER_LOCKS.setdefault(encoder, threading.Lock())
-    except TypeError:  # not weak-referenceable: serialise on a lock kept on the class
-        return _ENCODER_LOCKS.setdefault(type(encoder), threading.Lock())
+def retrieval_batcher(index: Any, encoder: ImageEncoder, *, batch_size: int = 64,
+                      max_wait: float = 0.005) -> MicroBatcher:
+    """The batcher ImageRetrieve submits (image path, k) to. One batch runs at a time: a neural
+    encoder already uses every core or the GPU, and one batched search reads a flat index once for
+    the whole batch instead of once per query."""
+    return MicroBatcher(functools.partial(search_batch, index, encoder), max_batch=batch_size, max_wait=max_wait,
+                        name=f"retrieve ({encoder.name})")
 
 
 @register_stage
 class ImageRetrieve(Stage):
-    """Reads ctx resources `image_index`, `image_encoder` and (optional) `image_root`."""
+    """Reads ctx resources `image_index`, `image_encoder`, (optional) `image_root` and `image_batcher`."""
 
     name = "retrieve-image"
     version = "2"
@@ -54,11 +66,6 @@ class ImageRetrieve(Stage):
 
     def __init__(self, config: RetrieveConfig | None = None):
         super().__init__(config)
-
-    def _encode_search(self, index: ImageIndex, encoder: ImageEncoder, path: Path) -> list[tuple[str, float]]:
-        with _encoder_lock(encoder):
-            vec = encoder.encode([path])
-        return index.search(vec, k=self.config.k)[0]
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         index, encoder = ctx.resource("image_index"), ctx.resource("image_encoder")
@@ -68,7 +75,10 @@ class ImageRetrieve(Stage):
         if not images:
             raise ValueError(f"sample {record.get('id')!r} has no image to retrieve with")
         path = ctx.image_path(images[0])
-        ranked = await asyncio.to_thread(self._encode_search, index, encoder, path)
+        batcher = ctx.resource("image_batcher", None)
+        if batcher is None:  # a job that did not size one: every record of it shares this one
+            batcher = ctx.resources.setdefault("image_batcher", retrieval_batcher(index, encoder))
+        ranked = await batcher.submit((path, self.config.k))
         urls = [u for u, _ in ranked]
         return {**record, "retrieved": urls,
                 "retrieval": {"stage": "initial", "encoder": encoder.name, "retrieved": urls,
@@ -116,62 +126,3 @@ def retrieval_records(prediction: dict[str, Any]) -> list[dict[str, Any]]:
     if not recs:
         recs = [{"id": pid, "retrieved": list(prediction.get("retrieved") or []), "stage": "initial"}]
     return recs
-
-
-def batch_retrieve(records: Iterable[dict[str, Any]], index: ImageIndex, encoder: ImageEncoder, *,
-                   image_root: Path | None = None, k: int = 20, batch_size: int = 64,
-                   on_batch: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
-    """Retrieval records for many samples, encoding query images `batch_size` at a time (a neural
-    encoder is several times faster batched than one image per call).
-
-    Yields one line per input record, in input order: {id, retrieved, stage, scores, encoder,
-    status}; a sample without an image or with a missing / undecodable one gets status "error", an
-    empty ranking and the reason, so it counts as a miss and is never dropped."""
-    from kbvqa.models.image_encoders import encode_files
-
-    if index.encoder != encoder.name:
-        raise ValueError(f"index was built with {index.encoder!r} but the encoder is {encoder.name!r}")
-
-    def flush(batch: list[tuple[str, Path | None, str]]) -> Iterator[dict[str, Any]]:
-        paths = [p for _, p, _ in batch if p is not None]
-        vecs, kept, failed = encode_files(encoder, paths, batch_size=max(1, len(paths)))
-        results = index.search(vecs, k=k) if len(vecs) else []
-        by_path: dict[int, Any] = dict(zip(kept, results))
-        j = 0
-        for rid, p, err in batch:
-            line: dict[str, Any] = {"id": rid, "retrieved": [], "stage": "initial", "scores": [],
-                                    "encoder": encoder.name, "status": "error"}
-            if p is None:
-                line["reason"] = err
-            else:
-                if j in by_path:
-                    ranked = by_path[j]
-                    line.update(retrieved=[u for u, _ in ranked], scores=[round(s, 6) for _, s in ranked],
-                                status="ok")
-                else:
-                    line["reason"] = failed.get(j, "not encoded")
-                j += 1
-            yield line
-        if on_batch:
-            on_batch(len(batch))
-
-    batch: list[tuple[str, Path | None, str]] = []
-    seen: set[str] = set()
-    for rec in records:
-        rid = str(rec.get("id"))
-        if rid in seen:
-            raise ValueError(f"duplicate sample id {rid!r} in the retrieval input")
-        seen.add(rid)
-        images = rec.get("images") or []
-        if not images:
-            batch.append((rid, None, f"ValueError: sample {rid!r} has no image to retrieve with"))
-        else:
-            try:
-                batch.append((rid, resolve_image(images[0], image_root), ""))
-            except (ValueError, FileNotFoundError) as exc:
-                batch.append((rid, None, error_reason(exc)))
-        if len(batch) >= batch_size:
-            yield from flush(batch)
-            batch = []
-    if batch:
-        yield from flush(batch)

@@ -1,0 +1,85 @@
+"""`kbvqa answer`: predictions from a reference MM-RAG pipeline (a registered answer preset).
+
+Writes predictions (runner output, one line per sample with status) and `OUT.retrieval.jsonl` with
+every retrieval stage's ranking. `--pipeline` offers the PIPELINES registry's answer presets and
+`--reranker` the RERANKERS registry, so a new preset or reranker shows up here without an edit
+(typer offers a Literal's values as the choices, in --help and when checking the flag).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal, Optional
+
+import typer
+from rich.console import Console
+
+from kbvqa.cli.common import fail
+from kbvqa.cli.retrieve import job_errors
+from kbvqa.models.rerank import RERANKERS
+from kbvqa.pipelines.answer import answer_pipelines
+
+PipelineName = Literal[tuple(answer_pipelines())]  # type: ignore[valid-type]
+RerankerName = Literal[tuple(RERANKERS.names())]  # type: ignore[valid-type]
+
+
+def answer(
+    samples: Path = typer.Option(..., "--samples", help="Benchmark file."),
+    kb: Path = typer.Option(..., "--kb", help="KB (SQLite or wiki JSON)."),
+    out: Path = typer.Option(..., "--out", help="Predictions JSONL (P.jsonl)."),
+    pipeline: PipelineName = typer.Option("extractive", "--pipeline", help="Answer preset (kbvqa.pipelines.PIPELINES)."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Image index (required except for iba)."),
+    images: Optional[Path] = typer.Option(None, "--images", help="Folder the samples' images are relative to "
+                                                                 "(default: the samples file's folder)."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="The image encoder's local model dir."),
+    reranker: RerankerName = typer.Option("bm25", "--reranker", help="Section reranker (kbvqa.models.rerank.RERANKERS)."),
+    rerank_model_dir: Optional[Path] = typer.Option(None, "--rerank-model-dir",
+                                                    help="Local model for dense / cross-encoder rerank."),
+    text_index: Optional[Path] = typer.Option(None, "--text-index", help="Dense section index (`kbvqa index text`)."),
+    k: int = typer.Option(20, "--k", min=1),
+    articles: int = typer.Option(5, "--articles", min=1, help="Retrieved articles whose sections are reranked."),
+    sections: int = typer.Option(5, "--sections", min=1, help="Sections given to the answerer."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", min=0.0, max=1.0,
+                                          help="Weight of the retrieval score in the fused section order."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL for the model roles."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name on that server."),
+    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml with [models.*] roles."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env"),
+    fmt: Optional[str] = typer.Option(None, "--format"),
+    concurrency: int = typer.Option(4, "--concurrency", min=1),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip samples already answered ok in --out; "
+                                                                     "re-run errored and invalid ones."),
+) -> None:
+    """Answer a benchmark with a reference MM-RAG pipeline; predictions carry retrieval, evidence and usage."""
+    from kbvqa.data.formats import read_samples
+    from kbvqa.kb.store import open_kb
+    from kbvqa.kb.text_index import TextIndex
+    from kbvqa.models.config import roles_from_flags
+    from kbvqa.pipelines.answer import build_answer_job, write_retrieval_records
+    from kbvqa.pipelines.index import load_image_index
+
+    console = Console(stderr=True)
+    try:
+        wanted = ("answerer", *(["vision"] if pipeline == "iba" else []), *(["checker"] if reranker == "llm" else []))
+        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env, fill=wanted,
+                                 concurrency=concurrency)
+        idx, enc = load_image_index(index, model_dir) if index is not None else (None, None)
+        job = build_answer_job(pipeline, kb=open_kb(kb), roles=roles, index=idx, encoder=enc,
+                               image_root=images or samples.parent, reranker=reranker,
+                               text_index=TextIndex.load(text_index) if text_index is not None else None,
+                               rerank_model_dir=rerank_model_dir, k=k, articles=articles, sections=sections,
+                               alpha=alpha)
+        if pipeline != "extractive" and job.stage_names[-1] == "answer-extractive":
+            console.print("note: no `answerer` role configured (--llm/--model or --config), so the embedded "
+                          "extractive answerer answers; predictions name it as their producer")
+        summary = job.run((s.dump() for s in read_samples(samples, fmt)), out=out, concurrency=concurrency,
+                          limit=limit, progress=console.is_terminal, resume=resume,
+                          run_config={"index": str(index) if index else None})
+        rr = write_retrieval_records(out, out.with_suffix(".retrieval.jsonl"))
+    except job_errors() as e:
+        fail(e)
+    typer.echo(json.dumps({"out": str(out), "retrieval_records": str(rr), "ok": summary.ok, "error": summary.error,
+                           "invalid": summary.invalid, "pipeline": pipeline, "stages": job.stage_names,
+                           "usage": summary.usage.model_dump(), "seconds": round(summary.seconds, 3)}))

@@ -1,0 +1,94 @@
+"""The per-item scorers a study can use, by name: `SCORERS` (the `--scorer` choices of `kbvqa study`).
+
+`kbvqa.evaluate.METRICS` names the scorers of `kbvqa score`; these are the per-item, all-references
+variants a paired study needs (a missing prediction is wrong and counted, so two runs are scored on
+the same items). Kept apart from studies.py so the command line can list them without importing
+numpy and the scorers: each entry imports its scorer when it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from kbvqa.registry import Registry
+
+__all__ = ["SCORERS", "StudyScorer", "semantic_backend"]
+
+
+@dataclass(frozen=True)
+class StudyScorer:
+    """A per-item scorer for studies: read references once (`load(path, qtypes)`), then score any
+    number of prediction files against them (`score(preds, refs, semantic_backend)` -> per-item rows,
+    summary, the scorer's name as reported)."""
+
+    load: Callable[[str | Path, str | Path | None], Any]
+    score: Callable[[list[Any], Any, Any], tuple[list[dict[str, Any]], dict[str, Any], str]]
+    semantic: bool = False  # takes a semantic-approximation backend
+
+
+SCORERS: Registry[StudyScorer] = Registry("scorer")
+
+
+def _infoseek_refs(raw: bool) -> Callable[[str | Path, str | Path | None], Any]:
+    def load(path: str | Path, qtypes: str | Path | None) -> Any:
+        from kbvqa.evaluate.io import load_infoseek_references
+
+        return load_infoseek_references(path, qtypes_path=qtypes, keep_raw=raw)
+
+    return load
+
+
+def _evqa_refs(path: str | Path, qtypes: str | Path | None) -> Any:
+    from kbvqa.evaluate.evqa import load_evqa_references
+
+    return load_evqa_references(path)
+
+
+def _strict(preds: list[Any], refs: Any, backend: Any) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    from kbvqa.evaluate.infoseek import score_strict
+
+    res = score_strict(preds, refs, per_item=True)
+    return res.items, res.summary, "infoseek-strict"
+
+
+def _reward(preds: list[Any], refs: Any, backend: Any) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    from kbvqa.evaluate.infoseek import score_reward
+
+    res = score_reward(preds, refs, per_item=True)
+    return res.items, res.summary, "infoseek-reward"
+
+
+def _evqa(preds: list[Any], refs: Any, backend: Any) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    from kbvqa.evaluate.evqa import score_evqa
+
+    res = score_evqa(preds, refs, per_item=True)
+    return res.items, res.summary, "evqa"
+
+
+def _evqa_semantic(preds: list[Any], refs: Any, backend: Any) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    from kbvqa.evaluate.evqa import score_evqa
+
+    backend = backend if backend is not None else semantic_backend("evqa-semantic")
+    res = score_evqa(preds, refs, backend=backend, per_item=True)
+    return res.items, res.summary, f"evqa-semantic [{backend.name}]"
+
+
+SCORERS.add("infoseek-strict", StudyScorer(_infoseek_refs(False), _strict),
+            help="InfoSeek strict (official per-item rules, missing = wrong, kbvqa Time leniency on)")
+SCORERS.add("infoseek-reward", StudyScorer(_infoseek_refs(True), _reward),
+            help="InfoSeek reward (ARA/ReflectiVA containment and ±10% numeric band)")
+SCORERS.add("evqa", StudyScorer(_evqa_refs, _evqa), help="E-VQA exact match (evqa-em)")
+SCORERS.add("evqa-semantic", StudyScorer(_evqa_refs, _evqa_semantic, semantic=True),
+            help="E-VQA exact match + semantic-approx (all-MiniLM-L6-v2, not BEM)")
+
+
+def semantic_backend(scorer: str, threshold: float | None = None) -> Any:
+    """The semantic-approximation backend `scorer` needs (None for scorers without one): build it
+    once and pass it to every `score_items` call of a study, so the model loads once."""
+    if not SCORERS.get(scorer).semantic:
+        return None
+    from kbvqa.evaluate.semantic import SemanticBackend
+
+    return SemanticBackend() if threshold is None else SemanticBackend(threshold=threshold)

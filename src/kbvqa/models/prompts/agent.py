@@ -1,0 +1,87 @@
+"""The search agent's prompts (seed 001 §3.3, App. D): the ReAct system prompt with the Subject /
+Background image protocol and the image-tag grammar, the harness's own messages (format errors,
+"answer now" near a budget), and the visit extractor."""
+
+from __future__ import annotations
+
+from kbvqa.models.prompts import JSON_ONLY, Prompt, register
+
+SYSTEM = register(Prompt(
+    name="agent.system", version="1",
+    system="""\
+You are a multimodal research agent. A user asks a question about an image. Investigate with the tools, reason step by step, and give an accurate answer illustrated with images where they help.
+
+# How every turn looks
+Start with <think>...</think>: read the question, the image and the tool results so far, and decide the next step. Then write exactly one of:
+- <tool_call>{{"name": "<tool>", "arguments": {{...}}}}</tool_call> to call ONE tool, or
+- <answer>...</answer> when you know enough.
+Nothing may follow the tool call or the answer. Tool results come back inside <tool_response>...</tool_response>.
+
+# Rules
+- Identify the pictured entity first (image_search, or search with what you can see), then look up what the question asks (search, visit).
+- image_search works on the question image and may be used once.
+- Do not repeat a call you already made; if searches keep failing, answer from what you know and what the image shows.
+- Begin the answer with one sentence that answers the question directly; then explain.
+
+# Images in the answer
+Show the entities your answer is about. In <think>, list the visual entities of your planned answer and mark each SUBJECT (what the answer is about) or BACKGROUND (mentioned in passing). Each SUBJECT entity gets one image, found with text_to_image_search; BACKGROUND entities get none.
+Cite an image with a tag on its own, right after the sentence about that entity:
+<image>{{"query": "<the exact query you gave text_to_image_search>", "idx": <1-based index of a returned image>}}</image>
+Never write a tag without an earlier text_to_image_search call with that exact query, and never cite an index that call did not return.
+
+# Tools
+{tools_block_raw}
+Today is {today_raw}.""",
+    user="{question_raw}",
+    fields=("question_raw",),
+    system_fields=("tools_block_raw", "today_raw"),
+))
+
+FORMAT_ERROR = register(Prompt(
+    name="agent.format_error", version="1", system="",
+    user=("Your last reply could not be used: {problem_raw}. Reply with <think>...</think> followed by exactly one "
+          "<tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call> or one <answer>...</answer>."),
+    fields=("problem_raw",),
+))
+
+ANSWER_NOW = register(Prompt(
+    name="agent.answer_now", version="1", system="",
+    user=("You are about to run out of {budget_raw}. Do not call any more tools: write your final "
+          "<answer>...</answer> now from what you have found."),
+    fields=("budget_raw",),
+))
+
+REPEAT_WARNING = register(Prompt(
+    name="agent.repeat_warning", version="1", system="",
+    user=("Your recent calls keep asking the same thing and add nothing new ({detail_raw}). Try a different "
+          "approach, question your current hypothesis, or answer."),
+    fields=("detail_raw",),
+))
+
+VISIT_EXTRACT = register(Prompt(
+    name="agent.visit_extract", version="1",
+    system=("You read a web page for a researcher and report only what serves their goal. Quote the page; do not "
+            "add knowledge of your own. " + JSON_ONLY),
+    user=("Page URL: {url}\nGoal: {goal}\nPage text:\n{page}\n\n"
+          'Return {{"rational": "<which parts of the page matter and why>", "evidence": "<the relevant passages, '
+          'quoted>", "summary": "<what they say about the goal, in two or three sentences>"}}'),
+    fields=("url", "goal", "page"),
+))
+
+FAILURE_CATEGORY = register(Prompt(
+    name="agent.failure_category", version="1",
+    system=("You analyse why a search agent answered a question wrongly. You read the question, the correct "
+            "answer, the agent's answer and a summary of its tool calls, and assign exactly one category. "
+            + JSON_ONLY),
+    user=("Question: {question}\nCorrect answer: {reference}\nAgent's answer: {answer}\n"
+          "Tool calls, in order:\n{trajectory_raw}\n\n"
+          "Categories:\n"
+          "- T1: the searches never surfaced the evidence needed.\n"
+          "- T2: the evidence was in a tool result, but the agent misread or ignored it.\n"
+          "- T3: the agent settled on a wrong hypothesis early and kept searching to confirm it.\n"
+          "- T4: tool misuse or running out of budget (malformed or repeated calls, wrong tool, no answer in time).\n"
+          "- N1: a knowledge or reasoning error not caused by the tools.\n"
+          "- N2: the question or the image was misunderstood.\n"
+          'Return {{"category": "T1" | "T2" | "T3" | "T4" | "N1" | "N2", "rationale": "<one sentence>"}}'),
+    fields=("question", "reference", "answer", "trajectory_raw"),
+))

@@ -1,0 +1,166 @@
+"""The `agent` answer pipeline: AgenticInterleave (seed 001 §3.3) on the runner.
+
+`build_agent_job` gives a Job of one stage (`AgentEpisode`) and a context holding the Toolbox for the
+chosen tool backend (`local` over the KB, `web`, or `replay` from a cassette), the KB image index
+and encoder for reverse image search, the resolver from KB image URLs to files, and — once the
+output path is known — an artifact folder for long observations and the run's cassette.
+
+A run's cassette is `<out stem>.cassette/`: `tools.sqlite` (the tool cache), `models.sqlite` (the
+agent model's response cache, when a model drives the loop) and `cassette.json` (the backend, the
+model and the prompt date). `--tools replay --cassette DIR` re-runs from it with no network, and
+any miss is an error record, never a live call.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+from kbvqa.pipelines import PIPELINES
+from kbvqa.runner.artifacts import ArtifactStore
+from kbvqa.runner.job import Job
+from kbvqa.runner.stage import Context
+
+CASSETTE_FILE = "cassette.json"
+
+
+class AgentSetupError(ValueError):
+    """The agent cannot run as configured (the message says what to change)."""
+
+
+@dataclass
+class AgentOptions:
+    tools: str = "local"  # local | web | replay
+    cassette: Path | None = None  # replay: the cassette folder to read
+    protocol: str = "text"
+    max_turns: int = 12
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    max_seconds: float | None = None
+    blocked_domains: tuple[str, ...] = ()
+    kb_images: Path | None = None  # the folder holding the KB's images (image results need files)
+    kb_image_rule: str = "auto"
+    today: str | None = None
+    web: dict[str, Any] | None = None  # options for the web backend (base_url, key_env, ...)
+
+
+def _kb_image_file(root: Path | None, rule: str) -> Any:
+    if root is None:
+        return None
+    from kbvqa.pipelines.index import ImageResolver
+
+    return ImageResolver(Path(root), rule).resolve
+
+
+def _read_cassette(folder: Path) -> dict[str, Any]:
+    meta = folder / CASSETTE_FILE
+    if not meta.is_file():
+        raise AgentSetupError(f"{folder}: not a kbvqa cassette (no {CASSETTE_FILE}; cassettes are written beside "
+                              "a run's output as <out stem>.cassette/)")
+    try:
+        return json.loads(meta.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise AgentSetupError(f"{meta}: unreadable ({exc})") from None
+
+
+def _backend(opts: AgentOptions, recorded: dict[str, Any] | None) -> Any:
+    from kbvqa.tools import TOOL_BACKENDS
+
+    name = recorded["backend"]["backend"] if recorded else opts.tools
+    if name not in TOOL_BACKENDS.names():
+        raise AgentSetupError(f"unknown tool backend {name!r} (choose from {', '.join(TOOL_BACKENDS.names())}, "
+                              "or replay)")
+    settings = dict((recorded or {}).get("backend_options") or (opts.web if name == "web" else None) or {})
+    backend = TOOL_BACKENDS.get(name)(**settings)
+    if recorded and str(recorded["backend"].get("version")) != backend.version:
+        raise AgentSetupError(f"the cassette was recorded with {name}@{recorded['backend'].get('version')}, this "
+                              f"kbvqa has {name}@{backend.version}: the results would not match")
+    return backend
+
+
+def _recordable(agent: Any) -> dict[str, Any] | None:
+    """What a replay needs to rebuild the agent's request keys (never a key or a secret)."""
+    if agent is None:
+        return None
+    if not hasattr(agent, "cache_only"):
+        raise AgentSetupError(f"the agent role ({type(agent).__name__}) cannot be recorded into a cassette; use an "
+                              "OpenAI-compatible backend")
+    return {"base_url": agent.base_url, "model": agent.model, "temperature": agent.temperature,
+            "max_tokens": agent.max_tokens, "extra_params": agent.extra_params,
+            "json_schema_strict": agent.json_schema_strict}
+
+
+def _replay_client(recorded: dict[str, Any], cache_path: Path) -> Any:
+    from kbvqa.models.cache import ResponseCache
+    from kbvqa.models.client import OpenAIChatClient
+
+    client = OpenAIChatClient(recorded["base_url"], recorded["model"], temperature=recorded["temperature"],
+                              max_tokens=recorded["max_tokens"], extra_params=recorded["extra_params"],
+                              json_schema_strict=recorded["json_schema_strict"], cache=ResponseCache(cache_path))
+    client.cache_only = True
+    return client
+
+
+def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: Any = None, encoder: Any = None,
+                    image_root: Path | None = None, options: AgentOptions | None = None, **settings: Any) -> Job:
+    """The agent Job. `settings` are AgentOptions fields (tools="web", max_turns=8, ...)."""
+    from kbvqa.models.cache import ResponseCache
+    from kbvqa.stages.agent.react import AgentConfig, AgentEpisode
+    from kbvqa.tools.cache import ToolCache
+    from kbvqa.tools.toolbox import Toolbox
+
+    opts = options or AgentOptions(**settings)
+    roles = dict(roles or {})
+    if kb is None:
+        raise AgentSetupError("the agent needs a KB (--kb): the local tools read it, and predictions name KB urls")
+    if index is not None and encoder is not None and index.encoder != encoder.name:
+        raise AgentSetupError(f"the image index was built with {index.encoder!r} but the encoder is {encoder.name!r}")
+    recorded = None
+    if opts.tools == "replay":
+        if opts.cassette is None:
+            raise AgentSetupError("--tools replay needs --cassette DIR (a previous run's <out stem>.cassette/)")
+        recorded = _read_cassette(Path(opts.cassette))
+    backend = _backend(opts, recorded)
+    today = (recorded or {}).get("today") or opts.today or datetime.now(timezone.utc).date().isoformat()
+    stage = AgentEpisode(AgentConfig(protocol=opts.protocol, max_turns=opts.max_turns, max_tokens=opts.max_tokens,
+                                     max_cost=opts.max_cost, max_seconds=opts.max_seconds, today=today))
+    resources: dict[str, Any] = {"image_root": image_root, "kb_image_file": _kb_image_file(opts.kb_images,
+                                                                                         opts.kb_image_rule)}
+    if index is not None and encoder is not None:
+        resources.update(image_index=index, image_encoder=encoder)
+    agent = roles.get("agent")
+    if recorded is not None:
+        cassette = Path(opts.cassette)  # type: ignore[arg-type]
+        resources["toolbox"] = Toolbox(backend, ToolCache(cassette / "tools.sqlite"), replay=True,
+                                       blocked_domains=opts.blocked_domains)
+        if recorded.get("agent"):  # the recorded model answers, from its cache only
+            roles["agent"] = agent = _replay_client(recorded["agent"], cassette / "models.sqlite")
+        elif agent is not None:
+            raise AgentSetupError("this cassette was recorded with the embedded baseline policy; replay it "
+                                  "without --llm / an agent role")
+    ctx = Context(kb=kb, roles=roles, resources=resources)
+
+    def output_resources(out: Path) -> dict[str, Any]:
+        res: dict[str, Any] = {"artifacts": ArtifactStore.beside(out)}
+        if recorded is None:  # record this run's cassette beside its output
+            folder = out.with_name(out.stem + ".cassette")
+            folder.mkdir(parents=True, exist_ok=True)
+            res["toolbox"] = Toolbox(backend, ToolCache(folder / "tools.sqlite"), blocked_domains=opts.blocked_domains)
+            if agent is not None and getattr(agent, "cache", None) is None and hasattr(agent, "cache"):
+                agent.cache = ResponseCache(folder / "models.sqlite")
+            meta = {"backend": backend.describe(), "backend_options": opts.web if backend.name == "web" else None,
+                    "today": today, "protocol": opts.protocol, "agent": _recordable(agent)}
+            (folder / CASSETTE_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
+        return res
+
+    return Job([stage], ctx, description="agent", output_resources=output_resources,
+               run_config={"pipeline": "agent", "tools": opts.tools, "protocol": opts.protocol,
+                           "max_turns": opts.max_turns, "today": today,
+                           "blocked_domains": list(opts.blocked_domains)})
+
+
+PIPELINES.add("agent", build_agent_job, kind="answer", job=True,
+              help="ReAct search agent with search/visit/image tools; interleaved answers with image tags")

@@ -1,0 +1,263 @@
+"""Build the vector indexes: KB images and KB sections in, vectors out (`kbvqa index images|text`).
+
+The KB layer stores vectors and computes none (kb/ never imports models/), so computing them lives
+here, where a pipeline may use both: `build_image_index` maps each KB `image_urls` entry to a local
+file (`ImageResolver`), encodes them with an image encoder and reports every image it could not
+find or decode; `build_text_index` embeds every section. `index_images` / `index_text` are the
+commands' whole job (open the KB, make the encoder from its registered name, build, save) and
+`load_image_index` is the wiring every image-retrieval job shares: an index and the encoder that
+built it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+
+from kbvqa.data.text import section_text
+from kbvqa.data.urls import canonical_url
+from kbvqa.kb.image_index import ImageIndex, IndexKind
+from kbvqa.kb.text_index import TextIndex
+from kbvqa.models.image_encoders import ImageEncoder, encode_files, get_encoder
+from kbvqa.progress import ProgressBar
+
+
+# -- KB images -> local files ------------------------------------------------------------------------
+ImageRule = Literal["auto", "basename", "relative", "urlpath"]
+
+
+@dataclass
+class ImageResolver:
+    """Map a KB `image_urls` entry to a local file under `root`.
+
+    Rules: `basename` (ROOT/<last path segment of the url, percent-decoded>), `relative` (ROOT/<the
+    entry as stored>, for KBs that store relative paths), `urlpath` (ROOT/<host-less url path>, for a
+    mirror that keeps the server's directory layout), `auto` (relative for non-URLs, else basename,
+    then urlpath). A callable `rule(url, root) -> Path | None` may replace them."""
+
+    root: Path
+    rule: ImageRule | Callable[[str, Path], Path | None] = "auto"
+
+    def candidates(self, url: str) -> list[Path]:
+        root = Path(self.root)
+        if callable(self.rule):
+            p = self.rule(url, root)
+            return [Path(p)] if p is not None else []
+        is_url = "://" in url
+        path = unquote(urlparse(url).path) if is_url else url
+        base = path.rstrip("/").rsplit("/", 1)[-1]
+        by_rule = {
+            "basename": [root / base, root / url.rstrip("/").rsplit("/", 1)[-1]],
+            "relative": [root / url.lstrip("/")],
+            "urlpath": [root / path.lstrip("/")],
+        }
+        if self.rule == "auto":
+            order = (["basename", "urlpath"] if is_url else ["relative", "basename"])
+            out = [p for r in order for p in by_rule[r]]
+        else:
+            if self.rule not in by_rule:
+                raise ValueError(f"unknown image rule {self.rule!r} (auto, basename, relative, urlpath)")
+            out = by_rule[self.rule]
+        seen, uniq = set(), []
+        for p in out:
+            if p not in seen:
+                seen.add(p)
+                uniq.append(p)
+        return uniq
+
+    def resolve(self, url: str) -> Path | None:
+        for p in self.candidates(url):
+            if p.is_file():
+                return p
+        return None
+
+
+@dataclass
+class BuildReport:
+    """What `build_image_index` did; nothing missing is silent."""
+
+    articles: int = 0
+    articles_without_images: int = 0
+    articles_indexed: int = 0
+    images_listed: int = 0
+    images_resolved: int = 0
+    images_missing: int = 0
+    images_failed: int = 0
+    vectors: int = 0
+    seconds: float = 0.0
+    images_per_second: float = 0.0
+    examples_missing: list[str] = field(default_factory=list)
+    examples_failed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def build_image_index(kb: Any, image_root: str | Path, encoder: Any, *, rule: ImageRule | Callable = "auto",
+                      kind: IndexKind = "flat", max_images_per_article: int | None = None, batch_size: int = 256,
+                      progress: bool = False, urls: Iterable[str] | None = None,
+                      index_params: dict[str, Any] | None = None) -> tuple[ImageIndex, BuildReport]:
+    """Index every KB article's images (or those of `urls`) found under `image_root`.
+
+    Missing files and undecodable images are counted in the report (with up to 20 examples each)."""
+
+    t0 = time.perf_counter()
+    resolver = ImageResolver(Path(image_root), rule)
+    report = BuildReport()
+    paths: list[Path] = []
+    owners: list[str] = []
+    names: list[str] = []
+    iterator = (kb.get(u) for u in urls) if urls is not None else iter(kb)
+    for article in iterator:
+        if article is None:
+            continue
+        report.articles += 1
+        listed = list(article.image_urls)
+        if max_images_per_article:
+            listed = listed[:max_images_per_article]
+        if not listed:
+            report.articles_without_images += 1
+        for img_url in listed:
+            report.images_listed += 1
+            p = resolver.resolve(img_url)
+            if p is None:
+                report.images_missing += 1
+                if len(report.examples_missing) < 20:
+                    report.examples_missing.append(img_url)
+                continue
+            paths.append(p)
+            owners.append(article.url)
+            names.append(img_url)
+    report.images_resolved = len(paths)
+    bar = ProgressBar(len(paths), f"index images ({encoder.name})", progress)
+    vecs, kept, failed = encode_files(encoder, paths, batch_size=batch_size, on_batch=bar.advance)
+    bar.close()
+    report.images_failed = len(failed)
+    report.examples_failed = [f"{names[i]}: {msg}" for i, msg in list(failed.items())[:20]]
+    index = ImageIndex(encoder.name, int(vecs.shape[1]) if len(vecs) else int(encoder.dim), kind,
+                       **(index_params or {}))
+    index.add(vecs, [owners[i] for i in kept], [names[i] for i in kept])
+    index.build()
+    report.vectors = len(index)
+    report.articles_indexed = len(Counter(index.urls))
+    report.seconds = round(time.perf_counter() - t0, 3)
+    report.images_per_second = round(len(kept) / report.seconds, 1) if report.seconds else 0.0
+    index.stats = {**report.as_dict(), "image_root": str(image_root),
+                   "rule": rule if isinstance(rule, str) else getattr(rule, "__name__", "callable")}
+    return index, report
+
+
+def build_text_index(kb: Any, embedder: Any, *, urls: Iterable[str] | None = None, batch_articles: int = 512,
+                     max_chars: int = 1500, progress: bool = False) -> tuple[TextIndex, dict[str, Any]]:
+    """Embed every section of every KB article (or of `urls`). Returns (index, stats)."""
+
+    t0 = time.perf_counter()
+    ranges: dict[str, tuple[int, int]] = {}
+    section_ids: list[int] = []
+    chunks: list[np.ndarray] = []
+    row = 0
+    n_articles = n_empty = 0
+    total = len(kb) if urls is None and hasattr(kb, "__len__") else 0
+    bar = ProgressBar(total, "embed KB sections", progress and total > 0)
+    buf_texts: list[str] = []
+
+    def flush() -> None:
+        if buf_texts:
+            chunks.append(embedder.encode(buf_texts))
+            buf_texts.clear()
+
+    articles = (kb.get(u) for u in urls) if urls is not None else iter(kb)
+    pending = 0
+    for art in articles:
+        if art is None:
+            continue
+        n_articles += 1
+        start = row
+        for s in art.sections:
+            if not (s.text or s.title).strip():
+                continue
+            buf_texts.append(section_text(art.title, s.title, s.text, max_chars))
+            section_ids.append(s.index)
+            row += 1
+        if row == start:
+            n_empty += 1
+        ranges[canonical_url(art.url)] = (start, row)
+        pending += 1
+        if pending >= batch_articles:
+            flush()
+            bar.advance(pending)
+            pending = 0
+    flush()
+    bar.advance(pending)
+    bar.close()
+    vectors = np.concatenate(chunks) if chunks else np.zeros((0, embedder.dim), dtype=np.float32)
+    index = TextIndex.from_rows(embedder.name, embedder.dim, vectors, ranges, section_ids)
+    secs = time.perf_counter() - t0
+    return index, {"articles": n_articles, "articles_without_text": n_empty, "sections": len(index),
+                   "seconds": round(secs, 3), "sections_per_second": round(len(index) / secs, 1) if secs else 0.0}
+
+
+# -- the commands' jobs -------------------------------------------------------------------------------
+
+
+@dataclass
+class IndexBuild:
+    """What `index_images` / `index_text` built and saved, and the summary the command prints."""
+
+    index: Any
+    path: Path  # the saved index's .json
+    stats: dict[str, Any]
+    model: Any  # the encoder or embedder
+
+    def summary(self) -> dict[str, Any]:
+        if isinstance(self.index, ImageIndex):
+            return {"index": str(self.path), "encoder": self.index.encoder, "kind": self.index.kind,
+                    "vectors": len(self.index), **{k: v for k, v in self.stats.items() if not k.startswith("examples")}}
+        return {"index": str(self.path), "embedder": self.index.embedder, **self.stats}
+
+
+def _open(kb: Any, progress: bool) -> Any:
+    from kbvqa.kb.store import open_kb
+
+    return open_kb(kb, progress=progress) if isinstance(kb, (str, Path)) else kb
+
+
+def index_images(kb: Any, image_root: str | Path, out: str | Path, *, encoder: str = "colorgrad-hist-v1",
+                 model_dir: str | Path | None = None, device: str | None = None, kind: IndexKind = "flat",
+                 rule: ImageRule | Callable = "auto", max_images_per_article: int | None = None,
+                 batch_size: int = 64, index_params: dict[str, Any] | None = None,
+                 progress: bool = False) -> IndexBuild:
+    """`kbvqa index images`: open the KB (a path or a store), make the encoder by its registered
+    name, index every article's images and save the index to `out`."""
+    store = _open(kb, progress)
+    enc = get_encoder(encoder, model_dir, batch_size=batch_size, progress=progress,
+                      **({"device": device} if device else {}))
+    index, report = build_image_index(store, image_root, enc, rule=rule, kind=kind,
+                                      max_images_per_article=max_images_per_article, batch_size=batch_size,
+                                      progress=progress, index_params=index_params)
+    return IndexBuild(index, index.save(out), report.as_dict(), enc)
+
+
+def index_text(kb: Any, out: str | Path, *, model_dir: str | Path | None = None, device: str | None = None,
+               batch_size: int = 64, progress: bool = False) -> IndexBuild:
+    """`kbvqa index text`: embed every KB section with a local sentence-transformers model and save."""
+    from kbvqa.models.text_embed import TextEmbedder
+
+    store = _open(kb, progress)
+    emb = TextEmbedder(model_dir, device=device, batch_size=batch_size)
+    index, stats = build_text_index(store, emb, progress=progress)
+    return IndexBuild(index, index.save(out), stats, emb)
+
+
+def load_image_index(path: str | Path, model_dir: str | Path | None = None, *,
+                     device: str | None = None) -> tuple[ImageIndex, ImageEncoder]:
+    """A saved image index and the encoder it was built with (by the name it records; a neural one
+    from `model_dir`, checked to be the same model)."""
+    index = ImageIndex.load(Path(path))
+    return index, get_encoder(index.encoder, model_dir, **({"device": device} if device else {}))

@@ -1,0 +1,243 @@
+"""The `kbvqa score` jobs: read the files, run the registered scorer, return what to show.
+
+Each function is one command. It loads and checks the inputs (errors name file, line and field),
+runs the scorer — the short-answer judge and the E-VQA LLM fallback as runner jobs with a journal,
+resume and a manifest — and returns a `ScoreReport`: the summary (the command's `--json` document)
+plus the table, the notes for stderr and the lines after the table. The command line only prints it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kbvqa.data.jsonl import write_jsonl
+from kbvqa.evaluate import METRICS
+from kbvqa.evaluate import evqa as ev
+from kbvqa.evaluate import judge as jd
+from kbvqa.evaluate import methods as mt
+from kbvqa.evaluate import retrieval as rt
+from kbvqa.evaluate.io import last_prediction_per_id, load_infoseek_references, load_predictions
+from kbvqa.models.config import ConfigError, one_role, roles_from_flags
+
+__all__ = ["ScoreReport", "judge_client", "score_infoseek_files", "score_evqa_files", "judge_files",
+           "score_retrieval_files", "convert_predictions"]
+
+
+@dataclass
+class ScoreReport:
+    summary: dict[str, Any]  # the --json document
+    title: str
+    header: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+    notes: list[str] = field(default_factory=list)  # stderr, always (accounting, warnings)
+    footer: list[str] = field(default_factory=list)  # stdout after the table (not with --json)
+
+
+def judge_client(*, config: Path | None = None, role: str | None = None, base_url: str | None = None,
+                 model: str | None = None, replay: Path | None = None, concurrency: int = 16) -> Any:
+    """The judge model, or None when none is asked for.
+
+    Either a model role from kbvqa.toml / KBVQA_<ROLE>_* (`config`, `role`; default role "judge"),
+    or the direct flags (`base_url` + `model`, or a `replay` cassette) — mixing them is an error, so
+    it is always clear which model judged. Built by `roles_from_flags`: the flags' client gets
+    `concurrency` slots, so the job's --concurrency is what reaches the server (a role from the file
+    keeps the `concurrency` written there)."""
+    flags = bool(base_url or model or replay is not None)
+    if config is not None or role is not None:
+        if flags:
+            raise ConfigError("choose either --config/--judge-role or --judge-base-url/--judge-model/--judge-replay")
+        return one_role(roles_from_flags(config), role or "judge",
+                        where=str(config) if config is not None else "the environment")
+    if not flags:
+        return None
+    if replay is not None and (base_url or model):
+        raise ConfigError("choose either --judge-replay or --judge-base-url/--judge-model")
+    if (base_url or model) and not (base_url and model):
+        raise ConfigError("an LLM judge needs both --judge-base-url and --judge-model")
+    roles = roles_from_flags(None, llm=base_url, model=model, replay=replay, fill=("judge",), concurrency=concurrency)
+    return one_role(roles, "judge")
+
+
+def _write_items(path: Path | None, items: list[dict[str, Any]]) -> None:
+    if path is not None:
+        write_jsonl(path, items)
+
+
+def _beside(predictions: Path, suffix: str) -> Path:
+    return predictions.with_name(f"{predictions.stem}.{suffix}.jsonl")
+
+
+# --------------------------------------------------------------------------------------------------
+# InfoSeek
+
+
+def score_infoseek_files(predictions: Path, references: Path, *, qtypes: Path | None = None, mode: str = "official",
+                         per_item: Path | None = None, time_leniency: bool = True) -> ScoreReport:
+    """InfoSeek accuracy with the registered mode `infoseek-<mode>`."""
+    entry = METRICS.entry(f"infoseek-{mode}")
+    refs = load_infoseek_references(references, qtypes_path=qtypes, keep_raw=bool(entry.info.get("raw_aliases")))
+    options = {"time_leniency": time_leniency} if mode == "strict" else {}
+    res = entry.obj(load_predictions(predictions), refs, per_item=per_item is not None, **options)
+    _write_items(per_item, res.items)
+    s = res.summary
+    notes: list[str] = []
+    if mode == "official":
+        c = res.counts
+        note = (f"kbvqa: official rules: {c['n_scored']} predictions scored; "
+                f"{c['n_references_without_prediction']} references without a prediction (not counted); "
+                f"{c['n_unknown_ids']} predictions with unknown ids ignored; "
+                f"{c['n_duplicate_predictions']} duplicate predictions counted again")
+        if c["n_references_without_split"]:
+            note += f"; {c['n_references_without_split']} references have no data_split (scored as unseen_entity)"
+        notes.append(note)
+    if mode == "reward":
+        rows = [(qt, v["accuracy"], v["correct"], v["n"]) for qt, v in s["by_question_type"].items()]
+        rows.append(("all", s["accuracy"], s["correct"], s["n"]))
+        return ScoreReport(s, f"InfoSeek reward accuracy (coverage {s['coverage']:.2%})",
+                           ("type", "accuracy", "correct", "n"), rows, notes + [f"warning: {w}" for w in s["warnings"]])
+    rows = [(name, s[f"{name}_score"]["score"], s[f"{name}_score"]["score_string"], s[f"{name}_score"]["score_num"],
+             s[f"{name}_score"]["score_time"]) for name in ("unseen_question", "unseen_entity")]
+    footer = []
+    if mode == "strict":
+        footer.append(f"coverage {s['coverage']:.2%} ({s['n_predicted']}/{s['n']}); time leniency rescued "
+                      f"{s['extensions']['time_leniency']['n_rescued']} items (kbvqa extension)")
+    return ScoreReport(s, f"InfoSeek {mode}: final {s['final_score']}",
+                       ("split", "score", "string", "numerical", "time"), rows, notes, footer)
+
+
+# --------------------------------------------------------------------------------------------------
+# E-VQA
+
+
+def _evqa_backend(judge: Any, *, bem_dir: Path | None, semantic: bool, semantic_threshold: float,
+                  semantic_model_dir: Path | None, out: Path | None, resume: bool, concurrency: int,
+                  progress: bool) -> Any:
+    chosen = [n for n, on in (("--bem-dir", bem_dir is not None), ("an LLM judge", judge is not None),
+                              ("--semantic", semantic)) if on]
+    if len(chosen) > 1:
+        raise ValueError(f"choose one equivalence backend, got {' and '.join(chosen)}")
+    if bem_dir is not None:
+        return ev.load_bem(bem_dir)
+    if judge is not None:
+        return ev.LLMJudgeBackend(judge, concurrency=concurrency, out=out, resume=resume, progress=progress)
+    if semantic:
+        from kbvqa.evaluate.semantic import SemanticBackend  # numpy and the embedder only when asked for
+
+        return SemanticBackend(semantic_model_dir, threshold=semantic_threshold)
+    return None
+
+
+def score_evqa_files(predictions: Path, references: Path, *, judge: Any = None, bem_dir: Path | None = None,
+                     semantic: bool = False, semantic_threshold: float = 0.8, semantic_model_dir: Path | None = None,
+                     out: Path | None = None, resume: bool = True, concurrency: int = 16,
+                     per_item: Path | None = None, progress: bool = False) -> ScoreReport:
+    """E-VQA accuracy: exact match, then at most one equivalence backend on the EM failures.
+
+    With an LLM judge the fallback is a runner job whose journal is `out` (default
+    `<predictions stem>.evqa-judge.jsonl`); BEM and --semantic run in-process, batched."""
+    if out is not None and judge is None:
+        raise ValueError("--out is the LLM judge's journal; it needs a judge (--judge-base-url/--judge-model, "
+                         "--judge-replay or --config)")
+    if judge is not None and out is None:
+        out = _beside(predictions, "evqa-judge")
+    backend = _evqa_backend(judge, bem_dir=bem_dir, semantic=semantic, semantic_threshold=semantic_threshold,
+                            semantic_model_dir=semantic_model_dir, out=out, resume=resume, concurrency=concurrency,
+                            progress=progress)
+    refs = ev.load_evqa_references(references)
+    res = ev.score_evqa(load_predictions(predictions), refs, backend=backend, per_item=per_item is not None)
+    _write_items(per_item, res.items)
+    s = res.summary
+    rows = [(k, v["accuracy"], v["correct"], v["n"], v["n_predicted"]) for k, v in s["by_question_type"].items()]
+    rows.append(("all", s["accuracy"], s["correct"], s["n"], s["n_predicted"]))
+    run = (s.get("judge") or {}).get("run") or {}
+    footer = [_run_line(run)] if run.get("out") else []
+    return ScoreReport(s, f"E-VQA accuracy, scorer {s['scorer']}, coverage {s['coverage']:.2%}",
+                       ("question_type", "accuracy", "correct", "n", "predicted"), rows, footer=footer)
+
+
+def _run_line(run: dict[str, Any]) -> str:
+    return (f"judge journal {run['out']} (ok {run['ok']}, error {run['error']}, invalid {run['invalid']}, "
+            f"skipped {run['skipped']}; {run['calls']} requests), manifest {run['manifest']}")
+
+
+# --------------------------------------------------------------------------------------------------
+# short-answer judge
+
+
+def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | None = None, resume: bool = True,
+                concurrency: int = 16, per_item: Path | None = None, progress: bool = False) -> ScoreReport:
+    """SimpleQA-style grading of every reference id as a runner job (journal `out`, default
+    `<predictions stem>.judge.jsonl`). A missing or empty prediction is not_attempted without a
+    call; the summary is computed from the journal, so a resumed run reports every id."""
+    if judge is None:
+        raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
+                         "or --judge-replay")
+    refs = jd.load_judge_references(references)
+    by_id, unknown, dup = last_prediction_per_id(load_predictions(predictions), refs)
+    records = [{"id": did, "question": q, "target": target, "prediction": by_id.get(did), "missing": did not in by_id}
+               for did, (q, target) in refs.items()]
+    out = out or _beside(predictions, "judge")
+    got = jd.run_judge(records, judge, out=out, resume=resume, concurrency=concurrency, progress=progress,
+                       run_config={"task": "simpleqa-judge", "predictions": str(predictions),
+                                   "references": str(references)})
+    prov = getattr(judge, "provenance", None)
+    summary: dict[str, Any] = {"scorer": jd.METRIC, "prompt_version": jd.PROMPT_VERSION,
+                               **jd.simpleqa_metrics(got.verdicts.values()),
+                               "n_missing": sum(1 for r in records if r["missing"]),
+                               "n_empty": sum(1 for r in records if not r["missing"] and not r["prediction"]),
+                               "n_unknown_ids": unknown, "n_duplicate_predictions": dup,
+                               "judge": getattr(prov, "model", None),
+                               "judge_provenance": {k: getattr(prov, k, None)
+                                                    for k in ("backend", "model", "base_url")},
+                               "out": str(out), "manifest": str(got.run.manifest), "run": got.run_info()}
+    if per_item is not None:
+        _write_items(per_item, [{"data_id": r["id"], "prediction": r["prediction"], "missing": r["missing"],
+                                 "label": got.verdicts[r["id"]].label, "rationale": got.verdicts[r["id"]].rationale}
+                                for r in records])
+    keys = ("correct", "incorrect", "not_attempted", "invalid", "error", "accuracy_given_attempted", "f1")
+    return ScoreReport(summary, f"Short-answer judge ({summary['n']} items)", ("metric", "value"),
+                       [(k, f"{summary[k]:.4f}") for k in keys], footer=[_run_line(summary["run"])])
+
+
+# --------------------------------------------------------------------------------------------------
+# retrieval
+
+
+def score_retrieval_files(records: Path, references: Path, *, ks: list[int] | tuple[int, ...] = rt.DEFAULT_KS,
+                          two_hop: str = "any", texts: Path | None = None) -> ScoreReport:
+    """Recall@K and MRR per stage; with `texts`, answer-in-retrieved-text recall too."""
+    refs = rt.load_retrieval_references(references)
+    recs, dup = rt.load_retrieval_records(records)
+    out = rt.retrieval_metrics(recs, refs, ks=ks, two_hop=two_hop)
+    out["n_duplicate_records"] = dup
+    if texts is not None:
+        table = rt.load_answer_texts(texts)
+        out["answer_in_text"] = {stage: rt.answer_in_text_recall(r, refs, table.get, ks=ks)
+                                 for stage, r in recs.items()}
+    rows = [(stage, *[f"{100 * m['recall'][f'@{k}']:.2f}" for k in out["ks"]], f"{m['mrr']:.4f}", m["n_missing"])
+            for stage, m in out["stages"].items()]
+    return ScoreReport(out, f"Retrieval ({out['n_references']} references, two_hop={two_hop})",
+                       ("stage", *[f"R@{k}" for k in out["ks"]], "MRR", "missing"), rows)
+
+
+# --------------------------------------------------------------------------------------------------
+# published methods' outputs
+
+
+def convert_predictions(source: Path, method: str, out: Path, *, references: Path | None = None,
+                        **options: Any) -> ScoreReport:
+    """Convert a method's outputs (registered format `method`, see `kbvqa.evaluate.methods.METHODS`)
+    to prediction lines in `out`, with the id-alignment report. `options` go to `methods.convert`."""
+    res = mt.convert(method, source, references=references, **options)
+    n = mt.write_predictions(out, res.predictions)
+    a = res.alignment
+    rows: list[tuple[Any, ...]] = [("lines read", a.n_input), ("written", n),
+                                   ("duplicate ids", f"{len(a.duplicates)} ({a.duplicate_policy})"),
+                                   ("null predictions", a.n_null_predictions)]
+    if a.n_references is not None:
+        rows += [("references", a.n_references), ("missing ids", a.n_missing), ("unknown ids (dropped)", a.n_unknown)]
+    rows += [(f"rule {k}", v) for k, v in res.parse_rules.items()]
+    return ScoreReport({**res.summary(), "out": str(out), "n_written": n}, f"{method} -> {out}", ("", "count"), rows,
+                       notes=[f"warning: {w}" for w in res.warnings])

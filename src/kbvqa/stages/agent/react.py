@@ -1,0 +1,334 @@
+"""The AgenticInterleave ReAct loop (seed 001 §3.3) as one stage: one episode per record.
+
+Each turn the policy (the `agent` role, or the embedded baseline) writes `<think>` and one tool call
+or an answer; the harness runs the call through the Toolbox and answers with `<tool_response>`. The
+harness — not the model — enforces the rules users of such agents asked for:
+
+- budgets on turns (default 12), tokens, cost and wall time; one turn before a cap the model is told
+  to answer now;
+- one image_search per episode (a second is answered `quota`, not run);
+- repetition on two levels: an identical call (same tool, same canonical arguments) is answered
+  "not run: repeated"; calls that repeat a recent query or add no result not seen before first get a
+  warning, then end the episode `repeated_behaviour` (the anchoring loop NoteVQA found in 70% of
+  its failures);
+- two unusable replies in a row (no call and no answer, or a call that does not parse) end the
+  episode `format_error`; a tool backend failing N times in a row ends it `tool_unavailable`;
+- every step records whether its observation contains a reference answer verbatim (leakage).
+
+Every episode says why it ended (`meta.termination`). An answer's image tags are validated against
+the trajectory (`tags.validate_tags`). A failed model call is an `error` record (retried on resume),
+never an answer; an episode that ends without an answer is a prediction with `answer: null`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from kbvqa.data.matching import answers_in_text
+from kbvqa.data.schema import Prediction, Sample, Usage
+from kbvqa.models.prompts.agent import ANSWER_NOW, FORMAT_ERROR, REPEAT_WARNING, SYSTEM
+from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.stages import register_stage
+from kbvqa.stages.agent.policy import BaselinePolicy, ModelPolicy, PolicyReply, Step
+from kbvqa.stages.agent.tags import short_answer, validate_tags
+from kbvqa.tools.base import EpisodeInfo, ToolResult, file_sha256, locale_for, tools_block
+from kbvqa.tools.toolbox import Toolbox
+
+Termination = Literal["answer", "turn_budget", "token_budget", "cost_budget", "wall_time", "repeated_behaviour",
+                      "format_error", "tool_unavailable"]
+
+
+class AgentConfig(StageConfig):
+    role: str = "agent"  # the model role that drives the loop; the baseline policy when not configured
+    protocol: Literal["text", "tools"] = "text"
+    max_turns: int = Field(12, ge=1)
+    max_tokens: int | None = Field(None, ge=1)  # prompt + completion tokens over the episode
+    max_cost: float | None = Field(None, gt=0)
+    max_seconds: float | None = Field(None, gt=0)
+    max_reply_tokens: int | None = Field(2048, ge=1)
+    image_search_quota: int = Field(1, ge=0)
+    max_format_errors: int = Field(2, ge=1)
+    repeat_window: int = Field(3, ge=1)  # recent calls a new query is compared with
+    repeat_similarity: float = Field(0.8, gt=0, le=1)  # word-set Jaccard that makes a query a near-duplicate
+    repeat_patience: int = Field(2, ge=1)  # stale calls in a row: the first warns, this many end the episode
+    tool_failures: int = Field(3, ge=1)  # backend failures in a row that end the episode
+    thought_chars: int = Field(2000, ge=0)
+    observation_chars: int = Field(2000, ge=0)  # kept inline; the full text goes to an artifact file
+    today: str | None = None  # the date in the system prompt (fixed for exact replays); None = today (UTC)
+    leak_check: bool = True
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.casefold()))
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+class _Episode:
+    """The mutable state of one episode (what the policy and the guards look at)."""
+
+    def __init__(self, sample: Sample, image: Path | None, info: EpisodeInfo):
+        self.sample, self.image, self.info = sample, image, info
+        self.steps: list[Step] = []
+        self.messages: list[dict[str, Any]] = []
+        self.usage = Usage()
+        self.started = time.monotonic()
+        self.seen_calls: dict[str, int] = {}  # canonical call -> turn
+        self.seen_items: set[str] = set()
+        self.stale = 0
+        self.format_errors = 0
+        self.tool_failures = 0
+        self.image_searches = 0
+        self.note: str | None = None  # harness text to add to the next message the model reads
+        self.warned: set[str] = set()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+@register_stage
+class AgentEpisode(Stage):
+    """Reads ctx resources `toolbox` (a tools.toolbox.Toolbox), `image_root`, optional `artifacts`."""
+
+    name = "agent"
+    version = "1"
+    config_model = AgentConfig
+    prompts = (SYSTEM, FORMAT_ERROR, ANSWER_NOW, REPEAT_WARNING)
+
+    def __init__(self, config: AgentConfig | None = None):
+        super().__init__(config)
+        self.config: AgentConfig
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _policy(self, ctx: Context) -> Any:
+        if self.config.role in ctx.roles:
+            return ModelPolicy(ctx.role(self.config.role), self.config.protocol, self.config.max_reply_tokens)
+        return BaselinePolicy()
+
+    def _start(self, record: dict[str, Any], ctx: Context, policy: Any) -> _Episode:
+        sample = Sample.model_validate({k: v for k, v in record.items() if k in Sample.model_fields})
+        image = ctx.image_path(sample.images[0]) if sample.images else None
+        info = EpisodeInfo(record_id=sample.id, question=sample.question, image=image,
+                           image_sha256=file_sha256(image) if image else None,
+                           image_url=(sample.meta.get("image_urls") or [None])[0], locale=locale_for(sample.question))
+        ep = _Episode(sample, image, info)
+        if isinstance(policy, ModelPolicy):
+            today = self.config.today or datetime.now(timezone.utc).date().isoformat()
+            ep.messages = SYSTEM.messages([image] if image else [], question_raw=sample.question,
+                                          tools_block_raw=tools_block(), today_raw=today)
+        return ep
+
+    # -- budgets ----------------------------------------------------------------------------------
+    def _over_budget(self, ep: _Episode, turn: int) -> Termination | None:
+        c = self.config
+        if turn > c.max_turns:
+            return "turn_budget"
+        if c.max_seconds is not None and ep.elapsed >= c.max_seconds:
+            return "wall_time"
+        if c.max_tokens is not None and ep.usage.prompt_tokens + ep.usage.completion_tokens >= c.max_tokens:
+            return "token_budget"
+        if c.max_cost is not None and ep.usage.cost >= c.max_cost:
+            return "cost_budget"
+        return None
+
+    def _near_budget(self, ep: _Episode, turn: int) -> str | None:
+        c = self.config
+        near = {"turns": turn >= c.max_turns,
+                "time": c.max_seconds is not None and ep.elapsed >= 0.8 * c.max_seconds,
+                "tokens": c.max_tokens is not None
+                and ep.usage.prompt_tokens + ep.usage.completion_tokens >= 0.8 * c.max_tokens,
+                "cost": c.max_cost is not None and ep.usage.cost >= 0.8 * c.max_cost}
+        return next((k for k, v in near.items() if v and k not in ep.warned), None)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        toolbox: Toolbox = ctx.resource("toolbox")
+        policy = self._policy(ctx)
+        ep = self._start(record, ctx, policy)
+        termination: Termination | None = None
+        answer: str | None = None
+        turn = 0
+        while termination is None:
+            turn += 1
+            termination = self._over_budget(ep, turn)
+            if termination:
+                break
+            budget = self._near_budget(ep, turn)
+            if budget:
+                ep.warned.add(budget)
+                self._add_note(ep, ANSWER_NOW.render(budget_raw=budget))
+            self._flush_note(ep)
+            t0 = time.perf_counter()
+            reply = await self._ask(policy, ep)
+            if reply is None:
+                termination = "wall_time"
+                break
+            ep.usage = ep.usage.add(reply.usage)
+            ctx.add_usage(reply.usage)
+            step = Step(turn=turn, thought=reply.turn.thought, usage=reply.usage)
+            ep.steps.append(step)
+            if reply.turn.answer is not None:
+                answer, termination, step.final = reply.turn.answer, "answer", True
+            elif reply.turn.problem is not None:
+                step.problem = reply.turn.problem
+                ep.format_errors += 1
+                if ep.format_errors >= self.config.max_format_errors:
+                    termination = "format_error"
+                else:
+                    ep.messages.append(reply.assistant_message)
+                    self._add_note(ep, FORMAT_ERROR.render(problem_raw=reply.turn.problem))
+            else:
+                ep.format_errors = 0
+                termination = await self._tool_turn(reply, step, ep, toolbox, ctx)
+            step.seconds = round(time.perf_counter() - t0, 4)
+        return self._prediction(record, ep, policy, toolbox, termination, answer, ctx)
+
+    async def _ask(self, policy: Any, ep: _Episode) -> PolicyReply | None:
+        """The policy's reply, or None when the wall-time budget runs out while waiting for it."""
+        call = policy.next(ep.messages, ep, SYSTEM.id)
+        if self.config.max_seconds is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, timeout=max(0.0, self.config.max_seconds - ep.elapsed))
+        except asyncio.TimeoutError:
+            return None
+
+    def _add_note(self, ep: _Episode, text: str) -> None:
+        ep.note = f"{ep.note}\n\n{text}" if ep.note else text
+
+    def _flush_note(self, ep: _Episode) -> None:
+        """Harness notes reach the model as a user message (after a tool message, or on their own)."""
+        if ep.note is None:
+            return
+        if ep.messages and ep.messages[-1].get("role") == "user" and isinstance(ep.messages[-1].get("content"), str):
+            ep.messages[-1] = {**ep.messages[-1], "content": ep.messages[-1]["content"] + "\n\n" + ep.note}
+        else:
+            ep.messages.append({"role": "user", "content": ep.note})
+        ep.note = None
+
+    async def _tool_turn(self, reply: PolicyReply, step: Step, ep: _Episode, toolbox: Toolbox,
+                         ctx: Context) -> Termination | None:
+        name, raw = reply.turn.tool or "", reply.turn.arguments
+        step.tool, step.arguments = name, raw
+        parsed = toolbox.parse(name, raw)
+        stale_reason = None
+        if isinstance(parsed, ToolResult):  # unknown tool or bad arguments: the model reads why
+            result = parsed
+        else:
+            args, canonical = parsed
+            step.canonical = canonical
+            key = f"{name}:{sorted(canonical.items())}"
+            if name == "image_search" and ep.image_searches >= self.config.image_search_quota:
+                result = ToolResult(tool=name, status="quota",
+                                    reason=f"not run: image_search may be used {self.config.image_search_quota} "
+                                           "time(s) per episode")
+            elif key in ep.seen_calls:
+                result = ToolResult(tool=name, status="repeated",
+                                    reason=f"not run: you made this exact call in turn {ep.seen_calls[key]}")
+                stale_reason = "an identical call"
+            else:
+                ep.seen_calls[key] = step.turn
+                stale_reason = self._near_duplicate(name, canonical, ep)
+                if name == "image_search":
+                    ep.image_searches += 1
+                result = await toolbox.call(name, args, canonical, ep.info, ctx)
+                spent = Usage.model_validate(result.provenance.get("usage") or {})
+                step.usage, ep.usage = step.usage.add(spent), ep.usage.add(spent)
+                new = {it.id for it in result.items} - ep.seen_items
+                ep.seen_items |= new
+                if result.status in ("ok", "empty") and not new and stale_reason is None:
+                    stale_reason = "no result that earlier calls had not already returned"
+        step.result = result
+        ep.tool_failures = ep.tool_failures + 1 if result.status == "error" and not isinstance(parsed, ToolResult) else 0
+        self._observe(reply, result, ep)
+        if stale_reason is None:
+            ep.stale = 0
+        else:
+            ep.stale += 1
+            if ep.stale >= self.config.repeat_patience:
+                return "repeated_behaviour"
+            self._add_note(ep, REPEAT_WARNING.render(detail_raw=stale_reason))
+        if ep.tool_failures >= self.config.tool_failures:
+            return "tool_unavailable"
+        return None
+
+    def _near_duplicate(self, name: str, canonical: dict[str, Any], ep: _Episode) -> str | None:
+        """A query close to one of the last few calls of the same tool (word-set Jaccard)."""
+        queries = canonical.get("query")
+        if not queries:
+            return None
+        words = _words(" ".join(queries if isinstance(queries, list) else [queries]))
+        recent = [s for s in ep.steps[:-1] if s.tool == name and s.canonical][-self.config.repeat_window:]
+        for s in recent:
+            q = s.canonical.get("query") or []
+            if _jaccard(words, _words(" ".join(q if isinstance(q, list) else [q]))) >= self.config.repeat_similarity:
+                return f"a query almost the same as turn {s.turn}'s"
+        return None
+
+    def _observe(self, reply: PolicyReply, result: ToolResult, ep: _Episode) -> None:
+        text = result.text or f"[{result.tool}: {result.status}] {result.reason}"
+        ep.messages.append(reply.assistant_message)
+        if reply.tool_call_id is not None:
+            ep.messages.append({"role": "tool", "tool_call_id": reply.tool_call_id, "content": text})
+        else:
+            ep.messages.append({"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"})
+
+    # -- the output -----------------------------------------------------------------------------
+    def _step_line(self, step: Step, ep: _Episode, ctx: Context) -> dict[str, Any]:
+        c = self.config
+        line: dict[str, Any] = {"turn": step.turn, "thought": step.thought[: c.thought_chars]}
+        if step.final:
+            line["answer"] = True
+        if step.problem:
+            line["problem"] = step.problem
+        if step.tool is not None:
+            line.update(tool=step.tool, arguments=step.canonical if step.canonical is not None else step.arguments)
+        r = step.result
+        if r is not None:
+            line.update(status=r.status, reason=r.reason,
+                        items=[{k: v for k, v in it.model_dump().items() if v not in (None, "")}
+                               | {"text": it.text[:300]} for it in r.items],
+                        observation=r.text[: c.observation_chars],
+                        provenance={k: v for k, v in r.provenance.items() if k != "usage"})
+            if len(r.text) > c.observation_chars and ctx.resource("artifacts", None) is not None:
+                line["observation_file"] = ctx.resource("artifacts").put(ep.sample.id, f"turn{step.turn:02d}_{r.tool}.txt",
+                                                                         r.text)
+            if self.config.leak_check and r.text:
+                leaked = answers_in_text(r.text, ep.sample.answer_texts)
+                if leaked:
+                    line["leak"] = leaked
+        line.update(seconds=step.seconds, usage=step.usage.model_dump())
+        return line
+
+    def _prediction(self, record: dict[str, Any], ep: _Episode, policy: Any, toolbox: Toolbox,
+                    termination: Termination | None, answer: str | None, ctx: Context) -> dict[str, Any]:
+        trajectory = [self._step_line(s, ep, ctx) for s in ep.steps]
+        searches = [{"query": (s.arguments or {}).get("query") if isinstance(s.arguments, dict) else None,
+                     "status": s.result.status, "items": [it.model_dump() for it in s.result.items]}
+                    for s in ep.steps if s.tool == "text_to_image_search" and s.result is not None]
+        provenance, resolved = validate_tags(answer, searches)
+        calls: dict[str, int] = {}
+        for s in ep.steps:
+            if s.tool:
+                calls[s.tool] = calls.get(s.tool, 0) + 1
+        meta = {"termination": termination, "turns": len(ep.steps),
+                "provenance": {**provenance, "resolved": resolved}, "tool_calls": calls,
+                "leak_steps": sum(1 for t in trajectory if t.get("leak")), "protocol": self.config.protocol,
+                "tools": toolbox.backend.name, "question": ep.sample.question,
+                "seconds": round(ep.elapsed, 3)}
+        pred = Prediction(sample_id=ep.sample.id, answer=answer, short_answer=short_answer(answer),
+                          images=[r["image"] for r in resolved if r["image"]],
+                          trajectory=trajectory, usage=ep.usage, producer=policy.provenance, meta=meta,
+                          retrieved=list(dict.fromkeys(it.url for s in ep.steps if s.result is not None
+                                                       for it in s.result.items if it.url)))
+        return pred.record()

@@ -1,0 +1,1 @@
+"""Augmentation stages: entity-type tagging (`augment-entity-type`), run by the augment pipeline."""

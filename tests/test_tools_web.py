@@ -1,0 +1,249 @@
+"""The `web` tool backend against a fake Serper-compatible API and page server on 127.0.0.1 (the
+`loopback_only` fixture fails any test that connects or resolves anything else)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fake_web_server import FakeWebServer, Resp, json_resp, loopback_only, redirect
+
+from kbvqa.data.urls import canonical_url
+from kbvqa.runner.stage import Context
+from kbvqa.tools import TOOL_BACKENDS
+from kbvqa.tools.base import (VISIT_HEADER, EpisodeInfo, ImageSearchArgs, SearchArgs, TextToImageSearchArgs,
+                              VisitArgs, item_id)
+from kbvqa.tools.toolbox import Toolbox
+from kbvqa.tools.web import WebTools, WebToolsConfigError, html_to_page
+
+KEY_ENV = "KBVQA_TEST_SERPER_KEY"
+EP = EpisodeInfo(record_id="r1", question="What is this building?")
+PAGE = """<html><head><title>Edificio España</title>
+<meta property="og:image" content="/img/espana.jpg">
+<script>var secret = "tracking code that must not be read";</script><style>p {color: red}</style></head>
+<body><nav>Home | About | Login</nav><svg><title>menu icon</title></svg>
+<h1>Edificio España</h1>
+<p>Edificio España is a skyscraper in Madrid. It was completed in 1953 and is 117 metres tall.</p>
+<p>The building stands on the Plaza de España.</p>
+<footer>Cookie settings</footer></body></html>"""
+
+
+@pytest.fixture(autouse=True)
+def _only_loopback(monkeypatch):
+    yield from loopback_only(monkeypatch)
+
+
+@pytest.fixture
+def srv(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-test-123")
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)  # the API client honours proxies; the fake API is local
+    with FakeWebServer() as s:
+        yield s
+
+
+def run(tools: WebTools, coro):
+    async def go():
+        try:
+            return await coro
+        finally:
+            await tools.aclose()
+
+    return asyncio.run(go())
+
+
+def web(srv: FakeWebServer, **kw) -> WebTools:
+    return WebTools(**{"base_url": srv.base_url, "api_key_env": KEY_ENV, "allow_hosts": ("127.0.0.1",),
+                       "backoff": 0.01, **kw})
+
+
+def organic(q: str, n: int = 3) -> dict:
+    return {"organic": [{"title": f"{q} {i}", "link": f"https://example.org/{i}?q=1", "snippet": f"snippet {i}",
+                         "position": i + 1} for i in range(n)]}
+
+
+def test_search_ok_with_ids_ranks_key_header_and_body(srv):
+    srv.route("/search", lambda req: json_resp(organic(req["json"]["q"])))
+    t = web(srv)
+    r = run(t, t.search(SearchArgs(query=["edificio españa", "plaza de españa"]), EP, None))
+    assert r.status == "ok" and len(r.items) == 6
+    assert [it.rank for it in r.items] == [1, 2, 3, 1, 2, 3]
+    assert r.items[0].id == item_id(canonical_url("https://example.org/0?q=1"))
+    assert r.items[0].url == "https://example.org/0?q=1" and r.items[0].text == "snippet 0"
+    hits = srv.hits("/search")
+    assert hits[0]["headers"]["x-api-key"] == "sk-test-123"
+    assert {h["json"]["q"] for h in hits} == {"edificio españa", "plaza de españa"}
+    assert hits[0]["json"] | {"q": None} == {"q": None, "num": 10, "gl": "us", "hl": "en"}
+
+
+def test_search_cjk_query_switches_locale(srv):
+    srv.route("/search", lambda req: json_resp(organic(req["json"]["q"], 1)))
+    t = web(srv)
+    r = run(t, t.search(SearchArgs(query=["故宫 建于哪一年", "Forbidden City"]), EP, None))
+    bodies = {h["json"]["q"]: h["json"] for h in srv.hits("/search")}
+    assert bodies["故宫 建于哪一年"]["gl"] == "cn" and bodies["故宫 建于哪一年"]["hl"] == "zh-cn"
+    assert bodies["Forbidden City"]["gl"] == "us" and bodies["Forbidden City"]["hl"] == "en"
+    assert r.provenance["locales"] == {"故宫 建于哪一年": "zh-cn", "Forbidden City": "en"}
+
+
+def test_search_empty(srv):
+    srv.route("/search", json_resp({"organic": []}))
+    t = web(srv)
+    r = run(t, t.search(SearchArgs(query="nothing here"), EP, None))
+    assert r.status == "empty" and r.items == []
+
+
+def test_search_429_then_200_is_retried(srv):
+    srv.route("/search", Resp(429, headers={"Retry-After": "0"}), json_resp(organic("q")))
+    t = web(srv)
+    r = run(t, t.search(SearchArgs(query="q"), EP, None))
+    assert r.status == "ok" and len(srv.hits("/search")) == 2
+
+
+def test_search_persistent_429_is_quota(srv):
+    srv.route("/search", Resp(429, "slow down", "text/plain"))
+    t = web(srv)
+    r = run(t, t.search(SearchArgs(query="q"), EP, None))
+    assert r.status == "quota" and "429" in r.reason and "after 4 attempts" in r.reason
+    assert len(srv.hits("/search")) == 4  # retries ×3
+
+
+def test_search_500_is_error_with_the_http_status(srv):
+    srv.route("/search", Resp(500, "boom", "text/plain"))
+    t = web(srv)
+    r = run(t, t.search(SearchArgs(query="q"), EP, None))
+    assert r.status == "error" and "HTTP 500" in r.reason and len(srv.hits("/search")) == 4
+    srv.route("/search", json_resp({"message": "Unauthorized."}, 403))
+    t = web(srv)
+    r = run(t, t.search(SearchArgs(query="q"), EP, None))
+    assert r.status == "error" and "HTTP 403" in r.reason  # not retried: a 403 is an answer
+
+
+def test_search_partial_failure_keeps_results_and_says_which_failed(srv):
+    srv.route("/search", lambda req: json_resp(organic("x")) if req["json"]["q"] == "good" else Resp(500))
+    t = web(srv, retries=0)
+    r = run(t, t.search(SearchArgs(query=["good", "bad"]), EP, None))
+    assert r.status == "ok" and {it.query for it in r.items} == {"good"}
+    assert "'bad'" in r.reason and "bad" in r.provenance["failed_queries"]
+
+
+def test_html_to_page_drops_boilerplate_and_reads_og_image():
+    page = html_to_page(PAGE, "https://es.example.org/wiki/x")
+    assert page.title == "Edificio España"
+    assert page.image == "https://es.example.org/img/espana.jpg"
+    assert "117 metres" in page.text and "Edificio España" in page.text.splitlines()
+    for junk in ("tracking code", "color: red", "Home | About", "Cookie settings", "menu icon"):
+        assert junk not in page.text
+
+
+def test_visit_one_good_one_blocked(srv):
+    srv.route("/page", Resp(body=PAGE))
+    srv.route("/to-metadata", redirect("http://169.254.169.254/latest/meta-data/"))
+    t = web(srv)
+    good, bad = srv.url("/page"), srv.url("/to-metadata")
+    r = run(t, t.visit(VisitArgs(url=[good, bad], goal="how tall is Edificio España"), EP, None))
+    assert r.status == "ok"
+    ok_item, blocked = r.items
+    assert ok_item.error is None and ok_item.rank == 1 and ok_item.id == item_id(canonical_url(good))
+    assert ok_item.text.startswith(VISIT_HEADER.format(url=good, goal="how tall is Edificio España"))
+    assert "117 metres" in ok_item.text and "tracking code" not in ok_item.text
+    assert ok_item.image == srv.url("/img/espana.jpg") and ok_item.title == "Edificio España"
+    assert blocked.error.startswith("blocked:") and "169.254.169.254" in blocked.error and blocked.text == ""
+    pages = r.provenance["pages"]
+    assert pages[1]["status"] == "blocked" and pages[1]["redirects"] == ["http://169.254.169.254/latest/meta-data/"]
+
+
+def test_visit_all_failed_is_error(srv):
+    srv.route("/to-metadata", redirect("http://169.254.169.254/"))
+    srv.route("/binary", Resp(body=b"\x00", content_type="application/octet-stream"))
+    t = web(srv)
+    r = run(t, t.visit(VisitArgs(url=[srv.url("/to-metadata"), "file:///etc/passwd", srv.url("/binary"),
+                                      srv.url("/missing")], goal="g"), EP, None))
+    assert r.status == "error" and all(it.error for it in r.items)
+    assert [it.error.split(":")[0] for it in r.items] == ["blocked", "blocked", "bad_type", "http_error"]
+    assert "file:///etc/passwd" in r.reason
+
+
+def test_visit_through_the_toolbox_renders_errors_as_errors(srv):
+    srv.route("/page", Resp(body=PAGE))
+    t = web(srv)
+    box = Toolbox(t)
+    args = {"url": [srv.url("/page"), "http://10.0.0.7/admin"], "goal": "how tall is the building in metres"}
+    parsed = box.parse("visit", args)
+    r = run(t, box.call("visit", *parsed, EP, Context()))
+    assert r.status == "ok" and "117 metres" in r.text
+    assert "[visit: error] the page http://10.0.0.7/admin could not be read: blocked" in r.text
+
+
+def test_visit_via_scrape(srv):
+    srv.route("/scrape", json_resp({"text": "Edificio España is 117 metres tall. It is in Madrid.",
+                                    "metadata": {"title": "Edificio", "og:image": "https://img.example/e.jpg"}}))
+    t = web(srv, visit_via="scrape", scrape_url=srv.url("/scrape"))
+    r = run(t, t.visit(VisitArgs(url=["https://es.example.org/e", "http://192.168.0.1/"], goal="how tall"), EP, None))
+    assert r.status == "ok" and "117 metres" in r.items[0].text and r.items[0].image == "https://img.example/e.jpg"
+    assert r.items[1].error.startswith("blocked:") and len(srv.hits("/scrape")) == 1  # private URL never sent
+    assert srv.hits("/scrape")[0]["json"] == {"url": "https://es.example.org/e"}
+
+
+def test_image_search_needs_a_public_image_url(srv):
+    t = web(srv)
+    r = run(t, t.image_search(ImageSearchArgs(), EP, None))
+    assert r.status == "error" and "public URL" in r.reason
+    t = web(srv)
+    r = run(t, t.image_search(ImageSearchArgs(), EP.model_copy(update={"image_url": "http://10.0.0.1/q.jpg"}), None))
+    assert r.status == "error" and "not public" in r.reason
+    assert srv.hits("/lens") == []
+
+
+def test_image_search_with_a_public_url(srv):
+    rows = [{"title": f"match {i}", "source": "example.org", "link": f"https://example.org/{i}",
+             "imageUrl": f"https://img.example.org/{i}.jpg"} for i in range(3)]
+    srv.route("/lens", json_resp({"organic": rows}))
+    t = web(srv)
+    ep = EP.model_copy(update={"image_url": "https://cdn.example.org/query.jpg"})
+    r = run(t, t.image_search(ImageSearchArgs(goal="identify"), ep, None))
+    assert r.status == "ok" and [it.rank for it in r.items] == [1, 2, 3]
+    assert r.items[0].id == item_id("https://img.example.org/0.jpg") and r.items[0].kind == "image"
+    assert srv.hits("/lens")[0]["json"] == {"url": "https://cdn.example.org/query.jpg", "gl": "us", "hl": "en"}
+
+
+def test_text_to_image_search_capped_at_five_distinct(srv):
+    rows = [{"title": f"img {i}", "imageUrl": f"https://img.example.org/{i % 7}.jpg", "link": f"https://p.example/{i}",
+             "source": "p.example"} for i in range(9)]
+    rows.insert(1, dict(rows[0]))  # a duplicate image is not a new index
+    srv.route("/images", json_resp({"images": rows}))
+    t = web(srv)
+    r = run(t, t.text_to_image_search(TextToImageSearchArgs(query="Edificio España"), EP, None))
+    assert r.status == "ok" and [it.rank for it in r.items] == [1, 2, 3, 4, 5]
+    assert len({it.image for it in r.items}) == 5 and all(it.query == "Edificio España" for it in r.items)
+    assert srv.hits("/images")[0]["json"]["q"] == "Edificio España"
+
+
+def test_text_to_image_search_empty(srv):
+    srv.route("/images", json_resp({"images": []}))
+    t = web(srv)
+    assert run(t, t.text_to_image_search(TextToImageSearchArgs(query="x"), EP, None)).status == "empty"
+
+
+def test_missing_key_is_a_clear_error_at_construction(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with pytest.raises(WebToolsConfigError, match=KEY_ENV):
+        TOOL_BACKENDS.get("web")(api_key_env=KEY_ENV)
+    monkeypatch.setenv(KEY_ENV, "k")
+    with pytest.raises(WebToolsConfigError, match="visit_via"):
+        WebTools(api_key_env=KEY_ENV, visit_via="browser")
+
+
+def test_describe_names_the_variable_never_the_key(srv):
+    t = web(srv)
+    d = t.describe()
+    assert d["api_key_env"] == KEY_ENV and d["base_url"] == srv.base_url and d["visit_via"] == "fetch"
+    assert "sk-test-123" not in repr(d) and "sk-test-123" not in repr(t)
+    asyncio.run(t.aclose())
+
+
+def test_search_api_timeout_is_retried_then_error(srv):
+    srv.route("/search", Resp(delay=0.4, body="{}", content_type="application/json"))
+    t = web(srv, timeout=0.1, retries=1)
+    r = run(t, t.search(SearchArgs(query="q"), EP, None))
+    assert r.status == "error" and "timed out" in r.reason and len(srv.hits("/search")) == 2
