@@ -1,7 +1,8 @@
-"""`kbvqa answer`: predictions from a reference MM-RAG pipeline (a registered answer preset).
+"""`kbvqa answer`: predictions from a registered answer pipeline — an MM-RAG preset or the search agent.
 
 Writes predictions (runner output, one line per sample with status) and `OUT.retrieval.jsonl` with
-every retrieval stage's ranking. `--pipeline` offers the PIPELINES registry's answer presets and
+every retrieval stage's ranking; the agent also writes `OUT.cassette/` (its tool and model caches,
+for exact offline replays) and `OUT.artifacts/` (long observations). `--pipeline` offers the PIPELINES registry's answer presets and
 `--reranker` the RERANKERS registry, so a new preset or reranker shows up here without an edit
 (typer offers a Literal's values as the choices, in --help and when checking the flag).
 """
@@ -19,8 +20,11 @@ from kbvqa.cli.common import fail
 from kbvqa.cli.retrieve import job_errors
 from kbvqa.models.rerank import RERANKERS
 from kbvqa.pipelines.answer import answer_pipelines
+from kbvqa.tools import TOOL_BACKENDS
 
 PipelineName = Literal[tuple(answer_pipelines())]  # type: ignore[valid-type]
+ToolsName = Literal[tuple([*TOOL_BACKENDS.names(), "replay"])]  # type: ignore[valid-type]
+ProtocolName = Literal["text", "tools"]
 RerankerName = Literal[tuple(RERANKERS.names())]  # type: ignore[valid-type]
 
 
@@ -51,26 +55,47 @@ def answer(
     limit: Optional[int] = typer.Option(None, "--limit", min=1),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip samples already answered ok in --out; "
                                                                      "re-run errored and invalid ones."),
+    tools: Optional[ToolsName] = typer.Option(None, "--tools",  # type: ignore[valid-type]
+                                              help="agent: tool backend (local: the KB, offline; web: a "
+                                                   "Serper-compatible API; replay: a cassette). Default local."),
+    cassette: Optional[Path] = typer.Option(None, "--cassette", help="agent --tools replay: a run's OUT.cassette/."),
+    protocol: Optional[ProtocolName] = typer.Option(None, "--protocol",  # type: ignore[valid-type]
+                                                    help="agent: text (<tool_call> tags, the paper's) or tools "
+                                                         "(native tool calling). Default text."),
+    max_turns: Optional[int] = typer.Option(None, "--max-turns", min=1, help="agent: turn budget (default 12)."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="agent: token budget per episode."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0.0, help="agent: cost budget per episode."),
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0.0,
+                                                help="agent: wall-time budget per episode."),
+    kb_images: Optional[Path] = typer.Option(None, "--kb-images",
+                                             help="agent: folder holding the KB's images (image results)."),
+    blocked_domain: list[str] = typer.Option([], "--blocked-domain",
+                                             help="agent: leakage guard, drop results on this domain (repeat)."),
+    today: Optional[str] = typer.Option(None, "--today", help="agent: the date in the system prompt (YYYY-MM-DD)."),
 ) -> None:
-    """Answer a benchmark with a reference MM-RAG pipeline; predictions carry retrieval, evidence and usage."""
+    """Answer a benchmark with a registered pipeline (an MM-RAG preset or the search agent); predictions
+    carry retrieval, evidence, trajectories and usage."""
     from kbvqa.data.formats import read_samples
     from kbvqa.kb.store import open_kb
     from kbvqa.kb.text_index import TextIndex
     from kbvqa.models.config import roles_from_flags
-    from kbvqa.pipelines.answer import build_answer_job, write_retrieval_records
+    from kbvqa.pipelines.answer import build_answer_job, pipeline_roles, pipeline_settings, write_retrieval_records
     from kbvqa.pipelines.index import load_image_index
 
     console = Console(stderr=True)
     try:
-        wanted = ("answerer", *(["vision"] if pipeline == "iba" else []), *(["checker"] if reranker == "llm" else []))
-        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env, fill=wanted,
-                                 concurrency=concurrency)
+        settings = pipeline_settings(
+            pipeline, {"k": k, "articles": articles, "sections": sections, "alpha": alpha},
+            {"tools": tools, "cassette": cassette, "protocol": protocol, "max_turns": max_turns,
+             "max_tokens": max_tokens, "max_cost": max_cost, "max_seconds": max_seconds, "kb_images": kb_images,
+             "blocked_domains": tuple(blocked_domain), "today": today})
+        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env,
+                                 fill=pipeline_roles(pipeline, reranker), concurrency=concurrency)
         idx, enc = load_image_index(index, model_dir) if index is not None else (None, None)
         job = build_answer_job(pipeline, kb=open_kb(kb), roles=roles, index=idx, encoder=enc,
                                image_root=images or samples.parent, reranker=reranker,
                                text_index=TextIndex.load(text_index) if text_index is not None else None,
-                               rerank_model_dir=rerank_model_dir, k=k, articles=articles, sections=sections,
-                               alpha=alpha)
+                               rerank_model_dir=rerank_model_dir, **settings)
         if pipeline != "extractive" and job.stage_names[-1] == "answer-extractive":
             console.print("note: no `answerer` role configured (--llm/--model or --config), so the embedded "
                           "extractive answerer answers; predictions name it as their producer")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from typing import Literal, Optional
+
 import typer
 
 from kbvqa import __version__
+from kbvqa.runner.executor import EXECUTORS, set_default_executor
 from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli import audit as audit_cmd
 from kbvqa.cli import augment as augment_cmd
@@ -53,10 +57,26 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+ExecutorName = Literal[tuple(EXECUTORS.names())]  # type: ignore[valid-type]
+
+
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+                                       help="Print the version and exit."),
+          executor: ExecutorName = typer.Option(  # type: ignore[valid-type]
+              os.environ.get("KBVQA_EXECUTOR") or "local", "--executor",
+              help="Where every per-record job of the command runs: local (asyncio, this process) or ray "
+                   "(actors; the kbvqa\\[ray] extra). Env: KBVQA_EXECUTOR."),
+          ray_address: Optional[str] = typer.Option(None, "--ray-address",
+                                                    help="A running Ray cluster (default: RAY_ADDRESS, else a "
+                                                         "local cluster started for the run)."),
+          ray_actors: Optional[int] = typer.Option(None, "--ray-actors", min=1,
+                                                   help="Ray actors (default: one per cluster CPU).")) -> None:
     """kbvqa command line."""
+    options = {k: v for k, v in (("address", ray_address), ("actors", ray_actors)) if v is not None}
+    if options and executor != "ray":
+        raise typer.BadParameter("--ray-address/--ray-actors need --executor ray", param_hint="--executor")
+    set_default_executor(executor, **options)
 
 
 def main() -> None:

@@ -176,3 +176,64 @@ def augmentation_recall(
         emit_json(rows)
     else:
         typer.echo(to_markdown(recall_by_variant_table(rows, stage=stage)), nl=False)
+
+
+@app.command("agent-tools")
+def agent_tools(
+    predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
+                                     help="Agent predictions (`kbvqa answer --pipeline agent`)."),
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
+                                     help="The benchmark (answers and aliases for the evidence hit rate)."),
+    verdicts: Optional[Path] = typer.Option(None, "--verdicts", exists=True, dir_okay=False,
+                                            help="`kbvqa score judge` output: splits tool use by correct / incorrect."),
+    out: Optional[Path] = _OUT,
+    no_report: bool = _NO_REPORT,
+    as_json: bool = _JSON,
+) -> None:
+    """Search-agent tool usage (seed 001 Table 4 shape): calls per tool, useful-evidence hit rates,
+    terminations, image-tag validity, leakage flags."""
+    from kbvqa.evaluate.agent import agent_tools_study
+
+    try:
+        res = agent_tools_study(predictions, references, verdicts)
+    except _INPUT_ERRORS as exc:
+        fail(exc)
+    _finish(res, out, not no_report, as_json)
+
+
+@app.command("agent-failures")
+def agent_failures(
+    predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
+    verdicts: Path = typer.Option(..., "--verdicts", exists=True, dir_okay=False,
+                                  help="`kbvqa score judge` output: its incorrect episodes are categorised."),
+    config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
+                                          help="kbvqa.toml: the judge is its [models.<role>]."),
+    judge_role: Optional[str] = typer.Option(None, "--judge-role", help="Role that judges (default judge)."),
+    llm: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server."),
+    model: Optional[str] = typer.Option(None, "--judge-model"),
+    replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False),
+    concurrency: int = typer.Option(16, "--concurrency", min=1),
+    journal: Optional[Path] = typer.Option(None, "--journal", dir_okay=False,
+                                           help="Per-episode verdicts (default PREDICTIONS.failures.jsonl)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume"),
+    out: Optional[Path] = _OUT,
+    no_report: bool = _NO_REPORT,
+    as_json: bool = _JSON,
+) -> None:
+    """Failure categories of incorrect agent episodes by a judge role (seed 001 Table 5 shape):
+    T1-T4 tool-related, N1-N2 not; unparseable verdicts are counted as invalid."""
+    from kbvqa.pipelines.score import agent_failures as run_failures
+    from kbvqa.pipelines.score import judge_client
+
+    try:
+        judge = judge_client(config=config, role=judge_role, base_url=llm, model=model, replay=replay,
+                             concurrency=concurrency)
+        if judge is None:
+            raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
+                             "or --judge-replay")
+        res = run_failures(predictions, references, verdicts, judge, out=journal, resume=resume,
+                           concurrency=concurrency)
+    except _INPUT_ERRORS as exc:
+        fail(exc)
+    _finish(res, out, not no_report, as_json)

@@ -28,8 +28,9 @@ from kbvqa.evaluate.augmentation import augmentation_recall_table
 from kbvqa.pipelines.audit import audit_file
 from kbvqa.pipelines.augment.run import AugmentConfig, augment_samples
 from kbvqa.pipelines.retrieve import run_retrieval
-from kbvqa.demo.bench import DemoBench, build_bench
-from kbvqa.report.html import Figure, Table, write_page
+from kbvqa.demo.bench import DemoBench, build_bench, build_community
+from kbvqa.evaluate.agent import tool_usage
+from kbvqa.report.html import Figure, Interleaved, Table, write_page
 from kbvqa.runner import read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import git_info
@@ -123,6 +124,21 @@ def _augment_and_retrieve(fixed: Path, root: Path, out: Path, index: ImageIndex)
     return stats, augmentation_recall_table(records, refs, ks=(1, 3, 5))
 
 
+def _agent(bench: DemoBench, kb: KBStore, index: ImageIndex, out: Path, progress: bool) -> tuple[Any, dict, Path]:
+    """The search agent (embedded baseline policy, local tools over the KB) on the community set."""
+    from kbvqa.data.formats import read_samples
+    from kbvqa.pipelines.answer import build_answer_job
+
+    community = build_community(bench)
+    samples = [s.dump() for s in read_samples(community, "notevqa")]
+    job = build_answer_job("agent", kb=kb, index=index, encoder=HistogramEncoder(), image_root=bench.root,
+                           kb_images=bench.root, today="2026-12-01")
+    run = job.run(samples, out=out, resume=False, progress=progress, close=False)
+    stats = tool_usage(read_results(out), {s["id"]: [a["text"] if isinstance(a, dict) else a for a in s["answers"]]
+                                           for s in samples})
+    return run, stats, community
+
+
 def _retrieval_records(predictions: Path, out: Path) -> Path:
     with out.open("w", encoding="utf-8") as f:
         for rec in read_results(predictions):
@@ -185,6 +201,11 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
     scores["augmentation_recall"] = aug_recall
     tick("augment_and_retrieve", t0)
 
+    t0 = time.monotonic()
+    agent_run, agent_stats, community = _agent(bench, kb, index, out / "agent" / "predictions.jsonl", progress)
+    scores["agent"] = agent_stats
+    tick("agent", t0)
+
     audited = {r["id"]: r for r in read_results(out / "audit" / "audited.jsonl")}
     predictions = {r["id"]: r for r in read_results(answers / "predictions_original.jsonl")}
     found = sum(1 for sid in bench.flaws if (audited.get(sid, {}).get("audit") or {}).get("action") in ("drop", "repair")
@@ -196,7 +217,8 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
     scores_path.write_text(json.dumps(without_items, indent=2), encoding="utf-8")
 
     t0 = time.monotonic()
-    report = _report(out, bench, audit, audited, predictions, scores, found, n_fixed, producer, aug_stats)
+    report = _report(out, bench, audit, audited, predictions, scores, found, n_fixed, producer, aug_stats,
+                     list(read_results(out / "agent" / "predictions.jsonl")))
     tick("report", t0)
 
     manifest = out / "manifest.json"
@@ -206,12 +228,48 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
         "answerer": producer, "image_encoder": encoder.name, "n_samples": bench.n_samples,
         "n_fixed": n_fixed, "planted_flaws": len(bench.flaws), "planted_flaws_flagged": found,
         "runs": {"audit": audit.get("run"), "answer_original": str(run_orig.manifest),
-                 "answer_fixed": str(run_fixed.manifest)},
+                 "answer_fixed": str(run_fixed.manifest), "agent": str(agent_run.manifest)},
+        "community_set": str(community),
         "timings_s": timings, "wall_seconds": round(time.monotonic() - started, 3),
     }, indent=2), encoding="utf-8")
     kb.close()
     return DemoResult(out=out, report=report, manifest=manifest, scores=scores, audit=audit, flaws_found=found,
                       flaws_total=len(bench.flaws), seconds=time.monotonic() - started)
+
+
+def _agent_blocks(out: Path, stats: dict[str, Any], preds: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """The search agent's section: how episodes went, then one interleaved answer and its trajectory."""
+    import os
+
+    def rel(path: str | None) -> str | None:
+        return os.path.relpath(path, out) if path and os.path.isabs(path) else path
+
+    blocks: list[tuple[str, Any]] = [
+        ("h2", "Search agent on the community-style set"),
+        ("note", f"{stats['n']} community-style questions (NoteVQA layout), answered by the agent's embedded "
+                 "baseline policy with the local tools over the KB (a deterministic baseline, not a model). "
+                 f"Scorer: {stats['scorer']}."),
+        ("table", Table([{"termination": k, "episodes": v} for k, v in stats["terminations"].items()])),
+        ("table", Table([{"tool": t, "calls per episode": v,
+                          "useful-evidence hit rate (calls)": stats["hit_rate"].get(t, {}).get("call_rate", "-")}
+                         for t, v in stats["calls_per_episode"].items()])),
+        ("p", f"Image tags: {stats['tags']['valid']} of {stats['tags']['total']} valid "
+              f"(violations: {stats['tags']['violations'] or 'none'})."),
+    ]
+    shown = next((p for p in preds if p.get("status") == "ok" and p.get("images")), None)
+    if shown is not None:
+        resolved = {(r["query"], r["idx"]): rel(r["image"]) for r in shown["meta"]["provenance"]["resolved"]}
+        query = next((s["images"][0] for s in map(json.loads, (out / "bench" / "community.jsonl").read_text(
+            encoding="utf-8").splitlines()) if s["id"] == shown["id"] and s["images"]), None)
+        blocks.append(("interleaved", Interleaved(shown.get("answer") or "", resolved,
+                                                  question=shown["meta"].get("question", ""),
+                                                  query_image=f"bench/{query}" if query else None,
+                                                  caption=f"{shown['id']}: ended by {shown['meta']['termination']}")))
+        blocks.append(("table", Table([{"turn": t["turn"], "tool": t.get("tool") or ("answer" if t.get("answer") else "-"),
+                                        "arguments": t.get("arguments"), "status": t.get("status", ""),
+                                        "observation": (t.get("observation") or "")[:240]}
+                                       for t in shown["trajectory"]], caption="its trajectory")))
+    return blocks
 
 
 _VARIANT_DIRS = {"method1": "intra (same-kind distractor)", "method2": "inter (different-kind distractor)",
@@ -224,7 +282,7 @@ def _pct(x: float | None) -> str:
 
 def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[str, dict], predictions: dict[str, dict],
             scores: dict[str, Any], found: int, n_fixed: int, producer: dict | None,
-            aug_stats: dict[str, Any]) -> Path:
+            aug_stats: dict[str, Any], agent_preds: list[dict[str, Any]]) -> Path:
     answerer = Provenance.model_validate(producer) if producer else None
     who = f"{answerer.backend}:{answerer.model}" if answerer else "none"
     blocks: list[tuple[str, Any]] = [
@@ -269,6 +327,7 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
         ("figures", [Figure(str(p.relative_to(out)), _VARIANT_DIRS.get(p.parent.name, p.parent.name)) for p in
                      (next(iter(sorted(d.glob("*.jpg"))), None)
                       for d in sorted((out / "augment" / "composites").iterdir())) if p is not None]),
+        *_agent_blocks(out, scores["agent"], agent_preds),
         ("h2", "Items"),
         ("table", Table([{"image": f"bench/{(audited.get(sid) or {}).get('images', [''])[0]}", "id": sid,
                           "question": p.get("meta", {}).get("question"),

@@ -14,10 +14,13 @@ misunderstood). An unparseable or off-list reply is `invalid` and counted, never
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from kbvqa.data.formats import read_samples
+from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.matching import answers_in_text
 from kbvqa.models.prompts.agent import FAILURE_CATEGORY
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
@@ -176,3 +179,35 @@ def failure_table(lines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     tool = sum(counts[c] for c in CATEGORIES if c.startswith("T"))
     return {"n": n, "categorised": categorised, "invalid": counts["invalid"], "error": counts["error"],
             "tool_related": tool, "non_tool": categorised - tool, "rows": rows}
+
+
+# ------------------------------------------------------------------------------------------- files
+
+
+def read_verdicts(path: str | Path) -> dict[str, str | None]:
+    """id -> judge label from `kbvqa score judge` output (its journal or --per-item file); a line
+    that ended error/invalid maps to None/"invalid" — counted, never read as a grade."""
+    out: dict[str, str | None] = {}
+    for _, line in read_jsonl(path):
+        rid = line.get("id") or line.get("sample_id") or line.get("data_id")
+        if rid is None:
+            continue
+        status = line.get("status", "ok")
+        label = (line.get("verdict") or {}).get("label") if isinstance(line.get("verdict"), dict) else line.get("label")
+        out[str(rid)] = label if status == "ok" else ("invalid" if status == "invalid" else None)
+    return out
+
+
+def sample_answers(path: str | Path) -> dict[str, tuple[str, list[str]]]:
+    """id -> (question, reference answer and aliases) from any benchmark file kbvqa reads."""
+    return {s.id: (s.question, s.answer_texts) for s in read_samples(path)}
+
+
+def agent_tools_study(predictions: str | Path, references: str | Path,
+                      verdicts: str | Path | None = None) -> dict[str, Any]:
+    """`kbvqa study agent-tools`: tool usage over an agent run (see `tool_usage`), as a study result."""
+    refs = sample_answers(references)
+    res = tool_usage((line for _, line in read_jsonl(predictions)), {k: v[1] for k, v in refs.items()},
+                     read_verdicts(verdicts) if verdicts is not None else None)
+    return {"kind": "agent-tools", "predictions": str(predictions), "references": str(references),
+            "verdicts": str(verdicts) if verdicts is not None else None, **res}

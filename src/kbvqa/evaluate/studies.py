@@ -434,7 +434,7 @@ def study_name(result: Mapping[str, Any]) -> str:
     kind = result.get("kind")
     if kind == "by-group":
         return f"by-{_slug(str(result['by']))}-{_slug(str(result.get('method') or 'predictions'))}"
-    if kind in ("compare", "retrieval-2x2"):
+    if kind in ("compare", "retrieval-2x2", "agent-tools", "agent-failures"):
         return str(kind)
     raise ValueError(f"not a study result (kind {kind!r})")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbvqa.data.jsonl import write_jsonl
+from kbvqa.data.jsonl import read_jsonl, write_jsonl
 from kbvqa.evaluate import METRICS
 from kbvqa.evaluate import evqa as ev
 from kbvqa.evaluate import judge as jd
@@ -21,7 +21,7 @@ from kbvqa.evaluate import retrieval as rt
 from kbvqa.evaluate.io import last_prediction_per_id, load_infoseek_references, load_predictions
 from kbvqa.models.config import ConfigError, one_role, roles_from_flags
 
-__all__ = ["ScoreReport", "judge_client", "score_infoseek_files", "score_evqa_files", "judge_files",
+__all__ = ["ScoreReport", "agent_failures", "judge_client", "score_infoseek_files", "score_evqa_files", "judge_files",
            "score_retrieval_files", "convert_predictions"]
 
 
@@ -241,3 +241,25 @@ def convert_predictions(source: Path, method: str, out: Path, *, references: Pat
     rows += [(f"rule {k}", v) for k, v in res.parse_rules.items()]
     return ScoreReport({**res.summary(), "out": str(out), "n_written": n}, f"{method} -> {out}", ("", "count"), rows,
                        notes=[f"warning: {w}" for w in res.warnings])
+
+
+def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: Any, *, out: Path | None = None,
+                   resume: bool = True, concurrency: int = 16, progress: bool = False) -> dict[str, Any]:
+    """`kbvqa study agent-failures`: the judge categorises every agent episode the short-answer judge
+    graded incorrect (seed 001 Table 5), as a runner job with a journal, resume and a manifest."""
+    from kbvqa.evaluate.agent import (FailureCategory, failure_records, failure_table, read_verdicts,
+                                      sample_answers)
+    from kbvqa.runner import read_results
+    from kbvqa.runner.job import Job
+    from kbvqa.runner.stage import Context
+
+    refs = {k: (q, " | ".join(a)) for k, (q, a) in sample_answers(references).items()}
+    out = out or _beside(predictions, "failures")
+    records = list(failure_records((line for _, line in read_jsonl(predictions)), refs, read_verdicts(verdicts)))
+    summary = Job([FailureCategory()], Context(roles={"judge": judge}), description="agent failure categories").run(
+        records, out=out, resume=resume, concurrency=concurrency, progress=progress)
+    table = failure_table(read_results(out))
+    prov = getattr(judge, "provenance", None)
+    return {"kind": "agent-failures", "predictions": str(predictions), "verdicts": str(verdicts), "out": str(out),
+            "manifest": str(summary.manifest),
+            "judge": f"{prov.backend}:{prov.model}" if prov is not None else type(judge).__name__, **table}

@@ -7,6 +7,8 @@ every value is escaped.
 from __future__ import annotations
 
 import html
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,6 +22,8 @@ th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .note{color:#555;font-size:.9rem}.bad{color:#a00}.good{color:#070}
 figure{display:inline-block;margin:.5rem}figure img{max-height:140px;border:1px solid #ccc}
 figcaption{font-size:.8rem;color:#555;max-width:220px}
+.answer{border-left:3px solid #9ab;padding:.2rem 1rem;margin:.5rem 0 1rem;background:#fafcfd}
+.answer figure img{max-height:180px}
 """
 
 
@@ -35,6 +39,49 @@ class Table:
 class Figure:
     src: str  # path relative to the page
     caption: str = ""
+
+
+@dataclass
+class Interleaved:
+    """An interleaved answer: text with `<image>{"query": Q, "idx": N}</image>` tags, shown with each
+    resolved tag's picture in place. `images` maps (query, idx) to an image path relative to the page;
+    a tag it lacks is shown as unresolved, never silently dropped."""
+
+    text: str
+    images: dict[tuple[str, int], str] = field(default_factory=dict)
+    question: str = ""
+    query_image: str | None = None
+    caption: str = ""
+
+
+_TAG = re.compile(r"<image>(.*?)</image>", re.S)
+
+
+def _interleaved(a: Interleaved) -> str:
+    out = ["<div class='answer'>"]
+    if a.caption:
+        out.append(f"<p class='note'>{html.escape(a.caption)}</p>")
+    if a.question:
+        img = f"<figure><img src='{html.escape(a.query_image)}'><figcaption>query image</figcaption></figure>" \
+            if a.query_image else ""
+        out.append(f"<p><b>Q:</b> {html.escape(a.question)}</p>{img}")
+    pos = 0
+    for m in _TAG.finditer(a.text):
+        out.append(html.escape(a.text[pos:m.start()]).replace("\n", "<br>"))
+        pos = m.end()
+        try:
+            tag = json.loads(m.group(1))
+            key = (str(tag.get("query")), int(tag.get("idx")))
+        except (ValueError, TypeError, AttributeError):
+            key = None
+        src = a.images.get(key) if key else None
+        if src:
+            out.append(f"<figure><img src='{html.escape(src)}'><figcaption>{html.escape(key[0])} "
+                       f"#{key[1]}</figcaption></figure>")
+        else:
+            out.append(f"<span class='bad'>[unresolved image tag {html.escape(m.group(1))}]</span>")
+    out.append(html.escape(a.text[pos:]).replace("\n", "<br>") + "</div>")
+    return "".join(out)
 
 
 def _cell(value: Any, as_image: bool) -> str:
@@ -63,7 +110,8 @@ def _table(t: Table) -> str:
 
 
 def render_page(title: str, blocks: Sequence[tuple[str, Any]]) -> str:
-    """blocks: ("h2", text) | ("p", text) | ("note", text) | ("table", Table) | ("figures", [Figure])."""
+    """blocks: ("h2", text) | ("p", text) | ("note", text) | ("table", Table) | ("figures", [Figure]) |
+    ("interleaved", Interleaved)."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
     for kind, content in blocks:
@@ -75,6 +123,8 @@ def render_page(title: str, blocks: Sequence[tuple[str, Any]]) -> str:
             parts.append(f"<p class='note'>{html.escape(content)}</p>")
         elif kind == "table":
             parts.append(_table(content))
+        elif kind == "interleaved":
+            parts.append(_interleaved(content))
         elif kind == "figures":
             parts.append("<div>" + "".join(
                 f"<figure><img src='{html.escape(f.src)}'><figcaption>{html.escape(f.caption)}</figcaption></figure>"

@@ -2,7 +2,8 @@
 
 Inputs are the JSON files kbvqa writes:
 
-* ``*.study.json`` from ``kbvqa study`` (kind ``by-group``, ``compare`` or ``retrieval-2x2``);
+* ``*.study.json`` from ``kbvqa study`` (kind ``by-group``, ``compare``, ``retrieval-2x2``, ``agent-tools``
+  or ``agent-failures``);
 * ``*.retrieval.json``: the ``kbvqa score retrieval --json`` output (Recall@K per stage);
 * any other ``kbvqa score ... --json`` summary passed explicitly (one row per file in a scores table).
 
@@ -21,6 +22,7 @@ from typing import Any
 
 from kbvqa.report import plots
 from kbvqa.report.html import Figure, Table, render_page
+from kbvqa.report.summaries import agent_failures_table, agent_tools_tables
 from kbvqa.report.tables import ResultTable, to_markdown, write_table
 
 __all__ = ["ReportOutput", "collect_inputs", "build_report"]
@@ -161,7 +163,16 @@ def _scores_table(files: list[Path]) -> ResultTable:
                        ["file", "scorer", "accuracy / final score", "n", "coverage"], rows)
 
 
-_BUILDERS = {"by-group": _by_group, "compare": _compare, "retrieval-2x2": _two_by_two}
+def _agent_tools(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    return _Section("Search agent: tool usage", [], agent_tools_tables(obj), [])
+
+
+def _agent_failures(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    return _Section("Search agent: failure categories", [], [agent_failures_table(obj)], [])
+
+
+_BUILDERS = {"by-group": _by_group, "compare": _compare, "retrieval-2x2": _two_by_two, "agent-tools": _agent_tools,
+             "agent-failures": _agent_failures}
 
 
 def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = "kbvqa results",

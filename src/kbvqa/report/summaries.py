@@ -48,7 +48,43 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
                  f"exact McNemar p = {res['mcnemar_p']:.4g}"]
         return ResultTable("retrieval-2x2", f"with vs without retrieval (n={o['n']})", res["scorer"],
                            ["outcome", "count", "%"], rows, notes)
+    if kind == "agent-tools":
+        return agent_tools_tables(res)[0]
+    if kind == "agent-failures":
+        return agent_failures_table(res)
     raise ValueError(f"not a study result (kind {kind!r})")
+
+
+def agent_tools_tables(res: Mapping[str, Any]) -> list[ResultTable]:
+    """`kbvqa study agent-tools` (seed 001 Table 4 shape): tool calls per episode — overall and, with
+    judge verdicts, for correct and incorrect episodes — with the useful-evidence hit rates, then how
+    the episodes ended."""
+    by = res.get("calls_by_outcome") or {}
+    hit = res["hit_rate"]
+    cols = ["tool", "calls / episode", *(f"{g} (n={by[g]['n']})" for g in by), "hit rate, calls", "calls",
+            "hit rate, results", "results"]
+    rows = [[t, v, *(by[g][t] for g in by), hit.get(t, {}).get("call_rate", "-"), hit.get(t, {}).get("calls", "-"),
+             hit.get(t, {}).get("item_rate", "-"), hit.get(t, {}).get("items", "-")]
+            for t, v in res["calls_per_episode"].items()]
+    tags = res["tags"]
+    notes = [f"image tags: {tags['valid']} of {tags['total']} valid; violations {tags['violations'] or 'none'}",
+             f"leakage: {res['leak']['steps']} steps in {res['leak']['episodes']} episodes showed a reference answer",
+             res.get("note", "")]
+    usage = ResultTable("agent-tools", f"agent tool usage ({res['n']} episodes)", res["scorer"], cols, rows,
+                        [n for n in notes if n])
+    ends = ResultTable("agent-terminations", "how the episodes ended", res["scorer"], ["termination", "episodes"],
+                       [[k, v] for k, v in res["terminations"].items()])
+    return [usage, ends]
+
+
+def agent_failures_table(res: Mapping[str, Any]) -> ResultTable:
+    """`kbvqa study agent-failures` (seed 001 Table 5 shape): judge-assigned categories of the
+    incorrect episodes; invalid and error verdicts are counted, not dropped."""
+    rows = [[r["category"], r["n"], 100.0 * r["share"]] for r in res["rows"]]
+    notes = [f"{res['categorised']} of {res['n']} episodes categorised; invalid {res['invalid']}, error "
+             f"{res['error']}; tool-related {res['tool_related']}, non-tool {res['non_tool']}"]
+    return ResultTable("agent-failures", "failure categories of incorrect agent episodes",
+                       res.get("judge", "judge"), ["category", "episodes", "% of categorised"], rows, notes)
 
 
 def recall_by_variant_table(rows: Sequence[dict[str, Any]], *, stage: str = "initial") -> ResultTable:

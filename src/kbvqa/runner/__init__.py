@@ -7,7 +7,7 @@ input, journal and resume, and write the manifest; `read_results` reads an outpu
 per id wins).
 """
 
-from kbvqa.runner.executor import EXECUTORS, Executor, Task, get_executor
+from kbvqa.runner.executor import EXECUTORS, Executor, Task, get_executor, set_default_executor
 from kbvqa.runner.manifest import manifest_path, redact
 from kbvqa.runner.run import InputError, RunSummary, output_paths, run, run_stages
 from kbvqa.runner.sinks import compact_journal, read_parquet, read_results, write_parquet
@@ -15,4 +15,4 @@ from kbvqa.runner.stage import RUNNER_FIELDS, Context, Invalid, Stage, StageConf
 
 __all__ = ["EXECUTORS", "Context", "Executor", "InputError", "Invalid", "RUNNER_FIELDS", "RunSummary", "Stage",
            "StageConfig", "Task", "compact_journal", "get_executor", "manifest_path", "output_paths", "read_parquet",
-           "read_results", "redact", "run", "run_record", "run_stages", "write_parquet"]
+           "read_results", "redact", "run", "run_record", "run_stages", "set_default_executor", "write_parquet"]

@@ -10,6 +10,7 @@ once per task. Executors register by name (`--executor local|ray`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
@@ -17,7 +18,7 @@ from kbvqa.data.schema import Usage
 from kbvqa.registry import Registry
 from kbvqa.runner.stage import Context, Stage
 
-__all__ = ["EXECUTORS", "Emit", "Executor", "Task", "TaskSource", "get_executor"]
+__all__ = ["EXECUTORS", "Emit", "Executor", "Task", "TaskSource", "get_executor", "set_default_executor"]
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,22 @@ EXECUTORS: Registry[Callable[..., Executor]] = Registry("executor", modules=("kb
                                                                              "kbvqa.runner.ray"))
 
 
-def get_executor(executor: str | Executor, **options: Any) -> Executor:
-    """An executor instance from a registered name (options go to its constructor), or as given."""
+_DEFAULT: dict[str, Any] = {"name": os.environ.get("KBVQA_EXECUTOR") or "local", "options": {}}
+
+
+def set_default_executor(name: str, **options: Any) -> None:
+    """The executor every job of this process uses unless it names one: what `kbvqa --executor ray
+    <job>` sets, so every per-record job — present and future — scales out without a flag of its own.
+    `KBVQA_EXECUTOR` in the environment sets it too."""
+    EXECUTORS.entry(name)  # an unknown name fails here, listing the known ones
+    _DEFAULT.update(name=name, options=dict(options))
+
+
+def get_executor(executor: str | Executor | None = None, **options: Any) -> Executor:
+    """An executor instance from a registered name (options go to its constructor), the process
+    default when None, or an Executor as given."""
+    if executor is None:
+        return EXECUTORS.get(_DEFAULT["name"])(**{**_DEFAULT["options"], **options})
     if isinstance(executor, str):
         return EXECUTORS.get(executor)(**options)
     return executor

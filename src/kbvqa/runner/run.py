@@ -284,7 +284,7 @@ class _Run:
 async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequence[Stage], ctx: Context, *,
                      out: Path, concurrency: int = 8, resume: bool = True, limit: int | None = None,
                      progress: bool = True, run_config: dict | None = None, fmt: str = "jsonl",
-                     description: str = "", executor: str | Executor = "local",
+                     description: str = "", executor: str | Executor | None = None,
                      executor_options: dict[str, Any] | None = None, fsync_every: int = 100) -> RunSummary:
     """Run every record through `stages` in order and write one status line per record to `out`.
 
@@ -292,7 +292,8 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
     `resume=False` renames an existing `out` to `<out>.<UTC time>.bak` (moved aside, never
     truncated) and starts fresh. With fmt="parquet" a Parquet copy is written to `<out stem>.parquet`
     after the journal is compacted. The manifest goes to `<out stem>.manifest.json`. `executor` is a
-    registered name (`local`, `ray`) or an Executor; `executor_options` go to its constructor.
+    registered name (`local`, `ray`), an Executor, or None for the process default (`local` unless
+    `kbvqa --executor` or KBVQA_EXECUTOR says otherwise); `executor_options` go to its constructor.
     """
     out = Path(out)
     _check_args(out, fmt, concurrency, limit)

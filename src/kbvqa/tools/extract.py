@@ -21,7 +21,7 @@ from kbvqa.models.prompts.agent import VISIT_EXTRACT
 from kbvqa.tools.base import VISIT_HEADER
 
 PAGE_CHARS = 24_000  # of page text sent to an extraction model
-_SENT = re.compile(r"(?<=[.!?。！？])\s+")
+_SENT = re.compile(r"(?<=[.!?。！？])\s+|\n+")  # a line break ends a sentence too (titles, list items)
 
 
 class Extraction(BaseModel):

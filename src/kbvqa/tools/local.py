@@ -35,7 +35,7 @@ def _snippet(text: str, n: int = SNIPPET_CHARS) -> str:
 @TOOL_BACKENDS.register("local", help="the KB: FTS5 search and visit, FAISS reverse image search, KB images")
 class LocalTools:
     name = "local"
-    version = "1"
+    version = "2"  # bump whenever what a call returns changes: the tool cache is keyed on it
 
     def __init__(self, *, top_k: int = 10, images_per_query: int = 5, extractor_role: str | None = "extractor",
                  visit_sections: int = 4):

@@ -162,5 +162,6 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
                            "blocked_domains": list(opts.blocked_domains)})
 
 
-PIPELINES.add("agent", build_agent_job, kind="answer", job=True,
+PIPELINES.add("agent", build_agent_job, kind="answer", job=True, roles=("agent", "extractor"),
+              options=tuple(AgentOptions.__dataclass_fields__),
               help="ReAct search agent with search/visit/image tools; interleaved answers with image tags")

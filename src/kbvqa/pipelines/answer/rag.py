@@ -79,18 +79,21 @@ def _rag_stages(pipeline: str, opts: AnswerOptions, roles: Mapping[str, Any], ha
     return stages
 
 
-@PIPELINES.register("echosight", kind="answer",
+_RAG_OPTIONS = ("k", "articles", "sections", "alpha", "answerer", "identify_candidates")
+
+
+@PIPELINES.register("echosight", kind="answer", roles=("answerer",), options=_RAG_OPTIONS,
                     help="image retrieval, section rerank fused with the visual score, answerer role")
 def echosight(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
     return _rag_stages("echosight", opts, roles, has_index, 0.5)
 
 
-@PIPELINES.register("iba", kind="answer", help="the vision role names the entity, the KB resolves it, rerank, answer")
+@PIPELINES.register("iba", kind="answer", roles=("answerer", "vision"), options=_RAG_OPTIONS, help="the vision role names the entity, the KB resolves it, rerank, answer")
 def iba(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
     return _rag_stages("iba", opts, roles, has_index, 0.3)
 
 
-@PIPELINES.register("extractive", kind="answer", help="image retrieval, BM25 rerank, extractive answer (no model)")
+@PIPELINES.register("extractive", kind="answer", roles=(), options=_RAG_OPTIONS, help="image retrieval, BM25 rerank, extractive answer (no model)")
 def extractive(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
     return _rag_stages("extractive", opts, roles, has_index, 0.5)
 
@@ -130,6 +133,24 @@ def build_answer_job(pipeline: str, *, kb: Any = None, roles: Mapping[str, Any] 
 
 def answer_pipelines() -> list[str]:
     return PIPELINES.names(kind="answer")
+
+
+def pipeline_roles(pipeline: str, reranker: str = "bm25") -> tuple[str, ...]:
+    """The model roles `--llm URL --model NAME` fills for a preset (each entry declares its own)."""
+    roles = tuple(PIPELINES.entry(pipeline).info.get("roles", ()))
+    return roles + (("checker",) if reranker == "llm" and "checker" not in roles else ())
+
+
+def pipeline_settings(pipeline: str, settings: Mapping[str, Any], explicit: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a preset takes, from everything the command line offers. `settings` have
+    defaults and are passed when the preset takes them; `explicit` (flags with no default) were set
+    by the user, so one the preset does not take is an error rather than silently ignored."""
+    takes = set(PIPELINES.entry(pipeline).info.get("options", ()))
+    stray = [k for k, v in explicit.items() if v not in (None, ()) and k not in takes]
+    if stray:
+        raise ValueError(f"--pipeline {pipeline} does not take {', '.join('--' + k.replace('_', '-') for k in stray)}")
+    merged = {**settings, **{k: v for k, v in explicit.items() if v not in (None, ())}}
+    return {k: v for k, v in merged.items() if k in takes}
 
 
 def write_retrieval_records(predictions: Path, out: Path) -> Path:

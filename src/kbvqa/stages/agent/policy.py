@@ -102,6 +102,13 @@ class ModelPolicy:
         return PolicyReply(turn, res.usage, res.provenance, {"role": "assistant", "content": content})
 
 
+def _evidence(visit_text: str) -> str:
+    """The quoted evidence of a visited page's item text (the part between the boundary line and the
+    summary): what the baseline extracts its short answer from."""
+    body = visit_text.split("Evidence in page:", 1)[-1]
+    return body.split("\n\nSummary:", 1)[0].strip()
+
+
 class BaselinePolicy:
     """The embedded deterministic policy (see the module docstring)."""
 
@@ -153,7 +160,7 @@ class BaselinePolicy:
 
     def _answer(self, state: Any, entity: Any, title: str) -> str:
         pages = [it for r in self._results(state, "visit") for it in r.items if not it.error]
-        text = "\n".join(it.text.split("Evidence in page:", 1)[-1] for it in pages) or "\n".join(
+        text = "\n".join(_evidence(it.text) for it in pages) or "\n".join(
             it.text for r in self._results(state, "search") for it in r.items)
         article = Article(url=entity.url or "", title=title, sections=[Section(index=0, title=title, text=text)])
         sample = Sample(id=state.sample.id, question=state.sample.question)

@@ -297,7 +297,8 @@ class AgentEpisode(Stage):
         if r is not None:
             line.update(status=r.status, reason=r.reason,
                         items=[{k: v for k, v in it.model_dump().items() if v not in (None, "")}
-                               | {"text": it.text[:300]} for it in r.items],
+                               | {"text": it.text[: c.observation_chars if r.tool == "visit" else 300]}
+                               for it in r.items],
                         observation=r.text[: c.observation_chars],
                         provenance={k: v for k, v in r.provenance.items() if k != "usage"})
             if len(r.text) > c.observation_chars and ctx.resource("artifacts", None) is not None:
