@@ -95,3 +95,17 @@ def test_agent_failure_categories_with_invalid_and_resume(run, tmp_path):
     obj = json.loads(res.stdout)
     assert obj["categorised"] == 3 and obj["invalid"] == obj["error"] == 0
     assert len(list(read_results(journal))) == 3
+
+
+def test_with_without_retrieval_2x2_from_judge_verdicts(run, tmp_path):
+    root, community, preds, verdicts = run
+    without = tmp_path / "without.jsonl"  # a no-retrieval run's verdicts: only the first item right, one error
+    without.write_text("".join(json.dumps({"id": p["id"], "status": "error" if i == 5 else "ok",
+                                           "verdict": {"label": "correct" if i == 0 else "incorrect"}}) + "\n"
+                               for i, p in enumerate(preds)), encoding="utf-8")
+    res = runner.invoke(app, ["study", "retrieval-2x2", "--with", str(verdicts), "--without", str(without),
+                              "-r", str(community), "--scorer", "judge-verdicts", "--json"])
+    assert res.exit_code == 0, res.output
+    o = json.loads(res.stdout)["overall"]
+    # 15 community items; the agent run judged 6 (3 correct), the other run 1 correct
+    assert o["n"] == 15 and o["both_correct"] == 1 and o["only_with"] == 2 and o["only_without"] == 0

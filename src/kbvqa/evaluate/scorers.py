@@ -26,6 +26,7 @@ class StudyScorer:
     load: Callable[[str | Path, str | Path | None], Any]
     score: Callable[[list[Any], Any, Any], tuple[list[dict[str, Any]], dict[str, Any], str]]
     semantic: bool = False  # takes a semantic-approximation backend
+    read: Callable[[str | Path], Any] | None = None  # how a run's file is read (default: prediction lines)
 
 
 SCORERS: Registry[StudyScorer] = Registry("scorer")
@@ -82,6 +83,33 @@ SCORERS.add("infoseek-reward", StudyScorer(_infoseek_refs(True), _reward),
 SCORERS.add("evqa", StudyScorer(_evqa_refs, _evqa), help="E-VQA exact match (evqa-em)")
 SCORERS.add("evqa-semantic", StudyScorer(_evqa_refs, _evqa_semantic, semantic=True),
             help="E-VQA exact match + semantic-approx (all-MiniLM-L6-v2, not BEM)")
+
+
+def _reference_ids(path: str | Path, qtypes: str | Path | None) -> Any:
+    from kbvqa.data.formats import read_samples
+
+    return {s.id: s.answer_type or s.question_type or (s.meta.get("intent") if s.meta else None)
+            for s in read_samples(path)}
+
+
+def _verdicts(path: str | Path) -> Any:
+    from kbvqa.evaluate.agent import read_verdicts
+
+    return read_verdicts(path)
+
+
+def _judged(verdicts: Any, refs: Any, backend: Any) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
+    """Correct = the judge said correct. Every reference id is an item: no verdict (the run skipped
+    it, or the judge call failed) counts as missing and wrong."""
+    items = [{"data_id": rid, "correct": verdicts.get(rid) == "correct", "missing": verdicts.get(rid) is None,
+              "question_type": qt} for rid, qt in refs.items()]
+    unknown = sum(1 for rid in verdicts if rid not in refs)
+    return items, {"n_unknown_ids": unknown}, "simpleqa-judge verdicts"
+
+
+SCORERS.add("judge-verdicts", StudyScorer(_reference_ids, _judged, read=_verdicts),
+            help="the SimpleQA-style judge's labels (the runs are `kbvqa score judge` outputs; any format of "
+                 "references, e.g. NoteVQA)")
 
 
 def semantic_backend(scorer: str, threshold: float | None = None) -> Any:

@@ -157,7 +157,8 @@ def score_items(predictions: str | Path | list[Any], references: Any, scorer: st
     from kbvqa.evaluate.io import load_predictions
 
     entry = SCORERS.entry(scorer)
-    preds = load_predictions(predictions) if isinstance(predictions, (str, Path)) else predictions
+    read = entry.obj.read or load_predictions
+    preds = read(predictions) if isinstance(predictions, (str, Path)) else predictions
     items, s, name = entry.obj.score(preds, references, semantic_backend)
     return ItemScores(
         scorer=name, ids=[r["data_id"] for r in items],
