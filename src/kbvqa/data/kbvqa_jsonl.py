@@ -6,14 +6,13 @@ those into `meta["run"]` so the same file can be audited again or converted to a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from kbvqa.data.jsonl import read_jsonl
+from kbvqa.data.jsonl import read_jsonl, write_jsonl
 from kbvqa.data.errors import DataError, ErrorPolicy, from_validation_error
 from kbvqa.data.schema import Sample
 
@@ -45,9 +44,4 @@ def read_kbvqa(path: str | Path, *, policy: ErrorPolicy | None = None, **_: Any)
 
 
 def write_kbvqa(samples: Iterable[Sample], path: str | Path, **_: Any) -> int:
-    n = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        for s in samples:
-            fh.write(json.dumps(s.dump(), ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    return write_jsonl(path, (s.dump() for s in samples))

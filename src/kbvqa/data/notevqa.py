@@ -21,7 +21,6 @@ reference and source in `meta`; the short reference becomes `answers`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kbvqa.data.errors import DataError, ErrorPolicy, from_validation_error
-from kbvqa.data.jsonl import read_jsonl
+from kbvqa.data.jsonl import read_jsonl, write_jsonl
 from kbvqa.data.schema import Answer, Sample
 
 DATASET = "notevqa"
@@ -92,9 +91,4 @@ def read_notevqa(path: str | Path, *, policy: ErrorPolicy | None = None, **_: An
 
 
 def write_notevqa(samples: Iterable[Sample], path: str | Path, **_: Any) -> int:
-    n = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        for s in samples:
-            fh.write(json.dumps(notevqa_record(s), ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    return write_jsonl(path, (notevqa_record(s) for s in samples))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kbvqa import __version__
-from kbvqa.data.jsonl import read_jsonl
+from kbvqa.data.jsonl import read_jsonl, write_jsonl
 from kbvqa.data.schema import Provenance
 from kbvqa.evaluate.infoseek import score_reward, score_strict
 from kbvqa.evaluate.io import load_infoseek_references, load_predictions
@@ -31,7 +31,7 @@ from kbvqa.pipelines.retrieve import run_retrieval
 from kbvqa.demo.bench import DemoBench, build_bench, build_community
 from kbvqa.evaluate.agent import tool_usage
 from kbvqa.report.html import Figure, Interleaved, Table, write_page
-from kbvqa.runner import read_results
+from kbvqa.runner import RUNNER_FIELDS, read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import git_info
 from kbvqa.runner.stage import Context
@@ -65,16 +65,9 @@ def _roles(llm: str | None, model: str | None, api_key_env: str | None, concurre
 
 def _write_fixed(audited: Path, fixed: Path) -> int:
     """The repaired benchmark: audited samples whose action is not drop, audit info moved to meta."""
-    n = 0
-    with fixed.open("w", encoding="utf-8") as f:
-        for rec in read_results(audited):
-            audit = rec.get("audit") or {}
-            if rec.get("status") != "ok" or audit.get("action") == "drop":
-                continue
-            sample = {k: v for k, v in rec.items() if k not in ("audit", "status", "reason", "attempts", "stage")}
-            f.write(json.dumps(sample, ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    kept = (rec for rec in read_results(audited)
+            if rec.get("status") == "ok" and (rec.get("audit") or {}).get("action") != "drop")
+    return write_jsonl(fixed, ({k: v for k, v in rec.items() if k not in ("audit", *RUNNER_FIELDS)} for rec in kept))
 
 
 def _score(predictions: Path, references: Path) -> dict[str, Any]:
@@ -116,7 +109,7 @@ def _augment_and_retrieve(fixed: Path, root: Path, out: Path, index: ImageIndex)
     cfg = AugmentConfig(types=DEMO_TYPES + ("organism", "artifact", "landmark"), aliases=DEMO_ALIASES,
                         families=DEMO_FAMILIES, min_entities=2, height=256, workers=1)
     stats = augment_samples(list(read_samples(fixed, "kbvqa")), root, out, cfg)
-    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    samples = [rec for _, rec in read_jsonl(out / "samples.jsonl")]
     run = run_retrieval(samples, index, HistogramEncoder(), out=out / "retrieval.jsonl", image_root=root, k=10,
                         resume=False)
     records = [rec for _, rec in read_jsonl(run.out)]
@@ -140,9 +133,8 @@ def _agent(bench: DemoBench, kb: KBStore, index: ImageIndex, out: Path, progress
 
 
 def _retrieval_records(predictions: Path, out: Path) -> Path:
-    with out.open("w", encoding="utf-8") as f:
-        for rec in read_results(predictions):
-            f.write(json.dumps({"id": rec["id"], "retrieved": rec.get("retrieved", []), "stage": "initial"}) + "\n")
+    write_jsonl(out, ({"id": rec["id"], "retrieved": rec.get("retrieved", []), "stage": "initial"}
+                      for rec in read_results(predictions)))
     return out
 
 
@@ -259,8 +251,8 @@ def _agent_blocks(out: Path, stats: dict[str, Any], preds: list[dict[str, Any]])
     shown = next((p for p in preds if p.get("status") == "ok" and p.get("images")), None)
     if shown is not None:
         resolved = {(r["query"], r["idx"]): rel(r["image"]) for r in shown["meta"]["provenance"]["resolved"]}
-        query = next((s["images"][0] for s in map(json.loads, (out / "bench" / "community.jsonl").read_text(
-            encoding="utf-8").splitlines()) if s["id"] == shown["id"] and s["images"]), None)
+        query = next((s["images"][0] for _, s in read_jsonl(out / "bench" / "community.jsonl")
+                      if s["id"] == shown["id"] and s["images"]), None)
         blocks.append(("interleaved", Interleaved(shown.get("answer") or "", resolved,
                                                   question=shown["meta"].get("question", ""),
                                                   query_image=f"bench/{query}" if query else None,

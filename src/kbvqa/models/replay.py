@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from kbvqa.data.errors import DataError
+from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.schema import Provenance, Usage
 from kbvqa.models.cache import canonical_json, make_key
 from kbvqa.models.result import ChatResult, ModelClient
@@ -70,15 +72,14 @@ class ReplayClient:
         self._lock = threading.Lock()
 
     def _load(self) -> None:
-        with self.path.open(encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
+        try:
+            for n, rec in read_jsonl(self.path):
                 try:
-                    rec = json.loads(line)
                     self._entries[rec["key"]] = ChatResult.model_validate(rec["response"])
                 except (ValueError, KeyError) as e:
                     raise ValueError(f"{self.path}:{n}: bad cassette line ({e})") from None
+        except DataError as e:
+            raise ValueError(f"{self.path}:{e.row}: bad cassette line ({e.message})") from None
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -22,11 +22,11 @@ variant, is kbvqa.evaluate.augmentation; tables are written by kbvqa.report.tabl
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
+from kbvqa.data.jsonl import write_jsonl
 from kbvqa.pipelines import PIPELINES
 from kbvqa.runner.job import Job
 from kbvqa.runner.stage import Context, Stage
@@ -159,9 +159,5 @@ def write_retrieval_records(predictions: Path, out: Path) -> Path:
     from kbvqa.stages.answer.retrieve import retrieval_records
 
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as f:
-        for rec in read_results(predictions):
-            for r in retrieval_records(rec):
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    write_jsonl(out, (r for rec in read_results(predictions) for r in retrieval_records(rec)))
     return out
