@@ -62,3 +62,45 @@ def resolve_image(ref: str | Path, root: str | Path | None, *, allow_outside_roo
     if found is None:
         raise FileNotFoundError(f"image not found: {p}")
     return found
+
+
+# ------------------------------------------------------------------------------------------ decoding
+
+#: Caps every decode in kbvqa goes through: a 69-byte PNG can claim 100000×100000 pixels.
+MAX_PIXELS = 64_000_000
+MAX_BYTES = 50_000_000
+
+
+class BadImage(ValueError):
+    """A file that is not an image kbvqa will decode: unreadable, too large, or a decompression bomb."""
+
+
+def open_image(path: str | Path, *, mode: str | None = "RGB", max_pixels: int = MAX_PIXELS,
+               max_bytes: int = MAX_BYTES, draft: tuple[int, int] | None = None) -> "Image.Image":
+    """Decode an image file safely: a size cap on the file, a pixel cap checked from the header before
+    any pixel is decoded, PIL's verification, EXIF orientation applied. `draft` lets a JPEG decode at
+    a reduced size (fast thumbnails and hashes). Raises BadImage (or FileNotFoundError)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    p = Path(path)
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise BadImage(f"{p}: {size:,} bytes is over the {max_bytes:,}-byte cap")
+    try:
+        with Image.open(p) as probe:
+            w, h = probe.size
+            if w * h > max_pixels:
+                raise BadImage(f"{p}: {w}×{h} pixels is over the {max_pixels:,}-pixel cap (a decompression bomb?)")
+            probe.verify()
+        img = Image.open(p)
+        if draft is not None:
+            img.draft(mode or "RGB", draft)
+        img.load()
+        img = ImageOps.exif_transpose(img)
+        return img.convert(mode) if mode and img.mode != mode else img
+    except BadImage:
+        raise
+    except Image.DecompressionBombError as exc:  # PIL's own, far larger cap tripped first
+        raise BadImage(f"{p}: over the {max_pixels:,}-pixel cap (a decompression bomb: {exc})") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise BadImage(f"{p}: not a readable image ({type(exc).__name__}: {exc})") from None

@@ -77,7 +77,9 @@ class Prompt:
 
 PROMPTS: Registry[Prompt] = Registry("prompt", modules=("kbvqa.models.prompts.audit", "kbvqa.models.prompts.answer",
                                                         "kbvqa.models.prompts.augment", "kbvqa.models.prompts.agent",
-                                                        "kbvqa.models.prompts.judge"))
+                                                        "kbvqa.models.prompts.judge", "kbvqa.models.prompts.ivr12",
+                                                        "kbvqa.models.prompts.reference",
+                                                        "kbvqa.models.prompts.ablation"))
 
 
 def register(p: Prompt) -> Prompt:

@@ -1,0 +1,3 @@
+"""ablation prompts (seed 001)."""
+
+from __future__ import annotations

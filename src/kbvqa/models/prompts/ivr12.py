@@ -1,0 +1,3 @@
+"""ivr12 prompts (seed 001)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""reference prompts (seed 001)."""
+
+from __future__ import annotations
