@@ -14,6 +14,7 @@ from PIL import Image
 from skimage import data
 
 from kbvqa.data.images import BadImage, open_image
+from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.phash import DISTINCT_BITS, NEAR_DUPLICATE_BITS, dedupe, dhash, distance, phash, verdict
 
 NAMES = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "retina", "coins", "camera", "moon",
@@ -82,3 +83,33 @@ def test_hostile_images_are_refused_before_decoding(tmp_path):
     with pytest.raises(BadImage, match="byte cap"):
         open_image(big, max_bytes=1000)
     assert open_image(big).size == PHOTOS["camera"].size
+
+
+def test_a_decompression_bomb_is_a_counted_failure_in_indexing_and_retrieval(tmp_path):
+    """Indexing the KB and retrieving with it survive a hostile image: one counted failure, no crash,
+    no temporary file left behind."""
+    from kbvqa.data.schema import Article, Section
+    from kbvqa.kb.importer import build_kb
+    from kbvqa.kb.store import KBStore
+    from kbvqa.models.image_encoders import HistogramEncoder
+    from kbvqa.pipelines.index import build_image_index
+    from kbvqa.pipelines.retrieve import run_retrieval
+
+    (tmp_path / "img").mkdir()
+    PHOTOS["coffee"].save(tmp_path / "img" / "good.jpg")
+    (tmp_path / "img" / "bomb.png").write_bytes(_png_header_only(100_000, 100_000))
+    build_kb([Article(url=f"https://en.wikipedia.org/wiki/{name}", title=name, image_urls=[f"img/{name}"],
+                      sections=[Section(index=0, title=name, text="text")]) for name in ("good.jpg", "bomb.png")],
+             tmp_path / "kb.sqlite")
+    kb = KBStore(tmp_path / "kb.sqlite")
+    index, report = build_image_index(kb, tmp_path, HistogramEncoder())
+    assert report.images_failed == 1 and len(index) == 1
+    samples = [{"id": "ok", "question": "q", "images": ["img/good.jpg"]},
+               {"id": "bomb", "question": "q", "images": ["img/bomb.png"]}]
+    run = run_retrieval(samples, index, HistogramEncoder(), out=tmp_path / "r.jsonl", image_root=tmp_path,
+                        progress=False)
+    lines = {rec["id"]: rec for _, rec in read_jsonl(run.out)}
+    assert lines["ok"]["status"] == "ok" and lines["bomb"]["status"] == "error"
+    assert "pixel cap" in lines["bomb"]["reason"]
+    assert not list(tmp_path.rglob("*.tmp"))
+    kb.close()

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 __all__ = ["IMAGE_SUFFIXES", "ImageRefError", "resolve_image"]
 
@@ -75,12 +79,12 @@ class BadImage(ValueError):
     """A file that is not an image kbvqa will decode: unreadable, too large, or a decompression bomb."""
 
 
-def open_image(path: str | Path, *, mode: str | None = "RGB", max_pixels: int = MAX_PIXELS,
-               max_bytes: int = MAX_BYTES, draft: tuple[int, int] | None = None) -> "Image.Image":
-    """Decode an image file safely: a size cap on the file, a pixel cap checked from the header before
-    any pixel is decoded, PIL's verification, EXIF orientation applied. `draft` lets a JPEG decode at
-    a reduced size (fast thumbnails and hashes). Raises BadImage (or FileNotFoundError)."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
+def check_image(path: str | Path, *, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_BYTES,
+                verify: bool = False) -> tuple[int, int]:
+    """(width, height) from the header after the byte and pixel caps (and, with `verify`, PIL's
+    structural check), before any pixel is decoded. For decoders that need their own pipeline
+    (composites) but must refuse the same files open_image refuses."""
+    from PIL import Image, UnidentifiedImageError
 
     p = Path(path)
     size = p.stat().st_size
@@ -91,7 +95,27 @@ def open_image(path: str | Path, *, mode: str | None = "RGB", max_pixels: int = 
             w, h = probe.size
             if w * h > max_pixels:
                 raise BadImage(f"{p}: {w}×{h} pixels is over the {max_pixels:,}-pixel cap (a decompression bomb?)")
-            probe.verify()
+            if verify:
+                probe.verify()
+        return w, h
+    except BadImage:
+        raise
+    except Image.DecompressionBombError as exc:  # PIL's own, far larger cap tripped first
+        raise BadImage(f"{p}: over the {max_pixels:,}-pixel cap (a decompression bomb: {exc})") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise BadImage(f"{p}: not a readable image ({type(exc).__name__}: {exc})") from None
+
+
+def open_image(path: str | Path, *, mode: str | None = "RGB", max_pixels: int = MAX_PIXELS,
+               max_bytes: int = MAX_BYTES, draft: tuple[int, int] | None = None) -> "Image.Image":
+    """Decode an image file safely: a size cap on the file, a pixel cap checked from the header before
+    any pixel is decoded, PIL's verification, EXIF orientation applied. `draft` lets a JPEG decode at
+    a reduced size (fast thumbnails and hashes). Raises BadImage (or FileNotFoundError)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    p = Path(path)
+    check_image(p, max_pixels=max_pixels, max_bytes=max_bytes, verify=True)
+    try:
         img = Image.open(p)
         if draft is not None:
             img.draft(mode or "RGB", draft)

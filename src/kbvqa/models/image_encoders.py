@@ -21,8 +21,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
-from PIL import Image, ImageOps
+from PIL import Image
 
+from kbvqa.data.images import open_image
 from kbvqa.progress import ProgressBar
 from kbvqa.registry import Registry
 
@@ -43,12 +44,11 @@ class ImageEncoder(Protocol):
 
 
 def load_image(image: ImageLike, draft: int = 512) -> Image.Image:
-    """Open an image with EXIF orientation applied, as RGB. Raises FileNotFoundError/OSError with the path."""
+    """Open an image with EXIF orientation applied, as RGB, through kbvqa's guarded decoder. Raises
+    FileNotFoundError, or BadImage (a ValueError) naming the path for an unreadable or hostile file."""
     if isinstance(image, Image.Image):
         return image.convert("RGB")
-    with Image.open(image) as im:
-        im.draft("RGB", (draft, draft))  # JPEG: decode at reduced size, we only need a small thumbnail
-        return ImageOps.exif_transpose(im).convert("RGB")
+    return open_image(image, draft=(draft, draft))  # guarded; JPEG decodes at reduced size
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:

@@ -13,6 +13,8 @@ from typing import Any, Iterable
 
 from PIL import Image
 
+from kbvqa.data.images import open_image
+
 _MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp"}
 
 
@@ -32,10 +34,8 @@ def image_to_data_url(image: str | Path | Image.Image, max_side: int = 1024, fmt
         p = Path(image)
         if not p.is_file():
             raise FileNotFoundError(f"image not found: {p}")
-        img = Image.open(p)
-        if fmt == "JPEG":
-            img.draft("RGB", (max_side, max_side))  # cheap JPEG downscale at decode time
-        img.load()
+        # guarded decode (caps, verification); JPEG downscales cheaply at decode time; alpha is kept
+        img = open_image(p, mode=None, draft=(max_side, max_side) if fmt == "JPEG" else None)
     if max(img.size) > max_side:
         img = img.copy()
         img.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from PIL import Image, ImageOps
 
+from kbvqa.data.images import check_image
+
 _ROTATED = {5, 6, 7, 8}  # EXIF orientations that swap width and height
 
 
@@ -65,7 +67,9 @@ def _draft_size(im: Image.Image, height: int) -> tuple[int, int]:
 
 
 def decode(path: str | Path, height: int) -> Image.Image:
-    """Open, EXIF-orient, convert to RGB and resize to `height` (JPEG: draft mode first)."""
+    """Open, EXIF-orient, convert to RGB and resize to `height` (JPEG: draft mode first). The header
+    passes kbvqa's byte and pixel caps first (kbvqa.data.images.check_image)."""
+    check_image(path)
     with Image.open(path) as im:
         w, h = im.size  # the panel width comes from the full size, so draft rounding never changes it
         if im.getexif().get(0x0112, 1) in _ROTATED:
@@ -87,6 +91,7 @@ def decode(path: str | Path, height: int) -> Image.Image:
 
 def probe_size(path: str | Path, height: int) -> tuple[int, int]:
     """The panel size an image would get, from its header only (for Blank panels)."""
+    check_image(path)
     with Image.open(path) as im:
         w, h = im.size
         if im.getexif().get(0x0112, 1) in _ROTATED:
