@@ -467,3 +467,37 @@ def test_resume_over_corrupt_journal_raises_and_leaves_it(tmp_path):
     with pytest.raises(ValueError, match="corrupt JSONL line"):
         run(recs(3), [Double()], ctx(), out=out, progress=False)
     assert out.read_text() == text
+
+
+def test_corrupt_journal_line_is_refused_with_the_way_out_and_repair_moves_it_aside(tmp_path):
+    from kbvqa.runner.sinks import JournalError, repair_journal
+
+    out = tmp_path / "o.jsonl"
+    run(recs(4), [Double()], ctx(), out=out, progress=False)
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join([lines[0], "{not json", lines[1], '["no id"]', *lines[2:]]) + "\n")
+    with pytest.raises(JournalError) as err:
+        run(recs(6), [Double()], ctx(), out=out, progress=False)
+    assert err.value.line == 2 and "kbvqa journal repair" in str(err.value)
+    moved, aside = repair_journal(out)
+    assert moved == 2 and aside is not None and aside.read_text().count("\n") == 2
+    s = run(recs(6), [Double()], ctx(), out=out, progress=False)
+    assert s.skipped == 4 and s.ok == 2 and len(list(read_results(out))) == 6
+    assert repair_journal(out) == (0, None)
+
+
+def test_journal_commands(tmp_path):
+    from typer.testing import CliRunner
+
+    from kbvqa.cli.app import app
+
+    out = tmp_path / "o.jsonl"
+    run(recs(5), [Picky()], ctx(), out=out, progress=False)
+    res = CliRunner().invoke(app, ["journal", "status", str(out), "--json"])
+    obj = json.loads(res.stdout)
+    assert res.exit_code == 0 and obj["records"] == 5 and obj["state"] == "finished" and sum(obj["by_status"].values()) == 5
+    out.write_text(out.read_text().replace('"id":"r1"', 'oops', 1))
+    res = CliRunner().invoke(app, ["journal", "status", str(out)])
+    assert res.exit_code == 2 and "kbvqa journal repair" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["journal", "repair", str(out)])
+    assert res.exit_code == 0 and "moved 1 corrupt line" in res.output

@@ -68,7 +68,10 @@ def sigkill_then_resume(out: Path, executor: str = "local", *, kill_env: dict | 
     assert done_before <= summary["skipped"] <= done_before + 1
     assert summary["skipped"] + summary["ok"] == N and summary["error"] == summary["invalid"] == 0
     assert all(r["attempts"] == 1 for r in rows)
-    assert json.loads(manifest_file.read_text())["state"] == "finished"
+    manifest = json.loads(manifest_file.read_text())
+    assert manifest["state"] == "finished"
+    # the killed run is on record as interrupted, with what it had started
+    assert [a["state"] for a in manifest["attempts"]] == ["interrupted"] and manifest["attempts"][0]["started"]
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")

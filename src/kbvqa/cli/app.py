@@ -15,6 +15,7 @@ from kbvqa.cli import augment as augment_cmd
 from kbvqa.cli import data as data_cmd
 from kbvqa.cli import demo as demo_cmd
 from kbvqa.cli import index as index_cmd
+from kbvqa.cli import journal as journal_cmd
 from kbvqa.cli import kb as kb_cmd
 from kbvqa.cli import report as report_cmd
 from kbvqa.cli import retrieve as retrieve_cmd
@@ -48,6 +49,7 @@ app.add_typer(study_cmd.app, name="study", help="Studies: per-type bootstrap CIs
                                                 "ranking reversals, retrieval 2x2, augmentation recall.")
 app.add_typer(report_cmd.app, name="report", help="Tables (markdown/CSV/LaTeX), plots and an HTML page from study "
                                                   "results.")
+app.add_typer(journal_cmd.app, name="journal", help="Inspect or repair a job's output journal (what --resume reads).")
 app.command("demo", help="End-to-end offline demo on real photographs shipped in PyPI packages.")(demo_cmd.demo)
 
 

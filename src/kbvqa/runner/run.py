@@ -194,6 +194,25 @@ def _usage_delta(end: Usage, start: Usage) -> Usage:
     return Usage(**{k: a[k] - b[k] for k in a})
 
 
+def _earlier_attempts(manifest: Path) -> list[dict[str, Any]]:
+    """The runs that wrote this output before, oldest first. One whose manifest still says
+    "running" was killed (SIGKILL, a lost machine): it is recorded as interrupted."""
+    import json
+
+    try:
+        prev = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(prev, dict):
+        return []
+    state = prev.get("state")
+    last = {"started": prev.get("started"), "finished": prev.get("finished"),
+            "state": "interrupted" if state == "running" else state, "counts": prev.get("counts"),
+            "skipped": prev.get("skipped"), "error": prev.get("error"),
+            "executor": (prev.get("runner") or {}).get("executor")}
+    return [*(prev.get("attempts") or []), last]
+
+
 def output_paths(out: Path) -> dict[str, Path]:
     """Where a run with journal `out` puts its manifest and (fmt="parquet") its Parquet file."""
     out = Path(out)
@@ -239,6 +258,7 @@ class _Run:
             raise
         self.manifest["previous_output"] = str(self.previous_output) if self.previous_output else None
         self.manifest["resumed_from_lines"] = len(self.previous)
+        self.manifest["attempts"] = _earlier_attempts(self.paths["manifest"]) if resume else []
         self.counts = {"ok": 0, "error": 0, "invalid": 0, "skipped": 0}
         self.remote_usage = Usage()
         self.bar: ProgressBar | None = None

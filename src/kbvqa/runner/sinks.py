@@ -25,6 +25,47 @@ log = logging.getLogger("kbvqa.runner")
 PARQUET_JSON_COLUMNS_KEY = b"kbvqa.json_columns"
 
 
+class JournalError(ValueError):
+    """A corrupt line inside a journal (not a crash-truncated last line): resuming on it could lose
+    or repeat records, so the run refuses, naming the file and line and the way out."""
+
+    def __init__(self, path: Path, line: int, problem: str):
+        self.path, self.line = Path(path), line
+        super().__init__(f"{path}:{line}: corrupt JSONL line in the journal ({problem}); run `kbvqa journal repair {path}` to move "
+                         "corrupt lines aside (their records run again), or start over with --no-resume")
+
+
+def repair_journal(path: Path) -> tuple[int, Path | None]:
+    """Move every corrupt line of a journal to `<journal>.corrupt-<UTC time>.jsonl` (kept, never
+    deleted) and keep the good ones in place, atomically. Returns (lines moved, where they went)."""
+    from datetime import datetime, timezone
+
+    path = Path(path)
+    good: list[bytes] = []
+    bad: list[bytes] = []
+    with open(path, "rb") as f:
+        for raw in f:
+            stripped = raw.strip()
+            if not stripped:
+                continue
+            try:
+                obj = json.loads(stripped)
+                ok = isinstance(obj, dict) and isinstance(obj.get("id"), str)
+            except ValueError:
+                ok = False
+            (good if ok else bad).append(raw if raw.endswith(b"\n") else raw + b"\n")
+    if not bad:
+        return 0, None
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}.jsonl")
+    aside.write_bytes(b"".join(bad))
+    tmp = path.with_name(path.name + ".repair.tmp")
+    tmp.write_bytes(b"".join(good))
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    return len(bad), aside
+
+
 @dataclass(frozen=True)
 class JournalEntry:
     """Where the last line for one id lives, and what it said."""
@@ -53,7 +94,7 @@ def scan_journal(path: Path) -> tuple[dict[str, JournalEntry], list[str]]:
     """Index a journal: for each id the offset of its last line, plus ids in first-seen order.
 
     A final line without a newline that is not valid JSON is a write cut short by a crash and is
-    ignored (with a warning). A bad line anywhere else is real corruption and raises ValueError.
+    ignored (with a warning). A bad line anywhere else is real corruption and raises JournalError.
     """
     path = Path(path)
     index: dict[str, JournalEntry] = {}
@@ -74,10 +115,9 @@ def scan_journal(path: Path) -> tuple[dict[str, JournalEntry], list[str]]:
                         log.warning("%s: ignoring a truncated last line (%d bytes) left by an interrupted run",
                                     path, length)
                         break
-                    raise ValueError(f"{path}:{lineno}: corrupt JSONL line ({exc}); "
-                                     "only a truncated last line is tolerated") from exc
+                    raise JournalError(path, lineno, f"not valid JSON ({exc})") from None
                 if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
-                    raise ValueError(f"{path}:{lineno}: line is not a JSON object with a string 'id'")
+                    raise JournalError(path, lineno, "not a JSON object with a string 'id'")
                 rid = obj["id"]
                 if rid not in index:
                     order.append(rid)

@@ -1,0 +1,50 @@
+"""`kbvqa journal`: look at and repair a job's output journal (what `--resume` reads)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import typer
+
+from kbvqa.cli.common import emit_json, fail, print_table
+
+app = typer.Typer(no_args_is_help=True, help="Inspect or repair a job's output journal.")
+
+
+@app.command("status")
+def status(journal: Path = typer.Argument(..., exists=True, dir_okay=False, help="A job's output JSONL."),
+           as_json: bool = typer.Option(False, "--json")) -> None:
+    """Records by status and reason kind, and what the manifest says about the runs that wrote them."""
+    from kbvqa.runner import manifest_path, read_results
+
+    try:
+        rows = list(read_results(journal))
+    except ValueError as exc:
+        fail(exc)
+    by_status = Counter(str(r.get("status")) for r in rows)
+    reasons = Counter(str(r.get("reason", "")).split(":", 1)[0] for r in rows if r.get("status") != "ok")
+    mpath = manifest_path(journal)
+    manifest = json.loads(mpath.read_text(encoding="utf-8")) if mpath.is_file() else {}
+    res = {"journal": str(journal), "records": len(rows), "by_status": dict(by_status),
+           "failure_kinds": dict(reasons.most_common()), "state": manifest.get("state"),
+           "attempts": [*(manifest.get("attempts") or []), *([{"started": manifest.get("started"),
+                                                               "state": manifest.get("state")}] if manifest else [])]}
+    if as_json:
+        emit_json(res)
+        return
+    print_table(f"{journal}: {len(rows)} records, last run {res['state'] or 'unknown'}", ("status", "records"),
+                sorted(by_status.items()))
+    if reasons:
+        print_table("why records did not end ok", ("kind", "records"), reasons.most_common())
+
+
+@app.command("repair")
+def repair(journal: Path = typer.Argument(..., exists=True, dir_okay=False, help="A job's output JSONL.")) -> None:
+    """Move corrupt lines aside (to JOURNAL.corrupt-<time>.jsonl, never deleted) so `--resume` can
+    go on; their records run again on the next resume."""
+    from kbvqa.runner.sinks import repair_journal
+
+    moved, aside = repair_journal(journal)
+    typer.echo(f"moved {moved} corrupt line(s) to {aside}" if moved else f"{journal}: no corrupt lines")
