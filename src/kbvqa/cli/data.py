@@ -33,6 +33,8 @@ def _mapping(text: Optional[str]) -> Optional[dict[str, str]]:
 
 
 def _report_skipped(report: SkipReport) -> None:
+    for kind, n in report.warnings.items():
+        typer.echo(f"warning: {n} {kind.replace('_', ' ')} (e.g. {'; '.join(report.examples[kind])})", err=True)
     if not report.count:
         return
     typer.echo(f"skipped {report.count} invalid row(s):")
@@ -54,6 +56,8 @@ def convert(
     sep: str = typer.Option("|", "--sep", help="Generic formats: separator for answers/images given as strings."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip (and list) invalid rows instead of stopping."),
     limit: Optional[int] = typer.Option(None, "--limit", min=0, help="Convert at most N samples."),
+    allow_empty: bool = typer.Option(False, "--allow-empty", help="Write an empty file for an input with no samples "
+                                                                  "(otherwise an error)."),
 ) -> None:
     """Convert a benchmark file between formats (lossless for same-format round trips)."""
     m = _mapping(mapping)
@@ -76,12 +80,24 @@ def convert(
         write_opts: dict = {"qtypes_out": qtypes_out} if fout == "infoseek" else {}
         if fout in ("jsonl", "csv", "parquet"):
             write_opts.update(mapping=m, sep=sep)
+        samples = _non_empty(samples, src, allow_empty)
         n = write_samples(samples, dst, fout, **write_opts)
     except (DataError, ValueError) as e:
         _fail(str(e))
         return
     typer.echo(f"wrote {n} sample(s) {fin} -> {fout}: {dst}")
     _report_skipped(report)
+
+
+def _non_empty(samples, src: Path, allow_empty: bool):
+    """The samples, or a DataError when there are none and the user did not say that is fine."""
+    first = next(iter(samples), None)
+    if first is None:
+        if not allow_empty:
+            raise DataError("no samples in the input (an empty file?); pass --allow-empty if that is intended",
+                            file=src)
+        return iter(())
+    return itertools.chain([first], samples)
 
 
 def _out_format(dst: Path, fin: str, generic: bool = False) -> str:
@@ -118,6 +134,7 @@ def stats(
         _fail(str(e))
         return
     result["skipped"] = report.count
+    result["warnings"] = dict(report.warnings)  # duplicate ids, samples without answers: counted, not silent
     if as_json:
         emit_json(result)
         return

@@ -59,9 +59,13 @@ def from_validation_error(err: Any, *, file: str | Path | None, row: int | None,
 
 @dataclass
 class SkipReport:
-    """What `skip_invalid` left out: a count and (row, reason) per skipped row."""
+    """What reading left out or noticed: (row, reason) per row `skip_invalid` skipped, and counted
+    warnings by kind (duplicate ids, samples without answers) with a few examples each — the other
+    half of the one input policy: a clear error, or an explicit counted warning, never silence."""
 
     skipped: list[tuple[int | None, str]] = field(default_factory=list)
+    warnings: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -69,6 +73,12 @@ class SkipReport:
 
     def add(self, err: DataError) -> None:
         self.skipped.append((err.row, str(err)))
+
+    def warn(self, kind: str, example: str, keep: int = 5) -> None:
+        self.warnings[kind] = self.warnings.get(kind, 0) + 1
+        seen = self.examples.setdefault(kind, [])
+        if len(seen) < keep:
+            seen.append(example)
 
 
 class ErrorPolicy:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ FORMATS: dict[str, Format] = {
 
 
 def _first_json_object(path: Path) -> dict[str, Any] | None:
-    with open(path, encoding="utf-8") as fh:
+    with open(path, encoding="utf-8-sig") as fh:
         for line in fh:
             if line.strip():
                 try:
@@ -57,6 +58,11 @@ def _first_json_object(path: Path) -> dict[str, Any] | None:
                     return None
                 return obj if isinstance(obj, dict) else None
     return None
+
+
+def _not_utf8(path: str | Path, exc: UnicodeDecodeError) -> DataError:
+    return DataError(f"not UTF-8 text ({exc.reason}: byte {exc.object[exc.start:exc.start + 1]!r}); "
+                     "re-encode the file as UTF-8", file=path)
 
 
 def detect_format(path: str | Path) -> str:
@@ -68,7 +74,10 @@ def detect_format(path: str | Path) -> str:
     if suffix == ".parquet":
         return "parquet"
     if suffix in (".jsonl", ".json", ".ndjson"):
-        obj = _first_json_object(p)
+        try:
+            obj = _first_json_object(p)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(p, exc) from None
         if obj is None:
             return "jsonl"
         if "data_id" in obj and ("answer_eval" in obj or "image_id" in obj):
@@ -79,8 +88,11 @@ def detect_format(path: str | Path) -> str:
             return "kbvqa"
         return "jsonl"
     if suffix in (".csv", ".tsv"):
-        with open(p, newline="", encoding="utf-8") as fh:
-            header = next(csv.reader(fh), [])
+        try:
+            with open(p, newline="", encoding="utf-8") as fh:
+                header = next(csv.reader(fh), [])
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(p, exc) from None
         if header and header[0].startswith("\ufeff"):
             header[0] = header[0][1:]
         cols = set(header)
@@ -103,11 +115,14 @@ def read_samples(path: str | Path, fmt: str | None = None, *, qtypes: Path | Non
                  mapping: dict[str, str] | None = None, skip_invalid: bool = False,
                  report: SkipReport | None = None, **opts: Any) -> Iterator[Sample]:
     """Stream Samples from `path`. Bad rows raise DataError unless `skip_invalid`, in which case they
-    are counted in `report` (pass one to see them). Extra `opts` go to the adapter (sep=, with_position=)."""
+    are counted in `report` (pass one to see them), as are the warnings every adapter shares:
+    duplicate ids and samples without answers. A file that is not UTF-8 is a DataError naming it.
+    Extra `opts` go to the adapter (sep=, with_position=)."""
     fmt = fmt or detect_format(path)
     f = _format(fmt)
     if not Path(path).exists():
         raise DataError("file not found", file=path)
+    report = report if report is not None else SkipReport()
     policy = ErrorPolicy(skip_invalid=skip_invalid, report=report)
     kwargs: dict[str, Any] = {"policy": policy, **opts}
     if qtypes is not None:
@@ -118,11 +133,32 @@ def read_samples(path: str | Path, fmt: str | None = None, *, qtypes: Path | Non
         if fmt not in generic.GENERIC_FORMATS:
             raise ValueError(f"mapping= only applies to {list(generic.GENERIC_FORMATS)}, not {fmt!r}")
         kwargs["mapping"] = mapping
-    yield from f.read(path, **kwargs)
+    seen: set[str] = set()
+    n = 0
+    try:
+        for sample in f.read(path, **kwargs):
+            n += 1
+            if sample.id in seen:
+                report.warn("duplicate_id", f"record {n}: {sample.id!r}")
+            seen.add(sample.id)
+            if not sample.answers:
+                report.warn("no_answers", f"record {n}: {sample.id!r}")
+            yield sample
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
 
 
 def write_samples(samples: Iterable[Sample], path: str | Path, fmt: str, **opts: Any) -> int:
-    """Write Samples in `fmt`; returns how many were written. Options: qtypes_out= (infoseek),
-    mapping=/sep= (generic), columns= (evqa/ara)."""
+    """Write Samples in `fmt`; returns how many were written. The file appears only when every sample
+    was written (a temporary file renamed at the end). Options: qtypes_out= (infoseek), mapping=/sep=
+    (generic), columns= (evqa/ara)."""
     opts = {k: v for k, v in opts.items() if v is not None}
-    return _format(fmt).write(samples, path, **opts)
+    writer = _format(fmt).write
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:  # a failed conversion never leaves a truncated file over a previous good one
+        n = writer(samples, tmp, **opts)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return n

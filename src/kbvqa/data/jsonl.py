@@ -38,6 +38,8 @@ def read_jsonl(path: str | Path, policy: ErrorPolicy | None = None) -> Iterator[
     policy = policy or ErrorPolicy()
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 BOM, as CSV readers accept
+                raw = raw[3:]
             if not raw.strip():
                 continue
             try:
