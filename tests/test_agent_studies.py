@@ -109,3 +109,23 @@ def test_with_without_retrieval_2x2_from_judge_verdicts(run, tmp_path):
     o = json.loads(res.stdout)["overall"]
     # 15 community items; the agent run judged 6 (3 correct), the other run 1 correct
     assert o["n"] == 15 and o["both_correct"] == 1 and o["only_with"] == 2 and o["only_without"] == 0
+
+
+def test_agent_predictions_go_straight_into_the_judge(run, tmp_path):
+    """`score judge` reads the agent's predictions (graded by their short answer) and NoteVQA references."""
+    root, community, preds, verdicts = run
+    seen = []
+
+    def handler(req):
+        text = req["messages"][-1]["content"]
+        seen.append(text.split("Answer to grade:")[1].split("\n")[0].strip())
+        return Reply(content='{"label": "incorrect", "rationale": "r"}')
+
+    with FakeLLMServer(handler=handler) as srv:
+        res = runner.invoke(app, ["score", "judge", "-p", str(root / "agent.jsonl"), "-r", str(community),
+                                  "--judge-base-url", srv.base_url, "--judge-model", "j", "--out",
+                                  str(tmp_path / "j.jsonl"), "--json"])
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    assert obj["n"] == 15 and obj["n_incorrect"] == 6 and obj["n_missing"] == 9
+    assert sorted(seen) == sorted(p["short_answer"] for p in preds)  # the short answer, not the long text

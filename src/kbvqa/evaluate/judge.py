@@ -204,7 +204,7 @@ def simpleqa_metrics(labels: Iterable[str | None | Verdict]) -> dict[str, float 
 
 
 def load_judge_references(path: str | Path) -> dict[str, tuple[str, str]]:
-    """id -> (question, target) from kbvqa JSONL (`id`, `question`, `answers`) or a CSV with
+    """id -> (question, target) from kbvqa JSONL (`id`, `question`, `answers`; NoteVQA-style `answer`) or a CSV with
     `data_id`/`id`, `problem`/`question` and `answer` (SimpleQA / ARA style)."""
     out: dict[str, tuple[str, str]] = {}
     if str(path).lower().endswith(".csv"):
@@ -221,8 +221,8 @@ def load_judge_references(path: str | Path) -> dict[str, tuple[str, str]]:
             did = obj.get("id", obj.get("data_id"))
             if not isinstance(did, str) or not did:
                 raise ScoreInputError(path, ln, "id", f"must be a non-empty string, got {did!r}")
-            texts = [a if isinstance(a, str) else a.get("text", "") for a in obj.get("answers") or []
-                     if isinstance(a, (str, dict))]
+            answers = obj.get("answers") or ([obj["answer"]] if isinstance(obj.get("answer"), str) else [])
+            texts = [a if isinstance(a, str) else a.get("text", "") for a in answers if isinstance(a, (str, dict))]
             texts = [t for t in texts if t and t.strip()]
             if not texts:
                 raise ScoreInputError(path, ln, "answers", f"no gold answer for {did!r}")
