@@ -70,3 +70,23 @@ def test_a_failed_conversion_leaves_the_previous_output_untouched(tmp_path):
     assert res.exit_code == 1 and "row 3" in res.output
     assert dst.read_text() == "previous good output\n"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_exit_codes_of_a_job_that_failed(tmp_path):
+    """Every record failed → 3; some failed → 0, or 4 with --fail-on-error; counts on stderr."""
+    from kbvqa.demo.bench import build_bench
+
+    b = build_bench(tmp_path / "bench")
+    res = runner.invoke(app, ["index", "images", "--kb", str(b.kb), "--images", str(b.root),
+                              "--out", str(tmp_path / "idx")])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in b.samples.read_text(encoding="utf-8").splitlines()][:3]
+    broken = _jsonl(tmp_path / "broken.jsonl", [{**r, "images": ["images/none.jpg"]} for r in rows])
+    partly = _jsonl(tmp_path / "partly.jsonl", [rows[0], {**rows[1], "images": ["images/none.jpg"]}])
+    base = ["retrieve", "--index", str(tmp_path / "idx"), "--images", str(b.root)]
+    res = runner.invoke(app, [*base, "--samples", str(broken), "--out", str(tmp_path / "r1.jsonl")])
+    assert res.exit_code == 3 and "3 sample(s) did not end ok: error 3" in res.output
+    res = runner.invoke(app, [*base, "--samples", str(partly), "--out", str(tmp_path / "r2.jsonl")])
+    assert res.exit_code == 0 and "1 sample(s) did not end ok" in res.output
+    res = runner.invoke(app, ["--fail-on-error", *base, "--samples", str(partly), "--out", str(tmp_path / "r3.jsonl")])
+    assert res.exit_code == 4

@@ -16,7 +16,7 @@ from typing import Literal, Optional
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import fail
+from kbvqa.cli.common import end_job, fail
 from kbvqa.cli.retrieve import job_errors
 from kbvqa.models.rerank import RERANKERS
 from kbvqa.pipelines.answer import answer_pipelines
@@ -108,3 +108,4 @@ def answer(
     typer.echo(json.dumps({"out": str(out), "retrieval_records": str(rr), "ok": summary.ok, "error": summary.error,
                            "invalid": summary.invalid, "pipeline": pipeline, "stages": job.stage_names,
                            "usage": summary.usage.model_dump(), "seconds": round(summary.seconds, 3)}))
+    end_job(summary.ok, {"error": summary.error, "invalid": summary.invalid}, skipped=summary.skipped, what="sample(s)")

@@ -17,6 +17,7 @@ from kbvqa.cli import demo as demo_cmd
 from kbvqa.cli import index as index_cmd
 from kbvqa.cli import journal as journal_cmd
 from kbvqa.cli import kb as kb_cmd
+from kbvqa.cli import reference as reference_cmd
 from kbvqa.cli import report as report_cmd
 from kbvqa.cli import retrieve as retrieve_cmd
 from kbvqa.cli import score as score_cmd
@@ -47,6 +48,8 @@ app.command("answer", help="Answer with a reference MM-RAG pipeline (a registere
 app.add_typer(score_cmd.app, name="score", help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
 app.add_typer(study_cmd.app, name="study", help="Studies: per-type bootstrap CIs, fixed-vs-unfixed comparisons and "
                                                 "ranking reversals, retrieval 2x2, augmentation recall.")
+app.add_typer(reference_cmd.app, name="reference", help="Interleaved reference construction from agent "
+                                                        "trajectories (seed 001) and its human audit.")
 app.add_typer(report_cmd.app, name="report", help="Tables (markdown/CSV/LaTeX), plots and an HTML page from study "
                                                   "results.")
 app.add_typer(journal_cmd.app, name="journal", help="Inspect or repair a job's output journal (what --resume reads).")
@@ -73,8 +76,11 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
                                                     help="A running Ray cluster (default: RAY_ADDRESS, else a "
                                                          "local cluster started for the run)."),
           ray_actors: Optional[int] = typer.Option(None, "--ray-actors", min=1,
-                                                   help="Ray actors (default: one per cluster CPU).")) -> None:
-    """kbvqa command line."""
+                                                   help="Ray actors (default: one per cluster CPU)."),
+          fail_on_error: bool = typer.Option(False, "--fail-on-error",
+                                             help="Exit 4 when any record of a job ends error or invalid (a job "
+                                                  "where none ended ok always exits 3).")) -> None:
+    """kbvqa command line. (--fail-on-error is read by each job from this command's parameters.)"""
     options = {k: v for k, v in (("address", ray_address), ("actors", ray_actors)) if v is not None}
     if options and executor != "ray":
         raise typer.BadParameter("--ray-address/--ray-actors need --executor ray", param_hint="--executor")

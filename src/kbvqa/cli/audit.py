@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from kbvqa.cli.common import emit_json, fail, print_result
+from kbvqa.cli.common import emit_json, end_job, fail, print_result
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -52,13 +52,14 @@ def run_cmd(
                             skip_invalid=skip_invalid)
     except _input_errors() as exc:
         fail(exc)
+    r = summary["run"]
     if as_json:
         emit_json(summary)
-        return
-    print_result(audit_summary_table(summary))
-    r = summary["run"]
-    typer.echo(f"wrote {r['out']} (ok {r['ok']}, error {r['error']}, invalid {r['invalid']}, "
-               f"skipped {r['skipped']}) and {summary['summary_path']}")
+    else:
+        print_result(audit_summary_table(summary))
+        typer.echo(f"wrote {r['out']} (ok {r['ok']}, error {r['error']}, invalid {r['invalid']}, "
+                   f"skipped {r['skipped']}) and {summary['summary_path']}")
+    end_job(r["ok"], {"error": r["error"], "invalid": r["invalid"]}, skipped=r["skipped"], what="sample(s)")
 
 
 @app.command("summary")

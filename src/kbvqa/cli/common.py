@@ -12,6 +12,37 @@ if TYPE_CHECKING:
     from kbvqa.report.tables import ResultTable
 
 
+#: Exit codes of every per-record job (documented in the README):
+EXIT_OK = 0  # every record ok (or already done)
+EXIT_USAGE = 2  # bad flags, config or input: nothing ran (`fail`)
+EXIT_ALL_FAILED = 3  # the job ran and not one record ended ok
+EXIT_SOME_FAILED = 4  # some records ended error/invalid, and --fail-on-error was given
+
+def _fail_on_error() -> bool:
+    """`kbvqa --fail-on-error`, read from the root command's parameters (no process-wide state)."""
+    try:
+        from typer._click.globals import get_current_context  # this typer carries its own click
+    except ImportError:  # pragma: no cover - a typer on the public click package
+        from click import get_current_context
+
+    ctx = get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().params.get("fail_on_error"))
+
+
+def end_job(ok: int, failed: dict[str, int], *, skipped: int = 0, what: str = "record(s)") -> None:
+    """Finish a per-record job by the exit-code convention: counts of what did not end ok go to
+    stderr; every record failed → EXIT_ALL_FAILED; some failed → EXIT_SOME_FAILED under
+    --fail-on-error, else 0. Scripts and CI notice a job that produced nothing."""
+    bad = {k: v for k, v in failed.items() if v}
+    if bad:
+        typer.echo(f"{sum(bad.values())} {what} did not end ok: " + ", ".join(f"{k} {v}" for k, v in bad.items())
+                   + " (see their `reason`; `kbvqa journal status OUT` counts them; --resume re-runs them)", err=True)
+    if bad and ok == 0 and skipped == 0:
+        raise typer.Exit(code=EXIT_ALL_FAILED)
+    if bad and _fail_on_error():
+        raise typer.Exit(code=EXIT_SOME_FAILED)
+
+
 def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
     """One line on stderr, no traceback, non-zero exit."""
     typer.echo(f"error: {exc}", err=True)

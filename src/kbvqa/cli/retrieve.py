@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import fail
+from kbvqa.cli.common import end_job, fail
 
 
 def job_errors() -> tuple[type[BaseException], ...]:
@@ -53,3 +53,4 @@ def retrieve(
     except job_errors() as e:
         fail(e)
     typer.echo(json.dumps(run.summary()))
+    end_job(run.counts.get("ok", 0), {"error": run.counts.get("error", 0)}, skipped=run.skipped, what="sample(s)")
