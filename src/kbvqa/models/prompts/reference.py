@@ -1,3 +1,148 @@
-"""reference prompts (seed 001)."""
+"""Reference-construction prompts (seed 001 §3.2, App. C): URL scoring, candidate-image scoring, the
+five-rule image filter, the "same picture?" de-duplication probe and the interleaved synthesis.
+
+The wording is kbvqa's own; the facts carry over from the paper: five 1-5 page dimensions summed
+into a top-k; a two-image call (query image first) scoring five image dimensions plus an overall
+score; five removal rules (redundant with the query image, composite, global watermark, video
+thumbnail, off-topic) judged with the text around the candidate; a yes/no similarity probe; one
+multimodal synthesis call citing candidates as `<image>{"candidate_images": N}</image>`.
+"""
 
 from __future__ import annotations
+
+from kbvqa.models.prompts import JSON_ONLY, Prompt, register
+
+#: The five removal rules of the filter, in the order the prompt lists them.
+FILTER_RULES = ("redundant_with_query", "composite", "watermark", "video_thumbnail", "off_topic")
+
+URL_SCORES = register(Prompt(
+    name="reference.url_scores", version="1", system="",
+    user="""\
+A research agent collected the web pages below while answering a question whose correct answer is
+known. Rank the pages by how much each one helps to answer it.
+
+Question: {question}
+Known answer: {answer}
+
+Pages (an ID, the tool that produced the page, its URL, then the text the agent saw):
+{links_raw}
+
+Rate each page on five integer scales from 1 (not at all) to 5 (fully):
+- relevance: the page is about what the question asks;
+- completeness: the page holds the information needed to answer;
+- clarity: that information is clear and easy to read;
+- answer_support: the page states or confirms the known answer;
+- necessity: the answer would be weaker without this page (5) or the page only repeats others (1).
+Return the {top_k} most useful pages, best first (all of them if there are fewer). Use the IDs
+exactly as given.
+
+""" + JSON_ONLY + """
+{{"pages": [{{"id": "<ID>", "relevance": <1-5>, "completeness": <1-5>, "clarity": <1-5>,
+"answer_support": <1-5>, "necessity": <1-5>, "reason": "<one short sentence>"}}]}}""",
+    fields=("question", "answer", "links_raw", "top_k"),
+))
+
+CANDIDATE_SCORE = register(Prompt(
+    name="reference.candidate_score", version="1", system="",
+    user="""\
+Two images follow this text. Image 1 is the photo a user attached to a question. Image 2 is a
+candidate picture found while researching the answer; it may go into an illustrated answer.
+
+Question: {question}
+Known answer: {answer}
+
+Judge what image 2 would add to an illustrated answer, reading image 1 as context only. Give each
+dimension an integer from 1 (not at all) to 5 (fully) and a short reason:
+- visual_relevance: image 2 shows something the question is about;
+- information_content: image 2 shows information that helps to answer;
+- clarity: image 2 is sharp, legible and well composed;
+- answer_substantiation: image 2 helps to confirm or explain the known answer;
+- necessity: a reader needs image 2 (5) or it is decoration (1).
+Then give `overall`, your own overall judgement from 1 to 5 (not necessarily the mean).
+
+""" + JSON_ONLY + """
+{{"visual_relevance": {{"score": <1-5>, "reason": "..."}}, "information_content": {{"score": <1-5>, "reason": "..."}},
+"clarity": {{"score": <1-5>, "reason": "..."}}, "answer_substantiation": {{"score": <1-5>, "reason": "..."}},
+"necessity": {{"score": <1-5>, "reason": "..."}}, "overall": <1-5>}}""",
+    fields=("question", "answer"),
+))
+
+FIVE_RULE_FILTER = register(Prompt(
+    name="reference.five_rule_filter", version="1", system="",
+    user="""\
+Two images follow this text. Image 1 is the user's query photo; image 2 is a candidate picture for
+an illustrated reference answer.
+
+Question: {question}
+Known answer: {answer}
+Text around image 2 where it was found: {context}
+
+Remove image 2 if any of these rules applies (name the first one that does):
+- redundant_with_query: it shows the same subject, person or view as image 1 and adds nothing a
+  reader could not already see in image 1 (crops, mirror images and re-encodings of image 1 count);
+- composite: several unrelated pictures or scenes are stitched into one frame (a grid, a collage,
+  stills side by side);
+- watermark: a prominent watermark, agency stamp, logo or text overlay covers a large part of it;
+- video_thumbnail: a play button or video-player controls are drawn over it;
+- off_topic: it shows nothing the question, the answer or the text around it is about.
+Otherwise keep it.
+
+""" + JSON_ONLY + """
+{{"remove": true, "rule": "<redundant_with_query | composite | watermark | video_thumbnail | off_topic>",
+"reason": "<one sentence>"}}
+or
+{{"remove": false, "rule": null, "reason": "<one sentence>"}}""",
+    fields=("question", "answer", "context"),
+))
+
+SIMILAR_PROBE = register(Prompt(
+    name="reference.similar_probe", version="1", system="",
+    user="""\
+Do the two images that follow show essentially the same picture of the same subject: the same
+scene, person or object, differing only by crop, scale, lighting, compression or a slight change
+of viewpoint?
+
+""" + JSON_ONLY + """
+{{"similar": true}} or {{"similar": false}}""",
+    fields=(),
+))
+
+SYNTHESIS = register(Prompt(
+    name="reference.synthesis", version="1",
+    system="""\
+You write reference answers that mix text and pictures. You receive a user's question with the
+photo they attached (the first image), the correct short answer, the notes of a research agent
+(its tool calls and what they returned) and a numbered set of candidate pictures (Image 1, Image 2,
+... shown after the query photo, each with its scores).
+
+How to write:
+- Open with the answer itself in one sentence; do not begin with "Based on", "According to" or a
+  similar preamble.
+- Then explain it with concrete facts, names, numbers and context taken from the agent's notes.
+  Say nothing the notes or the correct answer do not support.
+- Write in English, in plain confident prose, about 100-400 words.
+
+How to place pictures:
+- Cite a candidate with the tag <image>{"candidate_images": N}</image> on its own line, right after
+  the sentence it illustrates, where N is the number of the candidate as shown to you.
+- Use a candidate only where it truly shows what the sentence before it says; prefer candidates
+  with higher scores. Cite each candidate at most once. Never use a number you were not shown.
+- One to four pictures is typical; if no candidate fits, write text only, with no tags.
+
+Reply with the answer text only (with its tags): no title, no notes, no metadata.""",
+    user="""\
+## Question (the query photo is the first image)
+{question_raw}
+
+## Correct short answer
+{answer_raw}
+
+## Research notes (the agent's trajectory)
+{trajectory_raw}
+
+## Candidate pictures (shown after the query photo, in this order)
+{candidates_raw}
+
+Write the illustrated answer now.""",
+    fields=("question_raw", "answer_raw", "trajectory_raw", "candidates_raw"),
+))

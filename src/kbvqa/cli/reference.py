@@ -1,0 +1,129 @@
+"""`kbvqa reference`: build interleaved references from agent trajectories (seed 001 §3.2) and audit them.
+
+    kbvqa reference build --samples S.jsonl --trajectories P.jsonl --out DIR --kb KB --kb-images IMGS \\
+        [--llm URL --model M] [--config kbvqa.toml] [--tools local|web] [--resume/--no-resume]
+    kbvqa reference audit-export DIR [--out DIR/audit.csv]
+    kbvqa reference audit-import DIR [--sheet DIR/audit.csv] [--out DIR/references.jsonl]
+
+`build` prints the funnel as one JSON document (also written to DIR/funnel.json); the stages that
+need a model end each item that reaches them with a `NeedsModel` reason when none is configured.
+Exit codes follow the per-record jobs' convention with "ok" meaning an item that got a draft: 3
+when no item did (an offline build always ends so, after the deterministic stages), 4 under
+`kbvqa --fail-on-error` when some item stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal, Optional
+
+import typer
+from rich.console import Console
+
+from kbvqa.cli.common import emit_json, end_job, fail, print_table
+from kbvqa.cli.retrieve import job_errors
+
+app = typer.Typer(no_args_is_help=True, help="Interleaved reference construction and its human audit.")
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    return (*job_errors(), FileExistsError)
+
+
+@app.command("build")
+def build(
+    samples: Path = typer.Option(..., "--samples", help="Benchmark file (NoteVQA-style JSONL or any kbvqa format)."),
+    trajectories: Path = typer.Option(..., "--trajectories", help="Agent predictions with trajectories "
+                                                                   "(`kbvqa answer --pipeline agent`)."),
+    out: Path = typer.Option(..., "--out", help="Build folder: stage journals, images/, funnel.json."),
+    kb: Optional[Path] = typer.Option(None, "--kb", help="KB (SQLite or wiki JSON); --tools local harvests its "
+                                                         "images."),
+    kb_images: Optional[Path] = typer.Option(None, "--kb-images", help="Folder holding the KB's image files."),
+    images: Optional[Path] = typer.Option(None, "--images", help="Folder the samples' images are relative to "
+                                                                 "(default: the samples file's folder)."),
+    tools: Optional[Literal["local", "web"]] = typer.Option(
+        None, "--tools", help="How pages are harvested: local (KB images, offline) or web (guarded downloads). "
+                              "Default: the backend the trajectories used."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL for the model roles."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name on that server (a VLM)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml: \\[models.*] roles and "
+                                                                 "\\[reference.*] stage settings."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Samples format (default: detected)."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep items already ok in each stage; re-run "
+                                                                   "errored, invalid and needs-model ones."),
+) -> None:
+    """Build draft interleaved references: URL scoring, image harvesting, candidate scoring, the five-rule
+    filter, de-duplication and synthesis, each a resumable runner job."""
+    from kbvqa.kb.store import open_kb
+    from kbvqa.models.config import roles_from_flags
+    from kbvqa.pipelines.reference import build_references, load_reference_config
+
+    console = Console(stderr=True)
+    try:
+        cfg = load_reference_config(config)
+        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env, fill=cfg.roles(),
+                                 concurrency=concurrency)
+        result = build_references(samples, trajectories, out, config=cfg, roles=roles,
+                                  kb=open_kb(kb) if kb is not None else None, kb_images=kb_images, tools=tools,
+                                  image_root=images, sample_format=fmt, resume=resume, concurrency=concurrency,
+                                  limit=limit, progress=console.is_terminal)
+    except _errors() as e:
+        fail(e)
+    if console.is_terminal:
+        Console(stderr=True).print(f"reference build → {out}")
+        print_table("reference funnel (items)", ["stage", "in", "ok", "stopped"],
+                    [[s["stage"], s["in"], s["ok"], json.dumps(s["stopped"]) if s["stopped"] else "-"]
+                     for s in result.stages])
+        for w in result.warnings:
+            console.print(f"note: {w}")
+    emit_json(result.as_dict())
+    stopped: dict[str, int] = {}
+    for s in result.stages:
+        for why, n in s["stopped"].items():
+            stopped[why] = stopped.get(why, 0) + n
+    end_job(result.stages[-1]["ok"], stopped, what="item(s)")  # ok = items with a draft
+
+
+@app.command("audit-export")
+def audit_export(
+    build_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="A `reference build` folder."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Sheet CSV (default: BUILD/audit.csv)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing sheet (it may hold decisions)."),
+) -> None:
+    """Write the reviewers' sheet: one row per draft with decision (accept / minor fix / reject) and
+    corrected_text columns."""
+    from kbvqa.pipelines.reference import IMAGES_DIR, SYNTHESIS_JOURNAL, export_sheet
+
+    try:
+        res = export_sheet(build_dir / SYNTHESIS_JOURNAL, out or build_dir / "audit.csv",
+                           image_dir=IMAGES_DIR, overwrite=overwrite)
+    except _errors() as e:
+        fail(e)
+    emit_json(res)
+
+
+@app.command("audit-import")
+def audit_import(
+    build_dir: Path = typer.Argument(..., exists=True, file_okay=False, help="A `reference build` folder."),
+    sheet: Optional[Path] = typer.Option(None, "--sheet", help="The reviewed sheet (default: BUILD/audit.csv)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="References, NoteVQA JSONL "
+                                                           "(default: BUILD/references.jsonl)."),
+) -> None:
+    """Read the reviewed sheet; write accepted and fixed items as NoteVQA references; print the counts."""
+    from kbvqa.pipelines.reference import FUNNEL_FILE, IMAGES_DIR, SYNTHESIS_JOURNAL, import_sheet
+
+    try:
+        res = import_sheet(build_dir / SYNTHESIS_JOURNAL, sheet or build_dir / "audit.csv",
+                           out or build_dir / "references.jsonl", image_store=build_dir / IMAGES_DIR)
+        funnel = build_dir / FUNNEL_FILE
+        if funnel.is_file():  # the audit is the funnel's last step
+            data = json.loads(funnel.read_text(encoding="utf-8"))
+            data["audit"] = res
+            funnel.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+    except _errors() as e:
+        fail(e)
+    emit_json(res)

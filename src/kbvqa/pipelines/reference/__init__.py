@@ -1,0 +1,213 @@
+"""Human-verified interleaved reference construction (seed 001 §3.2, App. C) over agent trajectories.
+
+`kbvqa reference build` runs six stages, each a registered Stage run by the runner as its own Job
+with its own journal in the build folder (resume, manifest, exactly once, a status and a reason for
+every item); an item goes on to the next stage only when the previous one ended `ok` for it:
+
+    urls.jsonl        reference-urls        every URL the trajectory touched, scored; top 5 (urls.py)
+    harvest.jsonl     reference-harvest     page images + the reverse-search pool, gated (harvest.py)
+    candidates.jsonl  reference-candidates  two-image VLM scores; top 10 (candidates.py)
+    filter.jsonl      reference-filter      the five-rule VLM filter (filter.py)
+    dedup.jsonl       reference-dedup       perceptual hashes, a VLM probe in the ambiguous band (dedup.py)
+    synthesis.jsonl   reference-synthesis   the interleaved draft, tags validated (synthesis.py)
+
+then `kbvqa reference audit-export` / `audit-import` (audit.py) turn reviewed drafts into NoteVQA
+references. `images/` holds every kept image (content-addressed), `verdicts.sqlite` the cached VLM
+verdicts, `funnel.json` the per-stage counts (funnel.py).
+
+Offline (no model in a stage's role): URL selection uses an embedded, labelled ranker (urls.py);
+harvesting, hashing and de-duplication are deterministic; the first VLM stage ends each item that
+reaches it with status `error` and a reason starting "NeedsModel:", which `--resume` retries once a
+model is configured. Nothing is guessed in place of a model's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kbvqa.pipelines.reference.audit import export_sheet, import_sheet
+from kbvqa.pipelines.reference.candidates import CandidateConfig, CandidateScoring
+from kbvqa.pipelines.reference.common import VerdictCache
+from kbvqa.pipelines.reference.dedup import Dedup, DedupConfig
+from kbvqa.pipelines.reference.filter import FilterConfig, FiveRuleFilter
+from kbvqa.pipelines.reference.funnel import stage_lines, stage_summary
+from kbvqa.pipelines.reference.harvest import Harvest, HarvestConfig, ImageStore, LoopFetcher
+from kbvqa.pipelines.reference.records import intake
+from kbvqa.pipelines.reference.synthesis import Synthesis, SynthesisConfig
+from kbvqa.pipelines.reference.urls import UrlConfig, UrlScoring
+from kbvqa.runner.job import Job
+from kbvqa.runner.stage import Context, Stage
+
+__all__ = ["STAGES", "BuildResult", "ReferenceConfig", "ReferenceSetupError", "build_references", "export_sheet",
+           "import_sheet", "load_reference_config", "reference_context", "stage_job"]
+
+#: (key, journal file, stage class, config field) in run order; the key names the record field a
+#: stage adds and its entry in the funnel.
+STAGES: tuple[tuple[str, str, type[Stage], str], ...] = (
+    ("urls", "urls.jsonl", UrlScoring, "urls"),
+    ("harvest", "harvest.jsonl", Harvest, "harvest"),
+    ("candidates", "candidates.jsonl", CandidateScoring, "candidates"),
+    ("filter", "filter.jsonl", FiveRuleFilter, "filter"),
+    ("dedup", "dedup.jsonl", Dedup, "dedup"),
+    ("draft", "synthesis.jsonl", Synthesis, "synthesis"),
+)
+IMAGES_DIR = "images"
+VERDICTS_FILE = "verdicts.sqlite"
+FUNNEL_FILE = "funnel.json"
+SYNTHESIS_JOURNAL = "synthesis.jsonl"
+
+
+class ReferenceSetupError(ValueError):
+    """The build cannot run as configured (the message says what to change)."""
+
+
+class FetchSettings(BaseModel):
+    """The guarded fetcher for `--tools web` (pages and images): seed 001 used a 10 s timeout and 32
+    downloads at once. `allow_hosts` lifts the address guard for exact hosts (tests: 127.0.0.1)."""
+
+    model_config = ConfigDict(extra="forbid")
+    allow_hosts: list[str] = Field(default_factory=list)
+    allow_private: bool = False
+    max_bytes: int = Field(10_000_000, ge=1)
+    timeout: float = Field(10.0, gt=0)
+    concurrency: int = Field(32, ge=1)
+    retries: int = Field(1, ge=0)
+
+
+class ReferenceConfig(BaseModel):
+    """The `[reference]` table of a kbvqa.toml: one sub-table per stage plus `[reference.fetch]`."""
+
+    model_config = ConfigDict(extra="forbid")
+    urls: UrlConfig = Field(default_factory=UrlConfig)
+    harvest: HarvestConfig = Field(default_factory=HarvestConfig)
+    candidates: CandidateConfig = Field(default_factory=CandidateConfig)
+    filter: FilterConfig = Field(default_factory=FilterConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
+    fetch: FetchSettings = Field(default_factory=FetchSettings)
+
+    def roles(self) -> tuple[str, ...]:
+        """The model roles the stages read (what `--llm/--model` fills)."""
+        cfgs = [getattr(self, f) for *_, f in STAGES]
+        return tuple(dict.fromkeys(c.role for c in cfgs if "role" in type(c).model_fields))
+
+
+def load_reference_config(path: str | Path | None) -> ReferenceConfig:
+    """`[reference]` of a kbvqa.toml (defaults when there is no file or no table); a bad key or value
+    is an error naming the file and the dotted key."""
+    if path is None:
+        return ReferenceConfig()
+    try:
+        with open(path, "rb") as fh:
+            table = tomllib.load(fh).get("reference") or {}
+    except FileNotFoundError:
+        raise ReferenceSetupError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ReferenceSetupError(f"{path}: not valid TOML ({exc})") from None
+    try:
+        return ReferenceConfig.model_validate(table)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(["reference", *(str(p) for p in first.get("loc", ()))])
+        raise ReferenceSetupError(f"{path}: {key}: {first.get('msg')}") from None
+
+
+def reference_context(out_dir: Path, config: ReferenceConfig, *, roles: Mapping[str, Any] | None = None,
+                      kb: Any = None, kb_images: Path | None = None, kb_image_rule: str = "auto",
+                      fetcher: Any = None) -> Context:
+    """The context every stage job of one build shares: model roles, the KB, the image store, the
+    verdict cache, the KB image resolver (local) and the guarded fetcher (web)."""
+    from kbvqa.pipelines.index import ImageResolver
+
+    backend = config.harvest.backend
+    if backend == "local" and (kb is None or kb_images is None):
+        raise ReferenceSetupError("--tools local harvests the KB's own images offline: give --kb and --kb-images "
+                                  "(the folder holding the KB's image files)")
+    resources: dict[str, Any] = {"image_store": ImageStore(out_dir / IMAGES_DIR),
+                                 "verdicts": VerdictCache(out_dir / VERDICTS_FILE)}
+    if kb_images is not None:
+        resources["kb_image_file"] = ImageResolver(Path(kb_images), kb_image_rule).resolve
+        resources["local_image_root"] = Path(kb_images).resolve()
+    if backend == "web":
+        resources["fetcher"] = fetcher or LoopFetcher(**config.fetch.model_dump())
+    return Context(roles=dict(roles or {}), kb=kb, resources=resources)
+
+
+def stage_job(key: str, config: ReferenceConfig, ctx: Context) -> Job:
+    """The Job of one stage, by name: urls, harvest, candidates, filter, dedup, synthesis (or `draft`,
+    the field it adds)."""
+    for k, _, cls, cfg in STAGES:
+        if key in (k, cfg):
+            stage = cls(getattr(config, cfg))
+            return Job([stage], ctx, description=f"reference {cfg}",
+                       run_config={"pipeline": "reference", "stage": cfg,
+                                   "config": getattr(config, cfg).model_dump(mode="json")})
+    raise KeyError(f"no reference stage {key!r} (stages: {', '.join(cfg for *_, cfg in STAGES)})")
+
+
+@dataclass
+class BuildResult:
+    out: Path
+    intake: dict[str, Any]
+    stages: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"out": str(self.out), "intake": self.intake, "stages": self.stages,
+                **({"warnings": self.warnings} if self.warnings else {})}
+
+
+def build_references(samples: str | Path, trajectories: str | Path, out: str | Path, *,
+                     config: ReferenceConfig | None = None, roles: Mapping[str, Any] | None = None, kb: Any = None,
+                     kb_images: Path | None = None, tools: Literal["local", "web"] | None = None,
+                     image_root: Path | None = None, sample_format: str | None = None, resume: bool = True,
+                     concurrency: int = 8, limit: int | None = None, progress: bool = False,
+                     fetcher: Any = None, on_stage: Callable[[dict[str, Any]], None] | None = None) -> BuildResult:
+    """Run the six stage jobs in order over `samples` ⋈ `trajectories`; write `funnel.json` and
+    return the funnel. `tools` (default: the backend the trajectories were made with, else local)
+    chooses how pages are harvested. `on_stage` sees each stage's summary as it finishes."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = (config or ReferenceConfig()).model_copy(deep=True)
+    taken = intake(samples, trajectories, image_root=image_root, fmt=sample_format)
+    records = taken.records[:limit] if limit is not None else taken.records
+    used = Counter(r["trajectory_source"].get("tools") for r in records)
+    backend = tools or (next(iter(used)) if len(used) == 1 and next(iter(used)) in ("local", "web") else "local")
+    config.harvest = config.harvest.model_copy(update={"backend": backend})
+    ctx = reference_context(out, config, roles=roles, kb=kb, kb_images=kb_images, fetcher=fetcher)
+    warnings = []
+    if taken.counts["unguided"]:
+        warnings.append(f"{taken.counts['unguided']} trajectories were not run with the short reference as guidance "
+                        "(seed 001 collects them guided); references are built from them anyway")
+    summaries: list[dict[str, Any]] = []
+    inputs: list[dict[str, Any]] = records
+    for key, journal, _, label in STAGES:
+        path = out / journal
+        ids = [r["id"] for r in inputs]
+        if inputs:
+            stage_job(key, config, ctx).run(inputs, out=path, resume=resume, concurrency=concurrency,
+                                            progress=progress)
+        lines = stage_lines(path, ids)
+        summary = stage_summary(key, lines, label)
+        summaries.append(summary)
+        if on_stage is not None:
+            on_stage(summary)
+        if key == "urls" and config.urls.role in ctx.roles:
+            offline = sum(1 for ln in lines if ln.get("status") == "ok"
+                          and (ln.get("urls") or {}).get("scorer", {}).get("backend") == "rules")
+            if offline:
+                warnings.append(f"{offline} item(s) keep the URL selection of an earlier offline run (resume keeps "
+                                "ok items); run with --no-resume to score their URLs with the model")
+        inputs = [{k: v for k, v in ln.items() if k not in ("status", "reason", "attempts", "stage")}
+                  for ln in lines if ln.get("status") == "ok"]
+    result = BuildResult(out, {**taken.counts, "limited_to": len(records), "tools": backend}, summaries, warnings)
+    (out / FUNNEL_FILE).write_text(json.dumps(result.as_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
+    return result

@@ -1,0 +1,144 @@
+"""Stage 6 — the human audit (seed 001 §3.2 stage 4): a sheet out, decisions in, references written.
+
+`export_sheet` writes one CSV row per draft: the item, the draft text with its tags, the images it
+cites (index, file under the build folder, source), and two columns for the reviewer: `decision`
+(accept / minor fix / reject) and `corrected_text` (the fixed draft, for minor fix). `import_sheet`
+reads it back and writes only accepted or fixed items as references in the NoteVQA layout
+(`kbvqa.data.notevqa`: `reference` = {text, images: [{path, source_url, sha256}]}), with paths
+relative to the references file. A fixed text's tags are checked like the generator's (the same
+`check_tags`), and the images it no longer cites are dropped.
+
+Strict on purpose: an unknown decision, an id the build has no draft for, a repeated id, a minor
+fix without text, an accept with a corrected text, or a corrected text with bad tags is an error
+naming the file, the row (the header is row 1) and the column. A blank decision is `pending` and
+counted, never read as accept.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kbvqa.data.errors import DataError
+from kbvqa.data.notevqa import write_notevqa
+from kbvqa.data.schema import Sample
+from kbvqa.pipelines.reference.synthesis import check_tags, renumber
+from kbvqa.runner import read_results
+
+COLUMNS = ("id", "question", "short_answer", "draft", "images", "decision", "corrected_text", "notes")
+DECISIONS = ("accept", "minor fix", "reject")
+
+
+def _drafts(journal: Path) -> dict[str, dict[str, Any]]:
+    if not journal.is_file():
+        raise DataError("no synthesis journal: run `kbvqa reference build` first", file=journal)
+    return {line["id"]: line for line in read_results(journal) if line.get("status") == "ok"}
+
+
+def _image_lines(draft: dict[str, Any], image_dir: str) -> str:
+    return "\n".join(f"{im['index']}: {image_dir}/{im['path']} — {im.get('source_url') or im.get('page_url') or ''}"
+                     for im in draft["images"])
+
+
+def export_sheet(journal: str | Path, out: str | Path, *, image_dir: str = "images",
+                 overwrite: bool = False) -> dict[str, Any]:
+    """The reviewers' CSV for every ok draft in the synthesis journal; refuses to overwrite a sheet
+    (it may hold decisions) unless `overwrite`."""
+    journal, out = Path(journal), Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists (it may hold reviewers' decisions); choose another --out or "
+                              "pass --overwrite")
+    drafts = _drafts(journal)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        for rid, line in drafts.items():
+            d = line["draft"]
+            w.writerow({"id": rid, "question": line.get("question", ""), "short_answer": line.get("answer", ""),
+                        "draft": d["text"], "images": _image_lines(d, image_dir), "decision": "",
+                        "corrected_text": "", "notes": ""})
+    os.replace(tmp, out)
+    return {"sheet": str(out), "rows": len(drafts), "decisions": list(DECISIONS)}
+
+
+def _decision(raw: str | None, sheet: Path, row: int) -> str:
+    d = " ".join((raw or "").replace("_", " ").replace("-", " ").lower().split())
+    if d and d not in DECISIONS:
+        raise DataError(f"{raw!r} is not a decision (use one of: {', '.join(DECISIONS)}, or leave it blank)",
+                        file=sheet, row=row, field="decision")
+    return d or "pending"
+
+
+def _reference(line: dict[str, Any], text: str, images: list[dict[str, Any]], store: Path, out_dir: Path,
+               decision: str, notes: str) -> Sample:
+    sample = Sample.model_validate(line["sample"])
+    rel = [{"path": Path(os.path.relpath(store / im["path"], out_dir)).as_posix(),
+            "source_url": im.get("source_url") if "://" in str(im.get("source_url") or "") else im.get("page_url"),
+            "sha256": im["sha256"], **({"page_url": im["page_url"]} if im.get("page_url") else {})} for im in images]
+    query = [Path(os.path.relpath(p, out_dir)).as_posix() for p in line.get("query_images") or []]
+    extra = {**(sample.meta.get("extra") or {}),
+             "reference_audit": {"decision": decision, **({"notes": notes} if notes else {}),
+                                 "generator": (line["draft"].get("generator") or {}).get("model")}}
+    meta = {**sample.meta, "reference": {"text": text, "images": rel}, "extra": extra}
+    return sample.model_copy(update={"meta": meta, "images": query or sample.images})
+
+
+def import_sheet(journal: str | Path, sheet: str | Path, out: str | Path, *, image_store: str | Path) -> dict[str, Any]:
+    """Read the reviewed sheet; write accepted and fixed items to `out` (NoteVQA JSONL); counts."""
+    journal, sheet, out = Path(journal), Path(sheet), Path(out)
+    drafts = _drafts(journal)
+    store = Path(image_store).resolve()
+    out_dir = out.resolve().parent
+    tally: Counter[str] = Counter()
+    seen: set[str] = set()
+    refs: list[Sample] = []
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    if not sheet.is_file():
+        raise DataError("file not found", file=sheet)
+    with open(sheet, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in ("id", "decision", "corrected_text") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise DataError(f"missing column(s) {', '.join(missing)} (export a sheet with `kbvqa reference "
+                            "audit-export`)", file=sheet, row=1, field=missing[0])
+        for n, row in enumerate(reader, 2):  # the header is row 1 (a cell may span several lines)
+            rid = (row.get("id") or "").strip()
+            if rid not in drafts:
+                raise DataError(f"no draft with id {rid!r} in {journal}", file=sheet, row=n, field="id")
+            if rid in seen:
+                raise DataError(f"id {rid!r} appears twice", file=sheet, row=n, field="id")
+            seen.add(rid)
+            decision = _decision(row.get("decision"), sheet, n)
+            tally[decision.replace(" ", "_")] += 1
+            fixed = (row.get("corrected_text") or "").strip()
+            line, draft = drafts[rid], drafts[rid]["draft"]
+            if decision == "accept" and fixed:
+                raise DataError("decision is accept but corrected_text is filled in: use 'minor fix' for a corrected "
+                                "draft", file=sheet, row=n, field="corrected_text")
+            if decision == "minor fix" and not fixed:
+                raise DataError("decision is minor fix but corrected_text is empty", file=sheet, row=n,
+                                field="corrected_text")
+            if decision not in ("accept", "minor fix"):
+                continue
+            text, images = draft["text"], draft["images"]
+            if decision == "minor fix":
+                used, violations = check_tags(fixed, len(images))
+                if violations:
+                    v = violations[0]
+                    raise DataError(f"{v['kind']}: {v['tag']} ({v['detail']}; the draft has {len(images)} image(s))",
+                                    file=sheet, row=n, field="corrected_text")
+                text, images = renumber(fixed, used), [{**images[i - 1], "index": j} for j, i in enumerate(used, 1)]
+                tally["images_dropped_by_fix"] += len(draft["images"]) - len(images)
+            refs.append(_reference(line, text, images, store, out_dir, decision, (row.get("notes") or "").strip()))
+    write_notevqa(refs, out)
+    return {"out": str(out), "drafts": len(drafts), "rows": len(seen), "accept": tally["accept"],
+            "minor_fix": tally["minor_fix"], "reject": tally["reject"], "pending": tally["pending"],
+            "not_in_sheet": len(set(drafts) - seen), "references": len(refs),
+            "images_dropped_by_fix": tally["images_dropped_by_fix"],
+            "reference_images": sum(len(r.meta["reference"]["images"]) for r in refs)}

@@ -1,0 +1,418 @@
+"""Stage 2 — harvest candidate images from the selected pages, plus the reverse-search pool (seed 001 C.1).
+
+Deterministic gates run before any model sees an image (agent-anchors, recommendation 11), and every
+image that does not get through is counted under one reason:
+
+1. found: on a web page, og:image first, then markdown `![..](url)` and HTML `<img src|data-src>`
+   in page order (the union, relative URLs resolved); on the `local` backend, the KB article's
+   `image_urls` resolved to files (`kb_image_file`), offline;
+2. before any download: `data_uri`, `svg` and `gif` by URL, `bad_url` (not http/https),
+   `blocklisted` (ad / tracker / icon / logo patterns: `BLOCKLIST` plus the config's own),
+   `duplicate_url` within a page; `remote_offline` for a web image on the local backend;
+3. download through the one `GuardedFetcher` (SSRF guard on every redirect, byte cap, timeout,
+   bounded concurrency, image content types): `fetch_blocked`, `fetch_error`, `http_error`,
+   `too_large`, `bad_type` (`svg`/`gif` by content type);
+4. decode with `kbvqa.data.images.open_image` (verification, pixel cap): `decompression_bomb`,
+   `unreadable`, `gif` (by content); then `too_small` (shorter side < 100 px), `too_elongated`
+   (aspect > 3), `tiny_file` (< 1 KiB);
+5. at most 60 attempts and 20 kept per page (`attempt_cap`, `per_url_cap`);
+6. sha256: `same_as_query` (the query image itself), `duplicate_sha256` (across pages and pools,
+   first kept wins and records where else it was found).
+
+The reverse-image-search pool (every image an `image_search` call returned) goes through the same
+gates and stays tagged `image_search_pool`; page images are `best_link`. Kept images are stored
+content-addressed under the run's `images/` folder (`ImageStore`), so later stages, the audit sheet
+and the final references point at the same files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import html
+import os
+import re
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urljoin, urlsplit
+
+from pydantic import Field
+
+from kbvqa.data.fetch import HTML_TYPES, IMAGE_TYPES, GuardedFetcher
+from kbvqa.data.images import MAX_PIXELS, BadImage, open_image
+from kbvqa.data.urls import canonical_url
+from kbvqa.pipelines.reference.common import ReferenceStageConfig, counts, stage_record
+from kbvqa.runner.stage import Context, Stage
+from kbvqa.stages import register_stage
+
+PAGE_TYPES = (*HTML_TYPES, "text/markdown")
+POOLS = ("best_link", "image_search_pool")
+
+#: Ad, tracker and icon patterns (case-insensitive, searched in the whole URL). Written for kbvqa
+#: after EasyList's commonest hosts and the structural rules image crawlers use; a subject that is
+#: itself a logo or an icon needs `blocklist = []`-style config (HarvestConfig.blocklist).
+BLOCKLIST = (
+    r"doubleclick\.net", r"googlesyndication", r"googleadservices", r"adservice\.", r"adsystem", r"adnxs\.com",
+    r"taboola", r"outbrain", r"criteo", r"scorecardresearch", r"quantserve", r"facebook\.com/tr\b",
+    r"google-analytics", r"analytics\.", r"/analytics/", r"tracking", r"tracker", r"/track/", r"/beacon",
+    r"/pixel", r"pixel\.(gif|png)", r"\b1x1\b", r"spacer\.", r"blank\.(gif|png)", r"/ads?/", r"[/_.-]ads?[/_.-]",
+    r"advert", r"banner", r"favicon", r"apple-touch-icon", r"/icons?/", r"[/_.-]icons?[/_.-]", r"logo", r"sprite",
+    r"avatar", r"gravatar", r"emoji", r"/badges?/", r"placeholder", r"spinner", r"loading\.", r"/share[/_.-]",
+    r"social[/_.-]", r"widget",
+)
+
+_OG = re.compile(r"""<meta\b(?=[^>]*\b(?:property|name)\s*=\s*["']?og:image(?::url|:secure_url)?["'\s>])"""
+                 r"""[^>]*\bcontent\s*=\s*["']([^"']+)["'][^>]*>""", re.IGNORECASE)
+_MARKDOWN = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+[\"'][^\"']*[\"'])?\s*\)")
+_HTML_IMG = re.compile(r"""<img\b[^>]*?\b(?:data-src|src)\s*=\s*["']?([^"'\s>]+)""", re.IGNORECASE)
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_DROP_BLOCKS = re.compile(r"<(script|style|noscript|template)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]+>|!\[[^\]]*\]\([^)]*\)")
+_EXT = {"JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png", "WEBP": ".webp", "BMP": ".bmp", "TIFF": ".tif", "GIF": ".gif"}
+
+
+def _plain(text: str) -> str:
+    return " ".join(html.unescape(_TAG.sub(" ", _DROP_BLOCKS.sub(" ", text))).split())
+
+
+@dataclass
+class Found:
+    """One image reference: a URL or a local file, where it was found, and the text around it."""
+
+    ref: str
+    pool: str
+    page_url: str | None = None
+    context: str = ""
+    source_url: str | None = None  # what the image is called publicly (a KB image URL for a local file)
+
+
+def page_images(text: str, base_url: str, context_chars: int = 200) -> list[Found]:
+    """Image references in a page (HTML or markdown): og:image first, then every markdown and HTML
+    image in page order, each with ±`context_chars` of the page's plain text around it."""
+    title = _TITLE.search(text)
+    lead = (_plain(title.group(1)) + " — " if title else "") + _plain(text[:4000])[:context_chars]
+    hits: list[tuple[int, int, str, str]] = []  # (start, end, url, how)
+    og = [(m.start(), m.end(), m.group(1), "og") for m in _OG.finditer(text)][:1]
+    for rx in (_MARKDOWN, _HTML_IMG):
+        hits.extend((m.start(), m.end(), m.group(1), "inline") for m in rx.finditer(text))
+    out = []
+    for start, end, raw, how in og + sorted(hits):
+        url = html.unescape(raw.strip())
+        if not url.lower().startswith("data:"):
+            url = urljoin(base_url, url)
+        if how == "og":
+            context = lead
+        else:
+            before = _plain(text[max(0, start - 8 * context_chars):start])[-context_chars:]
+            after = _plain(text[end:end + 8 * context_chars])[:context_chars]
+            context = f"{before} [image] {after}".strip()
+        out.append(Found(ref=url, pool="best_link", page_url=base_url, context=context, source_url=url))
+    return out
+
+
+def pre_gate(ref: str, blocklist: re.Pattern[str], *, remote_allowed: bool) -> str | None:
+    """Why a reference is dropped before any download, or None. A local file passes (it was
+    resolved by the KB resolver or returned by the local tools)."""
+    low = ref.strip().lower()
+    if low.startswith("data:"):
+        return "data_uri"
+    is_url = "://" in low or low.startswith("//")
+    path = urlsplit(low).path if is_url else low
+    if path.endswith((".svg", ".svgz")):
+        return "svg"
+    if path.endswith(".gif"):
+        return "gif"
+    if is_url:
+        if not low.startswith(("http://", "https://")):
+            return "bad_url"
+        if blocklist.search(low):
+            return "blocklisted"
+        if not remote_allowed:
+            return "remote_offline"
+    return None
+
+
+def _file_format(path: Path) -> str:
+    """The container format from the file header (open_image's EXIF transpose drops `.format`)."""
+    from PIL import Image
+
+    with Image.open(path) as probe:
+        return (probe.format or "").upper()
+
+
+class ImageStore:
+    """Content-addressed image files under one folder: `<sha[:2]>/<sha><ext>`. A file is admitted
+    only after the decode gates pass; the store pickles as its folder."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root).resolve()
+
+    def path(self, rel: str) -> Path:
+        p = (self.root / rel).resolve()
+        if not p.is_relative_to(self.root):
+            raise ValueError(f"image path {rel!r} points outside the image store {self.root}")
+        return p
+
+    def admit(self, data: bytes, gates: HarvestConfig) -> dict[str, Any] | str:
+        """Decode-gate `data`; keep it (returning {sha256, path, width, height, bytes, format}) or
+        return the drop reason. Runs in a worker thread (decoding is CPU work)."""
+        tmp_dir = self.root / ".incoming"
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = tmp_dir / uuid.uuid4().hex
+        tmp.write_bytes(data)
+        try:
+            try:
+                img = open_image(tmp, mode=None, max_pixels=gates.max_pixels, max_bytes=gates.max_image_bytes)
+            except BadImage as exc:
+                msg = str(exc)
+                return ("decompression_bomb" if "pixel cap" in msg else "too_large" if "byte cap" in msg
+                        else "unreadable")
+            w, h = img.size
+            fmt = _file_format(tmp)
+            if fmt == "GIF":
+                return "gif"
+            if min(w, h) < gates.min_side:
+                return "too_small"
+            if max(w, h) / max(min(w, h), 1) > gates.max_aspect:
+                return "too_elongated"
+            if len(data) < gates.min_bytes:
+                return "tiny_file"
+            sha = hashlib.sha256(data).hexdigest()
+            rel = f"{sha[:2]}/{sha}{_EXT.get(fmt, '.img')}"
+            final = self.root / rel
+            if not final.exists():
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, final)
+            return {"sha256": sha, "path": rel, "width": w, "height": h, "bytes": len(data), "format": fmt}
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+class LoopFetcher:
+    """The GuardedFetcher's settings, and one fetcher per event loop (each stage job runs its own
+    loop); pickles as the settings, so a Ray actor builds its own."""
+
+    def __init__(self, **settings: Any):
+        self.settings = settings
+        self._fetcher: GuardedFetcher | None = None
+        self._loop: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state["settings"])  # type: ignore[misc]
+
+    def _current(self) -> GuardedFetcher:
+        loop = asyncio.get_running_loop()
+        if self._fetcher is None or self._loop is not loop:
+            self._fetcher, self._loop = GuardedFetcher(**self.settings), loop
+        return self._fetcher
+
+    async def fetch(self, url: str, *, accept: Any = None) -> Any:
+        return await self._current().fetch(url, accept=accept)
+
+    def describe(self) -> dict[str, Any]:
+        return {k: v for k, v in self.settings.items() if k != "resolver"}
+
+    async def aclose(self) -> None:
+        if self._fetcher is not None:
+            await self._fetcher.aclose()
+            self._fetcher = self._loop = None
+
+
+class HarvestConfig(ReferenceStageConfig):
+    backend: Literal["local", "web"] = "local"
+    max_per_url: int = Field(20, ge=1)  # images kept per page
+    max_attempts_per_url: int = Field(60, ge=1)  # images tried per page
+    max_pool: int = Field(50, ge=0)  # reverse-search images kept
+    min_side: int = Field(100, ge=1)  # px, the shorter side
+    max_aspect: float = Field(3.0, ge=1.0)
+    min_bytes: int = Field(1024, ge=0)
+    max_pixels: int = Field(MAX_PIXELS, ge=1)  # the decompression-bomb cap
+    max_image_bytes: int = Field(10_000_000, ge=1)
+    context_chars: int = Field(200, ge=0)  # of page text on each side of an image
+    blocklist: list[str] = Field(default_factory=lambda: list(BLOCKLIST))
+    extra_blocklist: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class _Page:
+    url: str
+    rank: int
+    status: str = "ok"
+    reason: str = ""
+    found: list[Found] = field(default_factory=list)
+    kept: list[dict[str, Any]] = field(default_factory=list)
+
+
+@register_stage
+class Harvest(Stage):
+    """Reads `urls.selected` and `urls.image_results`; adds `harvest` {backend, pages, candidates}.
+    Resources: `image_store` (ImageStore); `fetcher` (web); `kb_image_file` and `ctx.kb` (local);
+    `local_image_root` (where local pool images may come from)."""
+
+    name = "reference-harvest"
+    version = "1"
+    config_model = HarvestConfig
+
+    def __init__(self, config: HarvestConfig | None = None):
+        super().__init__(config)
+        c: HarvestConfig = self.config  # type: ignore[assignment]
+        self._block = re.compile("|".join(f"(?:{p})" for p in [*c.blocklist, *c.extra_blocklist]) or r"(?!)",
+                                 re.IGNORECASE)
+
+    async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        c: HarvestConfig = self.config  # type: ignore[assignment]
+        urls = record.get("urls") or {}
+        drops: Counter[str] = Counter()
+        pages: list[_Page] = []
+        seen_pages: set[str] = set()
+        for s in urls.get("selected") or []:
+            key = canonical_url(s["url"])
+            if key in seen_pages:
+                drops["duplicate_page"] += 1
+                continue
+            seen_pages.add(key)
+            pages.append(_Page(url=s["url"], rank=s.get("rank", len(pages) + 1)))
+        pool = [Found(ref=r["image"], pool="image_search_pool", page_url=r.get("page_url"),
+                      context=r.get("context", ""), source_url=r["image"] if "://" in r["image"] else None)
+                for r in urls.get("image_results") or []]
+        page_drops = await asyncio.gather(*(self._page(p, ctx, c) for p in pages))
+        pool_kept, pool_drops = await self._images(pool, ctx, c, c.max_pool, c.max_pool * 3)
+        for d in (*page_drops, pool_drops):
+            drops.update(d)
+        candidates: list[dict[str, Any]] = []
+        admitted, kept = Counter(), Counter()
+        first: dict[str, dict[str, Any]] = {}
+        query_sha = record.get("query_sha256")
+        for group, pool_name in [*((p.kept, "best_link") for p in pages), (pool_kept, "image_search_pool")]:
+            for cand in group:
+                admitted[pool_name] += 1
+                if cand["sha256"] == query_sha:
+                    drops["same_as_query"] += 1
+                elif cand["sha256"] in first:
+                    drops["duplicate_sha256"] += 1
+                    first[cand["sha256"]].setdefault("also_found", []).append(
+                        {k: cand[k] for k in ("pool", "page_url", "source_url") if cand.get(k)})
+                else:
+                    first[cand["sha256"]] = cand
+                    candidates.append(cand)
+                    kept[pool_name] += 1
+        page_rows = [{"url": p.url, "rank": p.rank, "status": p.status, **({"reason": p.reason} if p.reason else {}),
+                      "found": len(p.found), "kept": len(p.kept)} for p in pages]
+        payload = {"backend": c.backend, "pages": page_rows, "candidates": candidates}
+        tally = counts(pages=len(pages), pages_failed=Counter(p.status for p in pages if p.status != "ok"),
+                       references=sum(len(p.found) for p in pages) + len(pool), admitted_by_pool=admitted,
+                       kept_by_pool=kept,
+                       kept=len(candidates), dropped=drops)
+        return stage_record(record, "harvest", payload, tally)
+
+    # -- pages ----------------------------------------------------------------------------------
+    async def _page(self, page: _Page, ctx: Context, c: HarvestConfig) -> Counter[str]:
+        if c.backend == "local":
+            await asyncio.to_thread(self._local_page, page, ctx, c)
+        else:
+            fetcher = ctx.resource("fetcher")
+            r = await fetcher.fetch(page.url, accept=PAGE_TYPES)
+            if not r.ok:
+                page.status, page.reason = f"fetch_{r.status}", r.reason
+                return Counter()
+            page.found = await asyncio.to_thread(page_images, r.text, r.final_url or page.url, c.context_chars)
+        page.kept, drops = await self._images(page.found, ctx, c, c.max_per_url, c.max_attempts_per_url)
+        return drops
+
+    def _local_page(self, page: _Page, ctx: Context, c: HarvestConfig) -> None:
+        if ctx.kb is None:
+            raise RuntimeError("the local harvest backend needs the KB (--kb)")
+        art = ctx.kb.get(page.url)
+        if art is None:
+            page.status, page.reason = "not_in_kb", "the KB has no article at this URL"
+            return
+        resolve = ctx.resource("kb_image_file", None)
+        if resolve is None:
+            raise RuntimeError("the local harvest backend needs the KB image folder (--kb-images)")
+        lead = " ".join(art.sections[0].text.split())[: 2 * c.context_chars] if art.sections else ""
+        context = f"{art.title} — {lead}" if lead else art.title
+        for u in art.image_urls:
+            path = resolve(u)
+            page.found.append(Found(ref=str(path) if path is not None else f"missing:{u}", pool="best_link",
+                                    page_url=page.url, context=context, source_url=u))
+
+    # -- images ---------------------------------------------------------------------------------
+    async def _images(self, found: list[Found], ctx: Context, c: HarvestConfig, keep: int,
+                      attempts: int) -> tuple[list[dict[str, Any]], Counter[str]]:
+        """Gate, fetch and admit `found` in order, in windows (bounded work, deterministic order):
+        at most `attempts` tried and `keep` kept."""
+        drops: Counter[str] = Counter()
+        pending: list[Found] = []
+        seen: set[str] = set()
+        for f in found:
+            why = "file_missing" if f.ref.startswith("missing:") else \
+                pre_gate(f.ref, self._block, remote_allowed=c.backend == "web")
+            if why is None:
+                key = canonical_url(f.ref) if "://" in f.ref else f.ref
+                why = "duplicate_url" if key in seen else None
+                seen.add(key)
+            if why:
+                drops[why] += 1
+            else:
+                pending.append(f)
+        kept: list[dict[str, Any]] = []
+        shas: set[str] = set()
+        tried = 0
+        while pending and len(kept) < keep and tried < attempts:
+            window, pending = pending[: min(keep - len(kept), attempts - tried)], pending[min(keep - len(kept),
+                                                                                             attempts - tried):]
+            tried += len(window)
+            for f, res in zip(window, await asyncio.gather(*(self._one(f, ctx, c) for f in window))):
+                if isinstance(res, str):
+                    drops[res] += 1
+                elif res["sha256"] in shas:
+                    drops["duplicate_sha256"] += 1
+                else:
+                    shas.add(res["sha256"])
+                    kept.append({**res, "pool": f.pool, "page_url": f.page_url, "source_url": f.source_url,
+                                 "context": f.context})
+        if pending:
+            drops["per_url_cap" if len(kept) >= keep else "attempt_cap"] += len(pending)
+        return kept, drops
+
+    async def _one(self, f: Found, ctx: Context, c: HarvestConfig) -> dict[str, Any] | str:
+        store: ImageStore = ctx.resource("image_store")
+        if "://" in f.ref:
+            r = await ctx.resource("fetcher").fetch(f.ref, accept=IMAGE_TYPES)
+            if not r.ok:
+                return {"blocked": "fetch_blocked", "error": "fetch_error"}.get(r.status, r.status)
+            media = r.content_type.split(";", 1)[0].strip().lower()
+            if media.startswith("image/svg"):
+                return "svg"
+            if media == "image/gif":
+                return "gif"
+            data = r.content
+        else:
+            data_or_why = await asyncio.to_thread(self._read_local, f.ref, ctx, c)
+            if isinstance(data_or_why, str):
+                return data_or_why
+            data = data_or_why
+        return await asyncio.to_thread(store.admit, data, c)
+
+    @staticmethod
+    def _read_local(ref: str, ctx: Context, c: HarvestConfig) -> bytes | str:
+        """A local image's bytes, only from under `local_image_root` (the KB image folder); without
+        one, no local file is read at all: a trajectory file must not make kbvqa copy arbitrary files."""
+        p = Path(ref)
+        root = ctx.resource("local_image_root", None)
+        try:
+            if root is None or not p.resolve().is_relative_to(Path(root).resolve()):
+                return "outside_image_root"
+            if not p.is_file():
+                return "file_missing"
+            if p.stat().st_size > c.max_image_bytes:
+                return "too_large"
+            return p.read_bytes()
+        except OSError:
+            return "file_missing"

@@ -1,0 +1,143 @@
+"""Stage 5 — write the interleaved draft (seed 001 C.2): one multimodal call, tags validated.
+
+The call receives, in order, the query image and up to 10 candidates (Image 1..N), then the
+question, the short reference, the trajectory (thought, call and observation per step, each
+observation capped at 3,000 characters) and each candidate's scores. The model cites a picture as
+`<image>{"candidate_images": N}</image>`.
+
+The draft is checked by `check_tags`: every tag must be exactly that JSON with 1 ≤ N ≤ the number
+shown, and no candidate may be cited twice. Any violation makes the item `invalid` (named, retried
+on resume) — a draft is never repaired by guessing what an index meant. The candidates the draft
+uses are renumbered 1..M in order of first use and the rest are dropped (counted), so the draft's
+`images` list is exactly what its tags cite: the NoteVQA reference layout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import Field
+
+from kbvqa.models.prompts.reference import SYNTHESIS
+from kbvqa.pipelines.reference.candidates import DIMENSIONS, query_image
+from kbvqa.pipelines.reference.common import ReferenceStageConfig, ask, counts, needs_model, stage_record
+from kbvqa.runner.stage import Context, Invalid, Stage
+from kbvqa.stages import register_stage
+
+TAG = re.compile(r"<image>(.*?)</image>", re.DOTALL)
+_TAG_PARTS = re.compile(r"</?image>")
+NO_CANDIDATES = "(no candidate picture survived harvesting and filtering: write a text-only answer, with no tags)"
+
+
+def tag(n: int) -> str:
+    return f'<image>{{"candidate_images": {n}}}</image>'
+
+
+def check_tags(text: str, n: int) -> tuple[list[int], list[dict[str, Any]]]:
+    """(indices cited, in order of first use; violations). A violation is {kind, tag, detail} with
+    kind malformed_tag | index_out_of_range | duplicate_image."""
+    used: list[int] = []
+    violations: list[dict[str, Any]] = []
+    for m in TAG.finditer(text):
+        body = m.group(1).strip()
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            obj = None
+        if not (isinstance(obj, dict) and set(obj) == {"candidate_images"} and type(obj["candidate_images"]) is int):
+            violations.append({"kind": "malformed_tag", "tag": m.group(0),
+                               "detail": 'the tag must be exactly <image>{"candidate_images": N}</image>'})
+            continue
+        idx = obj["candidate_images"]
+        if not 1 <= idx <= n:
+            violations.append({"kind": "index_out_of_range", "tag": m.group(0),
+                               "detail": f"{idx} is not between 1 and {n} (the candidates shown)"})
+        elif idx in used:
+            violations.append({"kind": "duplicate_image", "tag": m.group(0), "detail": f"candidate {idx} cited twice"})
+        else:
+            used.append(idx)
+    stray = len(_TAG_PARTS.findall(TAG.sub("", text)))
+    if stray:
+        violations.append({"kind": "malformed_tag", "tag": "<image>/</image>",
+                           "detail": f"{stray} unpaired <image> or </image> marker(s)"})
+    return used, violations
+
+
+def renumber(text: str, used: list[int]) -> str:
+    """Rewrite each valid tag to the candidate's position among the used ones (1..M), canonically spelled."""
+    new = {old: i for i, old in enumerate(used, 1)}
+
+    def sub(m: re.Match[str]) -> str:
+        return tag(new[json.loads(m.group(1))["candidate_images"]])
+
+    return TAG.sub(sub, text)
+
+
+def trajectory_text(steps: list[dict[str, Any]], observation_chars: int = 3000) -> str:
+    lines = []
+    for st in steps:
+        args = json.dumps(st.get("arguments"), ensure_ascii=False)
+        head = f"Step {st.get('turn')}: {st.get('tool')} {args} -> {st.get('status')}"
+        thought = " ".join(str(st.get("thought") or "").split())
+        obs = (st.get("observation") or st.get("reason") or "")[:observation_chars]
+        lines.append("\n".join(x for x in (head, f"Thought: {thought}" if thought else "", obs) if x))
+    return "\n\n".join(lines) or "(the agent made no tool calls)"
+
+
+def candidate_block(cands: list[dict[str, Any]]) -> str:
+    """Seed 001 Table 13's content, one block per candidate: overall and per-dimension scores,
+    the pool and where the picture came from."""
+    if not cands:
+        return NO_CANDIDATES
+    blocks = []
+    for i, x in enumerate(cands, 1):
+        dims = "; ".join(f"{d.replace('_', ' ')} {x['scores'][d]['score']}/5" for d in DIMENSIONS)
+        source = x.get("source_url") or x.get("page_url") or "(unknown)"
+        blocks.append(f"Image {i}: overall {x['overall']}/5 — {dims}\n  pool: {x['pool']}; source: {source}\n"
+                      f"  why it may help: {x['scores']['information_content']['reason']}")
+    return "\n".join(blocks)
+
+
+class SynthesisConfig(ReferenceStageConfig):
+    role: str = "vision"
+    max_candidates: int = Field(10, ge=0)
+    observation_chars: int = Field(3000, ge=100)
+    max_reply_tokens: int = Field(2048, ge=64)
+
+
+@register_stage
+class Synthesis(Stage):
+    """Reads `dedup.kept` and `steps`; adds `draft` {text, images, unused, generator}."""
+
+    name = "reference-synthesis"
+    version = "1"
+    config_model = SynthesisConfig
+    prompts = (SYNTHESIS,)
+
+    async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        c: SynthesisConfig = self.config  # type: ignore[assignment]
+        if c.role not in ctx.roles:
+            raise needs_model("the interleaved synthesis (a multimodal call)", c.role)
+        store = ctx.resource("image_store")
+        cands = ((record.get("dedup") or {}).get("kept") or [])[: c.max_candidates]
+        query = query_image(record, "synthesis")
+        raw, prov = await ask(ctx, c.role, SYNTHESIS, None, what="synthesis", params={"max_tokens": c.max_reply_tokens},
+                              images=[query, *(store.path(x["path"]) for x in cands)],
+                              question_raw=record.get("question", ""), answer_raw=record.get("answer", ""),
+                              trajectory_raw=trajectory_text(record.get("steps") or [], c.observation_chars),
+                              candidates_raw=candidate_block(cands))
+        used, violations = check_tags(raw, len(cands))
+        if violations:
+            kinds = ", ".join(sorted({v["kind"] for v in violations}))
+            raise Invalid(f"synthesis: {len(violations)} bad image tag(s) ({kinds}); first: "
+                          f"{violations[0]['tag']!r}: {violations[0]['detail']}")
+        images = [{"index": i, **{k: cands[old - 1].get(k) for k in ("sha256", "path", "source_url", "page_url",
+                                                                      "pool", "overall")}}
+                  for i, old in enumerate(used, 1)]
+        unused = [x["sha256"] for j, x in enumerate(cands, 1) if j not in used]
+        payload = {"text": renumber(raw, used), "images": images, "unused": unused, "raw": raw, "generator": prov}
+        tally = counts(candidates_shown=len(cands), tags=len(used), used=len(used),
+                       dropped={"unused": len(unused)})
+        return stage_record(record, "draft", payload, tally)

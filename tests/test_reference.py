@@ -1,0 +1,724 @@
+"""Reference construction (seed 001 §3.2, App. C): every stage against a scripted VLM server and a fake
+web server on 127.0.0.1, the deterministic gates on shipped photographs, the human audit, and an
+offline build over the demo community set up to the first VLM stage."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import pickle
+import re
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from kbvqa.cli.app import app
+from kbvqa.data.formats import read_samples
+from kbvqa.data.phash import distance, phash, verdict
+from kbvqa.demo.bench import build_bench, build_community, load_photo
+from kbvqa.kb.store import KBStore
+from kbvqa.models.client import OpenAIChatClient
+from kbvqa.models.image_encoders import HistogramEncoder
+from kbvqa.pipelines.answer import build_answer_job
+from kbvqa.pipelines.index import build_image_index
+from kbvqa.pipelines.reference import ReferenceConfig, load_reference_config, reference_context, stage_job
+from kbvqa.pipelines.reference.harvest import HarvestConfig, ImageStore, LoopFetcher, page_images, pre_gate
+from kbvqa.pipelines.reference.synthesis import check_tags, renumber
+from kbvqa.pipelines.reference.urls import collect_urls, split_visit
+from kbvqa.runner import read_results
+from kbvqa.tools.base import VISIT_HEADER
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
+from fake_web_server import FakeWebServer, Resp, loopback_only, redirect  # noqa: E402
+
+runner = CliRunner()
+Q, A = "Who is the astronaut in this photo?", "Eileen Collins"
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+def jpeg(img: Image.Image, quality: int = 90) -> bytes:
+    buf = io.BytesIO()
+    img.convert("RGB").save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def png(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def photo(name: str = "astronaut") -> Image.Image:
+    return load_photo(f"skimage:{name}")
+
+
+def crop(img: Image.Image, frac: float) -> Image.Image:
+    w, h = img.size
+    return img.crop((int(w * frac), int(h * frac), int(w * (1 - frac)), int(h * (1 - frac))))
+
+
+def bomb_png(w: int = 100_000, h: int = 100_000) -> bytes:
+    """A valid PNG header claiming w×h pixels with almost no data: a decompression bomb's shape."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
+
+
+def text_of(req: dict) -> str:
+    """All text of a chat request (system + user parts)."""
+    out = []
+    for m in req["messages"]:
+        c = m["content"]
+        out.extend([c] if isinstance(c, str) else [p.get("text", "") for p in c if p.get("type") == "text"])
+    return "\n".join(out)
+
+
+def images_of(req: dict) -> list[Image.Image]:
+    imgs = []
+    for m in req["messages"]:
+        if isinstance(m["content"], list):
+            for p in m["content"]:
+                if p.get("type") == "image_url":
+                    data = p["image_url"]["url"].split(",", 1)[1]
+                    imgs.append(Image.open(io.BytesIO(base64.b64decode(data))))
+    return imgs
+
+
+def kind_of(req: dict) -> str:
+    t = text_of(req)
+    for key, marker in (("urls", "Rank the pages"), ("candidate", "candidate picture found while researching"),
+                        ("filter", "Remove image 2 if"), ("probe", "essentially the same picture"),
+                        ("synthesis", "You write reference answers")):
+        if marker in t:
+            return key
+    raise AssertionError(f"unexpected request: {t[:200]}")
+
+
+def client(srv: FakeLLMServer) -> OpenAIChatClient:
+    return OpenAIChatClient(srv.base_url, "vlm-x", max_retries=0, concurrency=4)
+
+
+def ok_json(obj) -> Reply:
+    return Reply(content=json.dumps(obj))
+
+
+def dims(score: int) -> dict:
+    return {d: {"score": score, "reason": "r"} for d in
+            ("visual_relevance", "information_content", "clarity", "answer_substantiation", "necessity")}
+
+
+def store_image(store: ImageStore, img: Image.Image, **extra) -> dict:
+    res = store.admit(jpeg(img), HarvestConfig())
+    assert isinstance(res, dict), res
+    return {**res, "pool": "best_link", "page_url": "https://example.org/p", "source_url": "https://example.org/i.jpg",
+            "context": "a photo", **extra}
+
+
+def run_stage(key: str, records: list[dict], tmp: Path, *, roles=None, config: ReferenceConfig | None = None,
+              journal: str | None = None, **ctx_kw) -> list[dict]:
+    config = config or ReferenceConfig()
+    if "kb" not in ctx_kw and config.harvest.backend == "local":
+        config = config.model_copy(update={"harvest": config.harvest.model_copy(update={"backend": "web"})})
+    ctx = reference_context(tmp, config, roles=roles, **ctx_kw)
+    out = tmp / (journal or f"{key}.jsonl")
+    stage_job(key, config, ctx).run(records, out=out, progress=False)
+    return list(read_results(out))
+
+
+@pytest.fixture
+def qimg(tmp_path) -> tuple[str, str]:
+    p = tmp_path / "query.jpg"
+    p.write_bytes(jpeg(crop(photo(), 0.12).resize((320, 320))))
+    import hashlib
+
+    return str(p), hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- stage 1: URLs
+
+
+def steps_fixture() -> list[dict]:
+    visit_obs = "\n\n".join([
+        VISIT_HEADER.format(url="https://en.wikipedia.org/wiki/Eileen_Collins", goal="who is she\nand her first")
+        + "\nEvidence in page:\nEileen Collins was the first woman to pilot a Space Shuttle.",
+        "[visit: error] the page https://dead.example/x could not be read: HTTP 404",
+        VISIT_HEADER.format(url="https://nasa.example/bio", goal="who is she\nand her first")
+        + "\nEvidence in page:\nCollins commanded STS-93."])
+    return [
+        {"turn": 1, "tool": "image_search", "status": "ok", "arguments": {}, "items": [
+            {"kind": "image", "rank": 1, "url": "https://en.wikipedia.org/wiki/Eileen_Collins",
+             "title": "Eileen Collins",
+             "text": "retired astronaut", "image": "https://img.example/collins.jpg"},
+            {"kind": "image", "rank": 2, "url": "https://cats.example/", "title": "Cat", "text": "a cat",
+             "image": "https://img.example/cat.jpg"}], "observation": "..."},
+        {"turn": 2, "tool": "search", "status": "ok", "arguments": {"query": ["eileen collins"]}, "items": [
+            {"kind": "page", "rank": i, "url": f"https://site{i}.example/", "title": f"Result {i}", "text": "text"}
+            for i in range(1, 6)] + [{"kind": "page", "rank": 6, "url": "https://SITE1.example", "title": "dup",
+                                      "text": "the same page again"}], "observation": "..."},
+        {"turn": 3, "tool": "visit", "status": "ok", "arguments": {}, "items": [], "observation": visit_obs},
+        {"turn": 4, "tool": "text_to_image_search", "status": "ok", "arguments": {"query": "x"}, "items": []},
+        {"turn": 5, "tool": "search", "status": "error", "reason": "quota", "items": []},
+    ]
+
+
+def test_collect_urls_is_the_c1_prepass():
+    pages = split_visit(steps_fixture()[2]["observation"])
+    goal = "who is she\nand her first"
+    assert [(u, g) for u, g, _ in pages] == [("https://en.wikipedia.org/wiki/Eileen_Collins", goal),
+                                             ("https://nasa.example/bio", goal)]
+    assert "could not be read" not in pages[0][2] and pages[1][2].endswith("Collins commanded STS-93.")
+    entries, tally = collect_urls(steps_fixture())
+    assert [e["type"] for e in entries] == ["image_search"] * 2 + ["search"] * 5 + ["visit"] * 2
+    assert [e["id"] for e in entries] == [f"P{i}" for i in range(1, 10)]
+    assert entries[0]["image"] == "https://img.example/collins.jpg"
+    assert tally == {"merged_duplicates": 1, "skipped_text_to_image_search": 1, "failed_calls": 1}
+
+
+def url_reply(ids_scores: dict[str, int], extra: dict | None = None) -> Reply:
+    pages = [{"id": i, "relevance": s, "completeness": s, "clarity": s, "answer_support": s, "necessity": s,
+              "reason": "r", **(extra or {})} for i, s in ids_scores.items()]
+    return ok_json({"pages": pages})
+
+
+def test_url_scoring_keeps_the_top5_by_summed_scores(tmp_path):
+    rec = {"id": "u1", "question": Q, "answer": A, "steps": steps_fixture()}
+    with FakeLLMServer() as srv:
+        # seven pages returned (more than asked): ranked by the sum, ties in the model's order
+        srv.push(url_reply({"P2": 2, "P8": 5, "P3": 4, "P9": 5, "P1": 4, "P4": 1, "P5": 3}))
+        lines = run_stage("urls", [rec], tmp_path, roles={"vision": client(srv)})
+        sent = text_of(srv.requests[0]["json"])
+        assert "Known answer" in sent and "[ID P8] type=visit" in sent
+    (line,) = lines
+    assert line["status"] == "ok", line["reason"]
+    sel = line["urls"]["selected"]
+    assert [s["id"] for s in sel] == ["P8", "P9", "P3", "P1", "P5"]
+    assert [s["total"] for s in sel] == [25, 25, 20, 20, 15] and [s["rank"] for s in sel] == [1, 2, 3, 4, 5]
+    assert sel[0]["type"] == "visit" and sel[0]["scores"]["answer_support"] == 5
+    assert line["urls"]["scorer"]["model"] == "vlm-x" and line["urls"]["scorer"]["prompt_version"].startswith(
+        "reference.url_scores@")
+    assert line["funnel"]["urls"]["selected"] == 5 and line["funnel"]["urls"]["image_results"] == 2
+    assert all(len(st["observation"]) <= 3000 for st in line["steps"]) and "items" not in line["steps"][0]
+
+
+@pytest.mark.parametrize("reply,why", [
+    (url_reply({"P1": 6}), "less than or equal to 5"),
+    (url_reply({"P77": 3}), "was not offered"),
+    (ok_json({"pages": [{"id": "P1", "relevance": 3, "clarity": 3, "answer_support": 3, "necessity": 3,
+                         "reason": "no completeness"}]}), "completeness"),
+    (Reply(content='Here you go: {"pages": []}'), "reply"),
+])
+def test_url_scoring_unusable_reply_is_invalid(tmp_path, reply, why):
+    rec = {"id": "u1", "question": Q, "answer": A, "steps": steps_fixture()}
+    with FakeLLMServer() as srv:
+        srv.push(reply)
+        (line,) = run_stage("urls", [rec], tmp_path, roles={"vision": client(srv)})
+    assert line["status"] == "invalid" and why in line["reason"], line["reason"]
+    assert "urls" not in line  # nothing half-written, nothing defaulted
+
+
+def test_url_scoring_offline_ranks_by_rules_and_says_so(tmp_path):
+    rec = {"id": "u1", "question": Q, "answer": "Eileen Collins, the first woman to pilot a Space Shuttle",
+           "steps": steps_fixture()}
+    (line,) = run_stage("urls", [rec], tmp_path)
+    sel = line["urls"]["selected"]
+    assert line["status"] == "ok" and line["urls"]["scorer"]["backend"] == "rules"
+    assert all(s["scores"] is None for s in sel) and len(sel) == 5
+    assert sel[0]["url"] == "https://en.wikipedia.org/wiki/Eileen_Collins" and sel[0]["type"] == "visit"
+    assert len({s["url"] for s in sel}) == 5  # distinct pages
+
+
+# -------------------------------------------------------------------------- stage 2: harvesting
+
+
+@pytest.fixture
+def web(monkeypatch):
+    yield from loopback_only(monkeypatch)
+
+
+def test_harvest_gates_count_every_drop(tmp_path, web):
+    good_a = jpeg(crop(photo(), 0.05).resize((300, 240)))
+    og = jpeg(photo("rocket").resize((260, 400)))
+    pool = jpeg(photo("coffee").resize((300, 200)))
+    page = """<html><head><title>Eileen Collins — astronaut</title>
+<meta property="og:image" content="/img/og.jpg"></head><body>
+<p>Eileen Collins was the first woman to pilot a Space Shuttle.</p>
+<img src="data:image/png;base64,iVBORw0KGgo=">
+<img src="/img/diagram.svg"> <img src="/img/anim.gif">
+<img src="/ads/banner.jpg"> <img src="https://stats.doubleclick.net/pixel.jpg">
+![a small thumbnail](/img/small.jpg)
+<img src="/img/wide.jpg"> <img src="/img/bomb.png">
+<p>She commanded STS-93 in 1999.</p><img src="/img/a.jpg" alt="Collins in orbit"><p>After the image.</p>
+<img data-src="/img/a_copy.jpg"> <img src="/img/redirect.jpg"> <img src="/img/really.jpg">
+<img src="/img/notimage.jpg"> <img src="/img/a.jpg">
+</body></html>"""
+    with FakeWebServer() as srv:
+        srv.route("/page1", Resp(body=page))
+        srv.route("/page2", Resp(404, "gone", "text/plain"))
+        jpg = "image/jpeg"
+        srv.route("/img/og.jpg", Resp(body=og, content_type=jpg))
+        srv.route("/img/a.jpg", Resp(body=good_a, content_type=jpg))
+        srv.route("/img/a_copy.jpg", Resp(body=good_a, content_type=jpg))
+        srv.route("/img/small.jpg", Resp(body=jpeg(photo().resize((60, 60))), content_type=jpg))
+        srv.route("/img/wide.jpg", Resp(body=jpeg(photo("rocket").resize((800, 200))), content_type=jpg))
+        srv.route("/img/bomb.png", Resp(body=bomb_png(), content_type="image/png"))
+        srv.route("/img/redirect.jpg", redirect("http://10.0.0.1/x.jpg"))
+        srv.route("/img/really.jpg", Resp(body=b"GIF89a...", content_type="image/gif"))
+        srv.route("/img/notimage.jpg", Resp(body="<html>login</html>"))
+        srv.route("/img/pool.jpg", Resp(body=pool, content_type=jpg))
+        rec = {"id": "h1", "query_sha256": None, "urls": {
+            "selected": [{"url": srv.url("/page1"), "rank": 1}, {"url": srv.url("/page2"), "rank": 2}],
+            "image_results": [{"image": srv.url("/img/pool.jpg"), "page_url": "https://x.example", "context": "coffee"},
+                              {"image": srv.url("/img/og.jpg"), "page_url": "https://y.example", "context": "rocket"}]}}
+        fetcher = LoopFetcher(allow_hosts=["127.0.0.1"], retries=0, timeout=5)
+        (line,) = run_stage("harvest", [rec], tmp_path, fetcher=fetcher)
+        assert srv.hits("/ads/banner.jpg") == [] and srv.hits("/img/diagram.svg") == []
+        assert len(srv.hits("/img/a.jpg")) == 1  # the repeated URL was not fetched twice
+    assert line["status"] == "ok", line["reason"]
+    f = line["funnel"]["harvest"]
+    assert f["dropped"] == {"data_uri": 1, "svg": 1, "gif": 2, "blocklisted": 2, "too_small": 1, "too_elongated": 1,
+                            "decompression_bomb": 1, "duplicate_sha256": 2, "fetch_blocked": 1, "bad_type": 1,
+                            "duplicate_url": 1}
+    assert f["pages_failed"] == {"fetch_http_error": 1} and f["kept"] == 3
+    assert f["kept_by_pool"] == {"best_link": 2, "image_search_pool": 1}
+    cands = line["harvest"]["candidates"]
+    assert [c["source_url"].rsplit("/", 1)[-1] for c in cands] == ["og.jpg", "a.jpg", "pool.jpg"]  # og:image first
+    assert cands[0]["also_found"][0]["pool"] == "image_search_pool"
+    assert "STS-93" in cands[1]["context"] and "After the image" in cands[1]["context"]
+    assert cands[0]["context"].startswith("Eileen Collins — astronaut")
+    for c in cands:
+        p = tmp_path / "images" / c["path"]
+        assert p.is_file() and min(c["width"], c["height"]) >= 100 and p.name.startswith(c["sha256"])
+    assert not any((tmp_path / "images" / ".incoming").iterdir())
+
+
+def test_harvest_keeps_at_most_n_per_page(tmp_path, web):
+    imgs = [jpeg(photo(n).resize((200, 150))) for n in ("astronaut", "rocket", "coffee", "chelsea")]
+    with FakeWebServer() as srv:
+        srv.route("/p", Resp(body="".join(f'<img src="/i{i}.jpg">' for i in range(4))))
+        for i, b in enumerate(imgs):
+            srv.route(f"/i{i}.jpg", Resp(body=b, content_type="image/jpeg"))
+        cfg = ReferenceConfig(harvest=HarvestConfig(backend="web", max_per_url=2))
+        rec = {"id": "h2", "urls": {"selected": [{"url": srv.url("/p"), "rank": 1}], "image_results": []}}
+        (line,) = run_stage("harvest", [rec], tmp_path, config=cfg,
+                            fetcher=LoopFetcher(allow_hosts=["127.0.0.1"], retries=0))
+        assert srv.hits("/i2.jpg") == [] and srv.hits("/i3.jpg") == []  # windows: never fetched past the cap
+    assert line["funnel"]["harvest"]["kept"] == 2 and line["funnel"]["harvest"]["dropped"] == {"per_url_cap": 2}
+
+
+def test_pre_gate_and_page_patterns():
+    block = re.compile("|".join(HarvestConfig().blocklist), re.IGNORECASE)
+    assert pre_gate("data:image/png;base64,xx", block, remote_allowed=True) == "data_uri"
+    assert pre_gate("https://x.org/a.SVG?v=1", block, remote_allowed=True) == "svg"
+    assert pre_gate("https://x.org/favicon.ico", block, remote_allowed=True) == "blocklisted"
+    assert pre_gate("https://upload.wikimedia.org/wikipedia/commons/a/ab/Collins.jpg", block,
+                    remote_allowed=True) is None
+    assert pre_gate("ftp://x.org/a.jpg", block, remote_allowed=True) == "bad_url"
+    assert pre_gate("https://x.org/a.jpg", block, remote_allowed=False) == "remote_offline"
+    found = page_images('Intro ![cap](img/a.png "t") and <IMG alt=x SRC=\'//cdn.example/b.jpg\'> '
+                        '<meta content="https://o.example/og.jpg" property="og:image">',
+                        "https://site.example/dir/page")
+    assert [f.ref for f in found] == ["https://o.example/og.jpg", "https://site.example/dir/img/a.png",
+                                      "https://cdn.example/b.jpg"]
+
+
+def test_harvest_local_reads_kb_images_only_from_the_image_root(tmp_path, demo):
+    outside = tmp_path / "elsewhere.jpg"
+    outside.write_bytes(jpeg(photo("chelsea").resize((300, 300))))
+    kb = KBStore(demo["bench"].kb)
+    rec = {"id": "l1", "query_sha256": None, "urls": {
+        "selected": [{"url": "https://en.wikipedia.org/wiki/Eileen_Collins", "rank": 1},
+                     {"url": "https://en.wikipedia.org/wiki/Not_In_KB", "rank": 2}],
+        "image_results": [{"image": str(outside), "context": "x"},
+                          {"image": str(demo["bench"].root / "images" / "kb_rocket.jpg"), "context": "rocket"},
+                          {"image": "https://img.example/remote.jpg", "context": "web"}]}}
+    (line,) = run_stage("harvest", [rec], tmp_path, config=ReferenceConfig(), kb=kb, kb_images=demo["bench"].root)
+    f = line["funnel"]["harvest"]
+    assert line["status"] == "ok" and f["kept"] == 2 and f["pages_failed"] == {"not_in_kb": 1}
+    assert f["dropped"] == {"outside_image_root": 1, "remote_offline": 1}
+    first = line["harvest"]["candidates"][0]
+    assert first["source_url"] == "images/kb_astronaut.jpg" and first["context"].startswith("Eileen Collins — ")
+
+
+# ------------------------------------------------------------------- stage 3: candidate scoring
+
+
+def test_candidate_scoring_stable_top_k_with_pools(tmp_path, qimg):
+    store = ImageStore(tmp_path / "images")
+    base = photo("coffee")
+    widths = {200: ("best_link", 3), 210: ("best_link", 5), 220: ("image_search_pool", 5),
+              230: ("image_search_pool", 2), 240: ("best_link", 3)}
+    cands = [store_image(store, base.resize((w, 160)), pool=pool) for w, (pool, _) in widths.items()]
+    broken = {**cands[0], "sha256": "0" * 64, "path": "00/broken.jpg"}
+    (tmp_path / "images" / "00").mkdir(parents=True)
+    (tmp_path / "images" / "00" / "broken.jpg").write_bytes(b"not an image")
+    rec = {"id": "c1", "question": Q, "answer": A, "query_image": qimg[0], "query_sha256": qimg[1],
+           "harvest": {"candidates": [*cands, broken]}}
+
+    def handler(req):
+        q, cand = images_of(req)
+        assert q.size == (320, 320)
+        s = widths[cand.size[0]][1]
+        return ok_json({**dims(s), "overall": s})
+
+    cfg = ReferenceConfig(candidates={"top_k": 3})
+    with FakeLLMServer(handler=handler) as srv:
+        (line,) = run_stage("candidates", [rec], tmp_path, roles={"vision": client(srv)}, config=cfg)
+        assert srv.count == 5  # the broken file is never sent
+    assert line["status"] == "ok", line["reason"]
+    kept = line["candidates"]["kept"]
+    assert [(k["width"], k["pool"], k["overall"], k["rank"]) for k in kept] == [
+        (210, "best_link", 5, 1), (220, "image_search_pool", 5, 2), (200, "best_link", 3, 3)]
+    assert kept[0]["scores"]["clarity"] == {"score": 5, "reason": "r"}
+    assert line["funnel"]["candidates"]["dropped"] == {"unloadable": 1, "below_top_k": 2}
+    # offline: the item stops, saying why
+    (off,) = run_stage("candidates", [rec], tmp_path, journal="off.jsonl")
+    assert off["status"] == "error" and off["reason"].startswith("NeedsModel:") and "vision" in off["reason"]
+
+
+# ------------------------------------------------------------------------ stage 4: the filter
+
+
+def test_five_rule_filter_failing_vlm_is_invalid_never_keep(tmp_path, qimg):
+    store = ImageStore(tmp_path / "images")
+    cands = [store_image(store, photo(n).resize((w, 200)), rank=i)
+             for i, (n, w) in enumerate((("rocket", 300), ("coffee", 310), ("chelsea", 320)), 1)]
+    rec = {"id": "f1", "question": Q, "answer": A, "query_image": qimg[0], "query_sha256": qimg[1],
+           "candidates": {"kept": cands}}
+    replies = {300: ok_json({"remove": False, "rule": None, "reason": "shows the shuttle"}),
+               310: ok_json({"remove": True, "rule": "composite", "reason": "a grid of four photos"}),
+               320: Reply(content="keep it, looks fine")}
+
+    def handler(req):
+        assert "Text around image 2" in text_of(req) and "a photo" in text_of(req)
+        return replies[images_of(req)[1].size[0]]
+
+    journal = tmp_path / "filter.jsonl"
+    with FakeLLMServer(handler=handler) as srv:
+        (line,) = run_stage("filter", [rec], tmp_path, roles={"vision": client(srv)})
+        assert line["status"] == "invalid" and "filter" not in line and "five-rule filter" in line["reason"]
+        replies[320] = ok_json({"remove": True, "rule": None, "reason": "no rule"})  # remove without a rule
+        (line,) = run_stage("filter", [rec], tmp_path, roles={"vision": client(srv)})
+        assert line["status"] == "invalid" and "no rule" in line["reason"]
+        replies[320] = Reply(status=400, error="model crashed")
+        (line,) = run_stage("filter", [rec], tmp_path, roles={"vision": client(srv)})
+        assert line["status"] == "error" and "model call failed" in line["reason"] and "filter" not in line
+        replies[320] = ok_json({"remove": True, "rule": "video_thumbnail", "reason": "a play button"})
+        before = srv.count
+        (line,) = run_stage("filter", [rec], tmp_path, roles={"vision": client(srv)})
+        assert srv.count - before == 1  # the two verdicts that arrived before were cached
+    assert line["status"] == "ok" and line["attempts"] == 4
+    assert [k["width"] for k in line["filter"]["kept"]] == [300]
+    assert {r["rule"] for r in line["filter"]["removed"]} == {"composite", "video_thumbnail"}
+    assert line["funnel"]["filter"]["dropped"] == {"composite": 1, "video_thumbnail": 1}
+    assert len(list(read_results(journal))) == 1
+
+
+def test_filter_drops_an_unloadable_image_without_a_call(tmp_path, qimg):
+    store = ImageStore(tmp_path / "images")
+    good = store_image(store, photo("rocket").resize((300, 200)))
+    gone = {**good, "sha256": "f" * 64, "path": "ff/gone.jpg"}
+    rec = {"id": "f2", "question": Q, "answer": A, "query_image": qimg[0], "query_sha256": qimg[1],
+           "candidates": {"kept": [good, gone]}}
+    with FakeLLMServer(default=ok_json({"remove": False, "rule": None, "reason": "fine"})) as srv:
+        (line,) = run_stage("filter", [rec], tmp_path, roles={"vision": client(srv)})
+        assert srv.count == 1
+    assert line["funnel"]["filter"]["dropped"] == {"unloadable": 1} and len(line["filter"]["kept"]) == 1
+
+
+# ------------------------------------------------------------------------- stage 4b: dedup
+
+
+def ambiguous_crop(base: Image.Image) -> Image.Image:
+    """A crop of `base` whose pHash distance to it falls in the ambiguous band (calibrated thresholds)."""
+    h0 = phash(base)
+    for frac in (0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.12):
+        c = crop(base, frac).resize(base.size)
+        if verdict(distance(h0, phash(c))) == "ambiguous":
+            return c
+    raise AssertionError("no crop in the ambiguous band")
+
+
+def test_dedup_hashes_first_and_probes_only_the_ambiguous_band(tmp_path, qimg):
+    store = ImageStore(tmp_path / "images")
+    a = photo("astronaut").resize((400, 400))
+    dup = a.resize((200, 200))
+    amb = ambiguous_crop(a)
+    other = photo("coffee").resize((400, 300))
+    cands = [store_image(store, img) for img in (a, Image.open(io.BytesIO(jpeg(dup, 40))), amb, other)]
+    hashes = [phash(tmp_path / "images" / c["path"]) for c in cands]
+    assert verdict(distance(hashes[0], hashes[1])) == "duplicate"
+    assert verdict(distance(hashes[0], hashes[2])) == "ambiguous"
+    assert verdict(distance(hashes[0], hashes[3])) == "distinct"
+    recs = [{"id": f"d{i}", "question": Q, "answer": A, "query_image": qimg[0], "filter": {"kept": cands}}
+            for i in (1, 2)]
+    with FakeLLMServer(default=ok_json({"similar": True})) as srv:
+        lines = run_stage("dedup", recs[:1], tmp_path, roles={"vision": client(srv)})
+        lines += run_stage("dedup", recs[1:], tmp_path, roles={"vision": client(srv)}, journal="dedup2.jsonl")
+        assert srv.count == 1  # one ambiguous pair; the second item's identical pair comes from the cache
+        assert kind_of(srv.requests[0]["json"]) == "probe"
+    for line in lines:
+        d = line["dedup"]
+        assert [k["sha256"] for k in d["kept"]] == [cands[0]["sha256"], cands[3]["sha256"]]
+        assert [(x["by"], x["duplicate_of"]) for x in d["dropped"]] == [("phash", cands[0]["sha256"]),
+                                                                        ("probe", cands[0]["sha256"])]
+        assert line["funnel"]["dedup"]["dropped"] == {"near_duplicate": 1, "probe_similar": 1}
+        assert line["funnel"]["dedup"]["probes"] == 1
+    assert [p["cached"] for ln in lines for p in ln["dedup"]["probes"]] == [False, True]
+    # without a model, the ambiguous pair stops the item (never silently kept)
+    (off,) = run_stage("dedup", recs[:1], tmp_path, journal="off.jsonl")
+    assert off["status"] == "error" and off["reason"].startswith("NeedsModel:")
+
+
+# ---------------------------------------------------------------------- stage 5: synthesis
+
+
+def test_check_tags_and_renumber():
+    t = 'A.\n<image>{"candidate_images": 3}</image>\nB.\n<image>{ "candidate_images" : 1 }</image>'
+    assert check_tags(t, 3) == ([3, 1], [])
+    assert renumber(t, [3, 1]) == f"A.\n{tag_line(1)}\nB.\n{tag_line(2)}"
+    kinds = lambda text, n=3: [v["kind"] for v in check_tags(text, n)[1]]  # noqa: E731
+    assert kinds('<image>{"candidate_images": 4}</image>') == ["index_out_of_range"]
+    assert kinds('<image>{"candidate_images": 0}</image>') == ["index_out_of_range"]
+    assert kinds('<image>2</image>') == ["malformed_tag"]
+    assert kinds('<image>{"candidate_images": "2"}</image>') == ["malformed_tag"]
+    assert kinds('<image>{"candidate_images": 2, "idx": 1}</image>') == ["malformed_tag"]
+    assert kinds('<image>{"candidate_images": 2}</image> <image>{"candidate_images": 2}</image>') == ["duplicate_image"]
+    assert kinds('x <image>{"candidate_images": 1}') == ["malformed_tag"]
+    assert kinds("text only", 0) == []
+
+
+def synthesis_record(rid: str, cands: list[dict], qimg, question: str = Q) -> dict:
+    scored = [{**c, "overall": 5 - i, "scores": dims(4), "rank": i + 1} for i, c in enumerate(cands)]
+    return {"id": rid, "question": question, "answer": A, "query_image": qimg[0], "query_sha256": qimg[1],
+            "sample": {"id": rid, "question": question, "answers": [{"text": A}], "images": ["query.jpg"]},
+            "query_images": [qimg[0]],
+            "steps": [{"turn": 1, "tool": "visit", "status": "ok", "arguments": {"url": ["u"]},
+                       "observation": "x" * 5000}], "dedup": {"kept": scored}}
+
+
+GOOD = 'Eileen Collins.\n<image>{"candidate_images": 3}</image>\nShe flew.\n<image>{"candidate_images": 1}</image>'
+
+
+def test_synthesis_validates_indices_and_drops_unused(tmp_path, qimg):
+    store = ImageStore(tmp_path / "images")
+    cands = [store_image(store, photo(n).resize((300, 200))) for n in ("rocket", "coffee", "chelsea")]
+    answers = {"good": GOOD, "range": 'X.\n<image>{"candidate_images": 4}</image>',
+               "bad": "X.\n<image>Image 2</image>", "twice": GOOD + '\n<image>{"candidate_images": 3}</image>'}
+
+    def handler(req):
+        t = text_of(req)
+        assert "x" * 3000 in t and "x" * 3001 not in t  # each observation capped at 3,000 characters
+        assert len(images_of(req)) == 4 and "Image 3: overall 3/5" in t
+        return Reply(content=answers[next(k for k in answers if f"[{k}]" in t)])
+
+    recs = [synthesis_record(k, cands, qimg, question=f"{Q} [{k}]") for k in answers]
+    with FakeLLMServer(handler=handler) as srv:
+        lines = {ln["id"]: ln for ln in run_stage("synthesis", recs, tmp_path, roles={"vision": client(srv)},
+                                                  journal="synthesis.jsonl")}
+    good = lines["good"]
+    assert good["status"] == "ok", good["reason"]
+    assert good["draft"]["text"] == renumber(GOOD, [3, 1])
+    assert [im["sha256"] for im in good["draft"]["images"]] == [cands[2]["sha256"], cands[0]["sha256"]]
+    assert good["draft"]["unused"] == [cands[1]["sha256"]] and good["funnel"]["draft"]["dropped"] == {"unused": 1}
+    assert lines["range"]["status"] == "invalid" and "index_out_of_range" in lines["range"]["reason"]
+    assert lines["bad"]["status"] == "invalid" and "malformed_tag" in lines["bad"]["reason"]
+    assert lines["twice"]["status"] == "invalid" and "duplicate_image" in lines["twice"]["reason"]
+
+
+# -------------------------------------------------------------------------- stage 6: the audit
+
+
+def test_audit_export_import_counts(tmp_path, qimg):
+    store = ImageStore(tmp_path / "images")
+    cands = [store_image(store, photo(n).resize((300, 200))) for n in ("rocket", "coffee", "chelsea")]
+    recs = [synthesis_record(f"a{i}", cands, qimg) for i in range(5)]
+    with FakeLLMServer(default=Reply(content=GOOD)) as srv:
+        run_stage("synthesis", recs, tmp_path, roles={"vision": client(srv)}, journal="synthesis.jsonl")
+    res = runner.invoke(app, ["reference", "audit-export", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["rows"] == 5
+    sheet = tmp_path / "audit.csv"
+    with open(sheet, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows[0]["images"].startswith("1: images/") and "<image>" in rows[0]["draft"]
+    assert runner.invoke(app, ["reference", "audit-export", str(tmp_path)]).exit_code == 2  # never overwrites
+    decisions = {"a0": ("accept", ""), "a1": ("Minor fix", 'Fixed.\n<image>{"candidate_images": 2}</image>'),
+                 "a2": ("reject", ""), "a3": ("", "")}  # a3 pending, a4 left out of the sheet
+    for r in rows:
+        r["decision"], r["corrected_text"] = decisions.get(r["id"], ("", ""))
+    rows = [r for r in rows if r["id"] != "a4"]
+
+    def write(rs):
+        with open(sheet, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rs[0]))
+            w.writeheader()
+            w.writerows(rs)
+
+    write(rows)
+    out = tmp_path / "refs" / "references.jsonl"
+    res = runner.invoke(app, ["reference", "audit-import", str(tmp_path), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    counts = json.loads(res.stdout)
+    assert {k: counts[k] for k in ("drafts", "rows", "accept", "minor_fix", "reject", "pending", "not_in_sheet",
+                                   "references", "images_dropped_by_fix", "reference_images")} == {
+        "drafts": 5, "rows": 4, "accept": 1, "minor_fix": 1, "reject": 1, "pending": 1, "not_in_sheet": 1,
+        "references": 2, "images_dropped_by_fix": 1, "reference_images": 3}
+    refs = {s.id: s for s in read_samples(out)}
+    assert set(refs) == {"a0", "a1"}
+    fixed = refs["a1"].meta["reference"]
+    assert fixed["text"] == 'Fixed.\n<image>{"candidate_images": 1}</image>'
+    assert fixed["images"][0]["sha256"] == cands[0]["sha256"]  # the draft's image 2 was candidate 1
+    for s in refs.values():
+        for im in s.meta["reference"]["images"]:
+            assert (out.parent / im["path"]).is_file()
+        assert (out.parent / s.images[0]).is_file()
+        assert s.meta["extra"]["reference_audit"]["decision"] in ("accept", "minor fix")
+    # bad sheets: the error names the file, the row and the column; no traceback
+    for bad, field in (({"decision": "maybe"}, "decision"), ({"decision": "accept", "corrected_text": "x"},
+                                                              "corrected_text"),
+                       ({"decision": "minor fix", "corrected_text": '<image>{"candidate_images": 9}</image>'},
+                        "corrected_text"), ({"id": "nope"}, "id")):
+        write([{**rows[0], **bad}, *rows[1:]])
+        res = runner.invoke(app, ["reference", "audit-import", str(tmp_path), "--out", str(out)])
+        assert res.exit_code == 2 and "row 2" in res.output and f"field '{field}'" in res.output, res.output
+        assert "Traceback" not in res.output
+
+
+# --------------------------------------------------------------------- the demo, end to end
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("refdemo")
+    b = build_bench(root / "bench")
+    community = build_community(b)
+    kb = KBStore(b.kb)
+    enc = HistogramEncoder()
+    index, _ = build_image_index(kb, b.root, enc)
+    samples = [s.dump() for s in read_samples(community)]
+    job = build_answer_job("agent", kb=kb, index=index, encoder=enc, image_root=b.root, kb_images=b.root)
+    job.run(samples, out=root / "agent.jsonl", progress=False)
+    kb.close()
+    return {"root": root, "bench": b, "community": community, "agent": root / "agent.jsonl"}
+
+
+def build_args(demo, out: Path) -> list[str]:
+    return ["reference", "build", "--samples", str(demo["community"]), "--trajectories", str(demo["agent"]),
+            "--out", str(out), "--kb", str(demo["bench"].kb), "--kb-images", str(demo["bench"].root)]
+
+
+def test_offline_build_over_the_demo_stops_at_the_first_vlm_stage(demo, tmp_path):
+    out = tmp_path / "build"
+    res = runner.invoke(app, build_args(demo, out))
+    assert res.exit_code == 3, res.output  # no item got a draft: the per-record jobs' "nothing ended ok"
+    assert "15 item(s) did not end ok: needs_model 15" in res.stderr
+    funnel = json.loads(res.stdout)
+    assert funnel["intake"]["items"] == 15 and funnel["intake"]["tools"] == "local"
+    by = {s["stage"]: s for s in funnel["stages"]}
+    assert by["urls"]["ok"] == 15 and by["urls"]["units"]["selected"] == 75
+    h = by["harvest"]
+    assert h["ok"] == 15 and h["units"]["kept"] >= 15 and set(h["units"]["kept_by_pool"]) == {
+        "best_link", "image_search_pool"}
+    assert by["candidates"] == {**by["candidates"], "in": 15, "ok": 0, "stopped": {"needs_model": 15}}
+    assert all(by[k]["in"] == 0 for k in ("filter", "dedup", "synthesis"))
+    assert json.loads((out / "funnel.json").read_text()) == funnel
+    for line in read_results(out / "harvest.jsonl"):
+        for c in line["harvest"]["candidates"]:
+            img = Image.open(out / "images" / c["path"])
+            assert min(img.size) >= 100 and max(img.size) / min(img.size) <= 3
+    assert (out / "candidates.manifest.json").is_file()
+    # resume: nothing is redone but the stopped items, which stop again for the same reason
+    res = runner.invoke(app, build_args(demo, out))
+    again = json.loads(res.stdout)
+    assert [s["stopped"] for s in again["stages"]] == [s["stopped"] for s in funnel["stages"]]
+    lines = list(read_results(out / "candidates.jsonl"))
+    assert len(lines) == 15 and all(ln["attempts"] == 2 for ln in lines)
+
+
+def test_build_with_a_scripted_vlm_then_audit(demo, tmp_path):
+    def handler(req):
+        k = kind_of(req)
+        t = text_of(req)
+        if k == "urls":
+            ids = re.findall(r"\[ID (P\d+)\]", t)
+            return url_reply({i: 5 - n % 3 for n, i in enumerate(ids[:6])})
+        if k == "candidate":
+            return ok_json({**dims(4), "overall": 4})
+        if k == "filter":
+            return ok_json({"remove": False, "rule": None, "reason": "on topic"})
+        if k == "probe":
+            return ok_json({"similar": False})
+        n = len(images_of(req)) - 1
+        return Reply(content="The answer.\n" + (tag_line(1) if n else "") + "\nMore detail.")
+
+    out = tmp_path / "build"
+    with FakeLLMServer(handler=handler) as srv:
+        res = runner.invoke(app, build_args(demo, out) + ["--llm", srv.base_url, "--model", "vlm-x", "--limit", "3",
+                                                          "--no-resume"])
+        kinds = [kind_of(r["json"]) for r in srv.requests]
+    assert res.exit_code == 0, res.output
+    funnel = json.loads(res.stdout)
+    assert [(s["stage"], s["in"], s["ok"]) for s in funnel["stages"]] == [
+        (k, 3, 3) for k in ("urls", "harvest", "candidates", "filter", "dedup", "synthesis")]
+    assert kinds.count("urls") == 3 and kinds.count("synthesis") == 3
+    assert funnel["stages"][2]["units"]["kept"] <= 30
+    drafts = list(read_results(out / "synthesis.jsonl"))
+    assert all(d["draft"]["text"].count("<image>") == len(d["draft"]["images"]) == 1 for d in drafts)
+    assert runner.invoke(app, ["reference", "audit-export", str(out)]).exit_code == 0
+    with open(out / "audit.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        r["decision"] = "accept"
+    with open(out / "audit.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    res = runner.invoke(app, ["reference", "audit-import", str(out)])
+    assert res.exit_code == 0 and json.loads(res.stdout)["references"] == 3
+    assert json.loads((out / "funnel.json").read_text())["audit"]["accept"] == 3
+    refs = list(read_samples(out / "references.jsonl"))
+    assert all((out / r.meta["reference"]["images"][0]["path"]).is_file() for r in refs)
+
+
+def tag_line(n: int) -> str:
+    return f'<image>{{"candidate_images": {n}}}</image>'
+
+
+def test_bad_input_and_config_are_one_line_errors(demo, tmp_path):
+    cfg = tmp_path / "kbvqa.toml"
+    cfg.write_text("[reference.harvest]\nmin_sid = 3\n", encoding="utf-8")
+    res = runner.invoke(app, build_args(demo, tmp_path / "b") + ["--config", str(cfg)])
+    assert res.exit_code == 2 and "reference.harvest.min_sid" in res.output and "Traceback" not in res.output
+    cfg.write_text("[reference.candidates]\ntop_k = 0\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"reference\.candidates\.top_k"):
+        load_reference_config(cfg)
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"id": "community_000", "trajectory": {"not": "a list"}}\n', encoding="utf-8")
+    res = runner.invoke(app, ["reference", "build", "--samples", str(demo["community"]), "--trajectories", str(bad),
+                              "--out", str(tmp_path / "b"), "--kb", str(demo["bench"].kb), "--kb-images",
+                              str(demo["bench"].root)])
+    assert res.exit_code == 2 and "row 1" in res.output and "'trajectory'" in res.output
+    res = runner.invoke(app, ["reference", "build", "--samples", str(demo["community"]), "--trajectories",
+                              str(demo["agent"]), "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "--kb-images" in res.output
+
+
+def test_context_pickles_for_the_ray_executor(tmp_path, demo):
+    ctx = reference_context(tmp_path, ReferenceConfig(), kb=KBStore(demo["bench"].kb), kb_images=demo["bench"].root)
+    copy = pickle.loads(pickle.dumps(ctx))
+    assert copy.resources["image_store"].root == ctx.resources["image_store"].root
+    assert copy.resources["kb_image_file"]("images/kb_rocket.jpg") is not None
+    web = reference_context(tmp_path, ReferenceConfig(harvest=HarvestConfig(backend="web")))
+    assert pickle.loads(pickle.dumps(web)).resources["fetcher"].settings["timeout"] == 10.0
