@@ -266,3 +266,14 @@ def test_bad_inputs_are_clear_errors_or_tool_statuses(bench, tmp_path, monkeypat
         build_answer_job("agent", kb=kb, tools="web")
     with pytest.raises(AgentSetupError, match="--cassette"):
         build_answer_job("agent", kb=kb, tools="replay")
+
+
+def test_guided_episodes_carry_the_short_reference(bench):
+    """`--guided` (reference construction): the question the model reads names the short reference."""
+    SCRIPTS["guided"] = [answer("Elmira.")]
+    with FakeLLMServer(handler=lambda req: Reply(content=answer("Elmira."))) as srv:
+        summary, by_q, _ = _run(bench, srv, ["guided"], "guided.jsonl", guided=True)
+        sent = srv.requests[0]["json"]["messages"][1]["content"]
+    text = sent if isinstance(sent, str) else sent[0]["text"]
+    assert summary.ok == 1 and 'correct short answer is "Elmira"' in text
+    assert next(iter(by_q.values()))["meta"]["guided"] is True

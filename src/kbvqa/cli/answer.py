@@ -72,6 +72,8 @@ def answer(
     blocked_domain: list[str] = typer.Option([], "--blocked-domain",
                                              help="agent: leakage guard, drop results on this domain (repeat)."),
     today: Optional[str] = typer.Option(None, "--today", help="agent: the date in the system prompt (YYYY-MM-DD)."),
+    guided: Optional[bool] = typer.Option(None, "--guided", help="agent: tell it the short reference (trajectories "
+                                                                "for `kbvqa reference build`, seed 001 §3.2)."),
 ) -> None:
     """Answer a benchmark with a registered pipeline (an MM-RAG preset or the search agent); predictions
     carry retrieval, evidence, trajectories and usage."""
@@ -88,7 +90,7 @@ def answer(
             pipeline, {"k": k, "articles": articles, "sections": sections, "alpha": alpha},
             {"tools": tools, "cassette": cassette, "protocol": protocol, "max_turns": max_turns,
              "max_tokens": max_tokens, "max_cost": max_cost, "max_seconds": max_seconds, "kb_images": kb_images,
-             "blocked_domains": tuple(blocked_domain), "today": today})
+             "blocked_domains": tuple(blocked_domain), "today": today, "guided": guided})
         roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env,
                                  fill=pipeline_roles(pipeline, reranker), concurrency=concurrency)
         idx, enc = load_image_index(index, model_dir) if index is not None else (None, None)

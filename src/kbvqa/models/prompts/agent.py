@@ -37,6 +37,14 @@ Today is {today_raw}.""",
     system_fields=("tools_block_raw", "today_raw"),
 ))
 
+GUIDED_QUESTION = register(Prompt(
+    name="agent.guided_question", version="1", system="",
+    user=("{question_raw}\n\n(This run collects evidence for a reference answer. The correct short answer is "
+          "\"{answer_raw}\". Use the tools to find sources and pictures that confirm and explain it; do not "
+          "search for the answer text itself.)"),
+    fields=("question_raw", "answer_raw"),
+))
+
 FORMAT_ERROR = register(Prompt(
     name="agent.format_error", version="1", system="",
     user=("Your last reply could not be used: {problem_raw}. Reply with <think>...</think> followed by exactly one "

@@ -44,6 +44,7 @@ class AgentOptions:
     kb_images: Path | None = None  # the folder holding the KB's images (image results need files)
     kb_image_rule: str = "auto"
     today: str | None = None
+    guided: bool = False  # reference construction: the agent is told the short reference
     web: dict[str, Any] | None = None  # options for the web backend (base_url, key_env, ...)
 
 
@@ -126,7 +127,8 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
     backend = _backend(opts, recorded)
     today = (recorded or {}).get("today") or opts.today or datetime.now(timezone.utc).date().isoformat()
     stage = AgentEpisode(AgentConfig(protocol=opts.protocol, max_turns=opts.max_turns, max_tokens=opts.max_tokens,
-                                     max_cost=opts.max_cost, max_seconds=opts.max_seconds, today=today))
+                                     max_cost=opts.max_cost, max_seconds=opts.max_seconds, today=today,
+                                     guided=opts.guided))
     resources: dict[str, Any] = {"image_root": image_root, "kb_image_file": _kb_image_file(opts.kb_images,
                                                                                          opts.kb_image_rule)}
     if index is not None and encoder is not None:
@@ -157,7 +159,7 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
         return res
 
     return Job([stage], ctx, description="agent", output_resources=output_resources,
-               run_config={"pipeline": "agent", "tools": opts.tools, "protocol": opts.protocol,
+               run_config={"pipeline": "agent", "tools": opts.tools, "protocol": opts.protocol, "guided": opts.guided,
                            "max_turns": opts.max_turns, "today": today,
                            "blocked_domains": list(opts.blocked_domains)})
 

@@ -33,7 +33,7 @@ from pydantic import Field
 
 from kbvqa.data.matching import answers_in_text
 from kbvqa.data.schema import Prediction, Sample, Usage
-from kbvqa.models.prompts.agent import ANSWER_NOW, FORMAT_ERROR, REPEAT_WARNING, SYSTEM
+from kbvqa.models.prompts.agent import ANSWER_NOW, FORMAT_ERROR, GUIDED_QUESTION, REPEAT_WARNING, SYSTEM
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.stages.agent.policy import BaselinePolicy, ModelPolicy, PolicyReply, Step
@@ -62,6 +62,7 @@ class AgentConfig(StageConfig):
     thought_chars: int = Field(2000, ge=0)
     observation_chars: int = Field(2000, ge=0)  # kept inline; the full text goes to an artifact file
     today: str | None = None  # the date in the system prompt (fixed for exact replays); None = today (UTC)
+    guided: bool = False  # reference construction (seed 001 §3.2): the short reference goes with the question
     leak_check: bool = True
 
 
@@ -103,7 +104,7 @@ class AgentEpisode(Stage):
     name = "agent"
     version = "1"
     config_model = AgentConfig
-    prompts = (SYSTEM, FORMAT_ERROR, ANSWER_NOW, REPEAT_WARNING)
+    prompts = (SYSTEM, GUIDED_QUESTION, FORMAT_ERROR, ANSWER_NOW, REPEAT_WARNING)
 
     def __init__(self, config: AgentConfig | None = None):
         super().__init__(config)
@@ -124,7 +125,12 @@ class AgentEpisode(Stage):
         ep = _Episode(sample, image, info)
         if isinstance(policy, ModelPolicy):
             today = self.config.today or datetime.now(timezone.utc).date().isoformat()
-            ep.messages = SYSTEM.messages([image] if image else [], question_raw=sample.question,
+            question = sample.question
+            if self.config.guided:
+                if not sample.answer_texts:
+                    raise ValueError(f"sample {sample.id!r} has no short reference to guide the agent with")
+                question = GUIDED_QUESTION.render(question_raw=sample.question, answer_raw=sample.answer_texts[0])
+            ep.messages = SYSTEM.messages([image] if image else [], question_raw=question,
                                           tools_block_raw=tools_block(), today_raw=today)
         return ep
 
@@ -325,7 +331,7 @@ class AgentEpisode(Stage):
         meta = {"termination": termination, "turns": len(ep.steps),
                 "provenance": {**provenance, "resolved": resolved}, "tool_calls": calls,
                 "leak_steps": sum(1 for t in trajectory if t.get("leak")), "protocol": self.config.protocol,
-                "tools": toolbox.backend.name, "question": ep.sample.question,
+                "tools": toolbox.backend.name, "question": ep.sample.question, "guided": self.config.guided,
                 "seconds": round(ep.elapsed, 3)}
         pred = Prediction(sample_id=ep.sample.id, answer=answer, short_answer=short_answer(answer),
                           images=[r["image"] for r in resolved if r["image"]],
