@@ -7,14 +7,21 @@ many requests were in flight at once, so tests can assert retries, headers and c
     with FakeLLMServer(latency=0.01) as srv:
         srv.push(rate_limited(0.01), ok('{"label": "yes"}'))
         client = OpenAIChatClient(srv.base_url, "fake")
+
+Fault injection (`faults=Faults(...)`): every reply that is not scripted with `push` may be replaced,
+at seeded rates, by a 429, a 500, a reply slower than the client's timeout, a malformed body or a
+reply whose JSON is cut off (finish_reason "length"). The draw depends only on the seed, the request
+body and how many identical bodies came before it, so a run injects the same faults whatever order
+concurrent requests arrive in. Each logged request says which fault it got (`entry["fault"]`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -60,28 +67,96 @@ def malformed() -> Reply:
     return Reply(raw_body=b"<html>bad gateway</html>")
 
 
-def schema_unsupported() -> Reply:
-    return Reply(status=400, error="response_format json_schema is not supported by this server")
+def schema_unsupported(status: int = 400) -> Reply:
+    """A server refusing structured output: 400 with an OpenAI-style error, or 422 with a
+    FastAPI-style validation body (as several OpenAI-compatible wrappers answer)."""
+    if status == 422:
+        detail = {"detail": [{"type": "extra_forbidden", "loc": ["body", "response_format"],
+                              "msg": "Extra inputs are not permitted", "input": {"type": "json_schema"}}]}
+        return Reply(status=422, raw_body=json.dumps(detail).encode())
+    return Reply(status=status, error="response_format json_schema is not supported by this server")
 
 
 def bad_request(msg: str = "bad request") -> Reply:
     return Reply(status=400, error=msg)
 
 
+FAULT_KINDS = ("429", "500", "timeout", "malformed", "truncated")
+
+
+@dataclass
+class Faults:
+    """Seeded fault rates (each in [0, 1], summing to at most 1) for `FakeLLMServer(faults=...)`.
+
+    `timeout_delay` must exceed the client's read timeout (the client gives up, the server answers
+    late into a closed socket); `retry_after` is the 429's Retry-After in seconds."""
+
+    rate_429: float = 0.0
+    rate_500: float = 0.0
+    rate_timeout: float = 0.0
+    rate_malformed: float = 0.0
+    rate_truncated: float = 0.0
+    timeout_delay: float = 1.0
+    retry_after: float = 0.01
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        rates = self.rates()
+        if any(r < 0 for r in rates.values()) or sum(rates.values()) > 1 + 1e-9:
+            raise ValueError(f"fault rates must be ≥ 0 and sum to ≤ 1: {rates}")
+
+    @classmethod
+    def spread(cls, total: float, *, kinds: tuple[str, ...] = FAULT_KINDS, **kw: Any) -> "Faults":
+        """`total` split evenly over `kinds` (default: all five)."""
+        return cls(**{f"rate_{k}": total / len(kinds) for k in kinds}, **kw)
+
+    def rates(self) -> dict[str, float]:
+        return {k: getattr(self, f"rate_{k}") for k in FAULT_KINDS}
+
+    def draw(self, body_key: str, occurrence: int) -> str | None:
+        """The fault for the `occurrence`-th request with this body (0-based), or None."""
+        h = hashlib.sha256(f"{self.seed}\0{occurrence}\0{body_key}".encode()).digest()
+        u = int.from_bytes(h[:8], "big") / 2 ** 64
+        edge = 0.0
+        for kind, rate in self.rates().items():
+            edge += rate
+            if u < edge:
+                return kind
+        return None
+
+    def apply(self, kind: str, reply: Reply) -> Reply:
+        """`reply` with fault `kind` injected."""
+        if kind == "429":
+            return rate_limited(self.retry_after)
+        if kind == "500":
+            return server_error(500)
+        if kind == "timeout":
+            return Reply(**{**reply.__dict__, "delay": reply.delay + self.timeout_delay})
+        if kind == "malformed":
+            return malformed()
+        text = reply.content or ""
+        return Reply(**{**reply.__dict__, "content": text[: max(1, len(text) // 2)], "finish_reason": "length"})
+
+
 class FakeLLMServer:
     """Threaded HTTP/1.1 (keep-alive) server speaking enough of `/v1/chat/completions`.
 
     `latency` is added to every reply; `max_concurrency` makes the server process at most that many
-    requests at once (others wait: a model server's ceiling); `reject_json_schema` answers 400 to any
-    request carrying response_format json_schema."""
+    requests at once (others wait: a model server's ceiling); `reject_json_schema` refuses any
+    request carrying response_format json_schema with `reject_status` (400 OpenAI-style, 422
+    FastAPI-style); `faults` injects seeded faults (see the module docstring; `injected` counts them)."""
 
     def __init__(self, *, latency: float = 0.0, max_concurrency: int | None = None,
                  default: Reply | None = None, handler: Callable[[dict], Reply] | None = None,
-                 reject_json_schema: bool = False):
+                 reject_json_schema: bool = False, reject_status: int = 400, faults: Faults | None = None):
         self.latency = latency
         self.default = default or Reply()
         self.handler = handler
         self.reject_json_schema = reject_json_schema
+        self.reject_status = reject_status
+        self.faults = faults
+        self.injected: Counter[str] = Counter()
+        self._seen: Counter[str] = Counter()
         self.queue: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
@@ -97,15 +172,25 @@ class FakeLLMServer:
             self.queue.extend(replies)
         return self
 
-    def _next(self, req: dict) -> Reply:
+    def _next(self, req: dict, entry: dict[str, Any]) -> Reply:
         with self._lock:
             if self.queue:
                 return self.queue.popleft()
         if self.reject_json_schema and (req.get("response_format") or {}).get("type") == "json_schema":
-            return schema_unsupported()
-        if self.handler is not None:
-            return self.handler(req)
-        return self.default
+            return schema_unsupported(self.reject_status)
+        reply = self.handler(req) if self.handler is not None else self.default
+        if self.faults is not None:
+            key = json.dumps(req, sort_keys=True)
+            with self._lock:
+                occurrence = self._seen[key]
+                self._seen[key] += 1
+            kind = self.faults.draw(key, occurrence)
+            entry["fault"] = kind
+            if kind is not None:
+                with self._lock:
+                    self.injected[kind] += 1
+                reply = self.faults.apply(kind, reply)
+        return reply
 
     # -- lifecycle --------------------------------------------------------------------------
     @property
@@ -141,7 +226,7 @@ class FakeLLMServer:
                         server.in_flight += 1
                         server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     try:
-                        reply = server._next(req)
+                        reply = server._next(req, entry)
                         wait = server.latency + reply.delay
                         if wait:
                             time.sleep(wait)

@@ -16,7 +16,8 @@ from typing import Literal, Optional
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import end_job, fail
+from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, end_job, fail,
+                              model_limits)
 from kbvqa.cli.retrieve import job_errors
 from kbvqa.models.rerank import RERANKERS
 from kbvqa.pipelines.answer import answer_pipelines
@@ -72,6 +73,11 @@ def answer(
     blocked_domain: list[str] = typer.Option([], "--blocked-domain",
                                              help="agent: leakage guard, drop results on this domain (repeat)."),
     today: Optional[str] = typer.Option(None, "--today", help="agent: the date in the system prompt (YYYY-MM-DD)."),
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
     guided: Optional[bool] = typer.Option(None, "--guided", help="agent: tell it the short reference (trajectories "
                                                                 "for `kbvqa reference build`, seed 001 §3.2)."),
 ) -> None:
@@ -92,7 +98,8 @@ def answer(
              "max_tokens": max_tokens, "max_cost": max_cost, "max_seconds": max_seconds, "kb_images": kb_images,
              "blocked_domains": tuple(blocked_domain), "today": today, "guided": guided})
         roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env,
-                                 fill=pipeline_roles(pipeline, reranker), concurrency=concurrency)
+                                 fill=pipeline_roles(pipeline, reranker), concurrency=concurrency,
+                                 **model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
         idx, enc = load_image_index(index, model_dir) if index is not None else (None, None)
         job = build_answer_job(pipeline, kb=open_kb(kb), roles=roles, index=idx, encoder=enc,
                                image_root=images or samples.parent, reranker=reranker,

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from kbvqa.cli.common import emit_json, end_job, fail, print_result
+from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
+                              fail, model_limits, print_result)
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -37,6 +38,11 @@ def run_cmd(
     model: Optional[str] = typer.Option(None, "--model", help="Model name on the --llm server."),
     llm_concurrency: Optional[int] = typer.Option(None, "--llm-concurrency", min=1,
                                                   help="Requests in flight to --llm (default: --concurrency)."),
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
     """Audit INPUT against KB: verify, derive/correct answers, tag/repair questions, check leaks.
 
@@ -49,7 +55,8 @@ def run_cmd(
     try:
         summary = run_audit(input, kb, out, config=config, llm=llm, model=model, llm_concurrency=llm_concurrency,
                             concurrency=concurrency, fmt=fmt, resume=resume, limit=limit, progress=not as_json,
-                            skip_invalid=skip_invalid)
+                            skip_invalid=skip_invalid,
+                            limits=model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
     except _input_errors() as exc:
         fail(exc)
     r = summary["run"]

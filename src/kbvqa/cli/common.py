@@ -43,6 +43,28 @@ def end_job(ok: int, failed: dict[str, int], *, skipped: int = 0, what: str = "r
         raise typer.Exit(code=EXIT_SOME_FAILED)
 
 
+# The model-call limits every command that calls a model offers (kbvqa.models.config.RoleConfig); None
+# keeps what the role's config says (defaults: connect 10 s, read 60 s, no deadline, auto, 4 retries).
+TIMEOUT = typer.Option(None, "--timeout", min=0.1, help="Read timeout of one model request, seconds.")
+CONNECT_TIMEOUT = typer.Option(None, "--connect-timeout", min=0.1, help="Connect timeout, seconds.")
+DEADLINE = typer.Option(None, "--deadline", min=0.1, help="Cap on one model call with all its retries, seconds.")
+STRUCTURED_OUTPUT = typer.Option(None, "--structured-output",
+                                 help="auto (JSON schema, falling back when the server refuses it) | json_schema | "
+                                      "json_object | off.")
+MAX_RETRIES = typer.Option(None, "--max-retries", min=0, help="Retries of a model request (429/5xx/timeouts).")
+
+
+def model_limits(timeout: float | None, connect_timeout: float | None, deadline: float | None,
+                 structured_output: str | None, max_retries: int | None) -> dict[str, Any]:
+    """The flags above as roles_from_flags keywords (unset ones left out)."""
+    if structured_output is not None and structured_output not in ("auto", "json_schema", "json_object", "off"):
+        raise typer.BadParameter(f"{structured_output!r} is not auto, json_schema, json_object or off",
+                                 param_hint="--structured-output")
+    values = {"timeout": timeout, "connect_timeout": connect_timeout, "deadline": deadline,
+              "structured_output": structured_output, "max_retries": max_retries}
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
     """One line on stderr, no traceback, non-zero exit."""
     typer.echo(f"error: {exc}", err=True)

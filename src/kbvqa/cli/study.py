@@ -237,3 +237,50 @@ def agent_failures(
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
+
+
+@app.command("image-ablation")
+def image_ablation(
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
+                                    help="NoteVQA-style JSONL whose reference.text cites reference.images with "
+                                         "<image>{\"candidate_images\": N}</image> tags (paths relative to the file)."),
+    out: Path = typer.Option(..., "--out", file_okay=False,
+                             help="Results folder: one journal + manifest per model step, probes.jsonl and "
+                                  "image-ablation.study.json."),
+    config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
+                                          help="kbvqa.toml: the three parts are its models.<role> tables."),
+    generator_role: str = typer.Option("vision", "--generator-role", help="Multimodal role that writes the probes."),
+    reader_role: str = typer.Option("answerer", "--reader-role", help="Multimodal role that answers them."),
+    judge_role: str = typer.Option("judge", "--judge-role", help="Role that grades the answers (text only)."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible server for all three parts."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name on --llm."),
+    probes_per_kind: int = typer.Option(2, "--probes-per-kind", min=1,
+                                        help="Image-critical and text-answerable probes per reference (each)."),
+    resamples: int = _RESAMPLES,
+    seed: int = _SEED,
+    concurrency: int = typer.Option(16, "--concurrency", min=1),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Send again only what failed or is new."),
+    no_report: bool = _NO_REPORT,
+    as_json: bool = _JSON,
+) -> None:
+    """Image ablation of interleaved references (seed 001 §4.3, Tables 6-7 shape): probes written from
+    each reference, a positive control, the reader with image tags removed / replaced by "image N"
+    placeholders / images inline, a text-only judge; accuracy with cluster-bootstrap CIs and paired differences."""
+    from kbvqa.data.errors import DataError
+    from kbvqa.pipelines.ablation import ablation_models, image_ablation_study
+    from kbvqa.report.summaries import image_ablation_tables
+
+    try:
+        models = ablation_models(config=config, generator_role=generator_role, reader_role=reader_role,
+                                 judge_role=judge_role, llm=llm, model=model, concurrency=concurrency)
+        res = image_ablation_study(references, out, models, probes_per_kind=probes_per_kind, n_resamples=resamples,
+                                   seed=seed, resume=resume, concurrency=concurrency, progress=not as_json)
+    except (*_INPUT_ERRORS, DataError) as exc:
+        fail(exc)
+    if as_json:  # the table's notes carry them otherwise
+        for w in res["warnings"]:
+            typer.echo(f"warning: {w}", err=True)
+    _finish(res, out, not no_report, as_json)
+    if not as_json:
+        for table in image_ablation_tables(res)[1:]:
+            print_result(table)

@@ -17,12 +17,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from kbvqa.data.formats import read_samples
 from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.matching import answers_in_text
 from kbvqa.models.prompts.agent import FAILURE_CATEGORY
+from kbvqa.models.replies import Reply
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
 from kbvqa.stages import register_stage
 
@@ -103,7 +104,7 @@ def tool_usage(predictions: Iterable[Mapping[str, Any]], answers: Mapping[str, l
 # --------------------------------------------------------------------------------------- failures
 
 
-class FailureReply(BaseModel):
+class FailureReply(Reply):
     model_config = ConfigDict(extra="forbid")
     category: Literal["T1", "T2", "T3", "T4", "N1", "N2"]
     rationale: str

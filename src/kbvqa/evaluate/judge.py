@@ -36,6 +36,7 @@ from kbvqa.data.schema import Provenance, Verdict
 from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
 from kbvqa.models import prompts
+from kbvqa.models.replies import Reply
 from kbvqa.models.jsonx import extract_json
 from kbvqa.models.prompts.judge import SIMPLEQA
 from kbvqa.runner import Context, Invalid, RunSummary, Stage, StageConfig, read_results
@@ -55,7 +56,7 @@ LABELS = ("correct", "incorrect", "not_attempted")
 JUDGED_FIELDS = ("question", "target", "prediction")
 
 
-class JudgeReply(BaseModel):
+class JudgeReply(Reply):
     """The structured reply the judge must give."""
 
     model_config = ConfigDict(extra="forbid")

@@ -34,8 +34,8 @@ import numpy as np
 from kbvqa.evaluate.scorers import SCORERS, StudyScorer, semantic_backend
 
 __all__ = [
-    "SCORERS", "StudyScorer", "ItemScores", "CI", "bootstrap_ci", "paired_delta_ci", "load_references",
-    "score_items", "semantic_backend", "group_labels", "by_group", "compare_splits", "ranking",
+    "SCORERS", "StudyScorer", "ItemScores", "CI", "bootstrap_ci", "cluster_bootstrap_ci", "paired_delta_ci",
+    "load_references", "score_items", "semantic_backend", "group_labels", "by_group", "compare_splits", "ranking",
     "ranking_reversals", "retrieval_2x2", "mcnemar_exact_p", "parse_method_specs", "by_type_study",
     "compare_study", "retrieval_2x2_study", "study_name", "save_study",
 ]
@@ -61,18 +61,35 @@ class CI:
                 "high": round(self.high, ndigits)}
 
 
-def _resampled_means(values: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    n = values.shape[0]
-    uniq, counts = np.unique(values, return_counts=True)
+def _resampled_ratios(num: np.ndarray, den: np.ndarray | None, n_resamples: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap replicates of sum(num) / sum(den) over n units drawn with replacement; `den` None
+    means every unit counts 1 (the plain mean). A unit is one item, or one cluster with its sum and
+    its size. Units with the same (num, den) are exchangeable, so with few distinct units the draw
+    counts come from one multinomial (module docstring); otherwise indices are resampled in chunks."""
+    n = num.shape[0]
+    if den is None:
+        uniq, counts = np.unique(num, return_counts=True)
+        u_num, u_den = uniq.astype(np.float64), None
+    else:
+        uniq, counts = np.unique(np.column_stack([num, den]), axis=0, return_counts=True)
+        u_num, u_den = uniq[:, 0], uniq[:, 1]
     if len(uniq) <= 64:
-        draws = rng.multinomial(n, counts / n, size=n_resamples)  # [B, k] counts per distinct value
-        return draws @ uniq.astype(np.float64) / n
+        draws = rng.multinomial(n, counts / n, size=n_resamples)  # [B, k] counts per distinct unit
+        return draws @ u_num / n if u_den is None else (draws @ u_num) / (draws @ u_den)
     out = np.empty(n_resamples, dtype=np.float64)
     step = max(1, 20_000_000 // n)  # bound memory at ~160 MB of indices per chunk
     for s in range(0, n_resamples, step):
         e = min(n_resamples, s + step)
-        out[s:e] = values[rng.integers(0, n, size=(e - s, n))].mean(axis=1)
+        idx = rng.integers(0, n, size=(e - s, n))
+        out[s:e] = num[idx].mean(axis=1) if den is None else num[idx].sum(axis=1) / den[idx].sum(axis=1)
     return out
+
+
+def _percentile_ci(estimate: float, replicates: np.ndarray, confidence: float) -> CI:
+    a = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(replicates, [a, 1.0 - a])
+    return CI(float(estimate), float(lo), float(hi))
 
 
 def bootstrap_ci(values: Sequence[float] | np.ndarray, *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
@@ -83,10 +100,29 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, *, n_resamples: int = DEF
         return CI(float("nan"), float("nan"), float("nan"))
     if n_resamples < 1:
         raise ValueError("n_resamples must be >= 1")
-    means = _resampled_means(v, n_resamples, np.random.default_rng(seed))
-    a = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(means, [a, 1.0 - a])
-    return CI(float(v.mean()), float(lo), float(hi))
+    means = _resampled_ratios(v, None, n_resamples, np.random.default_rng(seed))
+    return _percentile_ci(v.mean(), means, confidence)
+
+
+def cluster_bootstrap_ci(values: Sequence[float] | np.ndarray, clusters: Sequence[Any], *,
+                         n_resamples: int = DEFAULT_RESAMPLES, seed: Any = 0, confidence: float = 0.95) -> CI:
+    """Mean of `values` with a seeded percentile interval from a cluster bootstrap: whole clusters
+    (`clusters[i]` names the cluster of `values[i]`, e.g. the reference item a probe was written
+    from) are drawn with replacement and every resample's estimate is sum / count over the drawn
+    clusters. Items nested in a cluster are correlated; resampling them one by one would make the
+    interval too narrow. Paired differences: pass the per-item differences."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if len(clusters) != v.size:
+        raise ValueError(f"{v.size} values but {len(clusters)} cluster labels")
+    if v.size == 0:
+        return CI(float("nan"), float("nan"), float("nan"))
+    if n_resamples < 1:
+        raise ValueError("n_resamples must be >= 1")
+    _, inverse = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
+    sums = np.bincount(inverse, weights=v)
+    sizes = np.bincount(inverse).astype(np.float64)
+    reps = _resampled_ratios(sums, sizes, n_resamples, np.random.default_rng(seed))
+    return _percentile_ci(v.mean(), reps, confidence)
 
 
 def paired_delta_ci(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, *,
@@ -435,7 +471,7 @@ def study_name(result: Mapping[str, Any]) -> str:
     kind = result.get("kind")
     if kind == "by-group":
         return f"by-{_slug(str(result['by']))}-{_slug(str(result.get('method') or 'predictions'))}"
-    if kind in ("compare", "retrieval-2x2", "agent-tools", "agent-failures"):
+    if kind in ("compare", "retrieval-2x2", "agent-tools", "agent-failures", "image-ablation"):
         return str(kind)
     raise ValueError(f"not a study result (kind {kind!r})")
 

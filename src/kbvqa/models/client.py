@@ -8,6 +8,19 @@ unparseable or schema-violating replies come back as `status="invalid"`, never a
 Base-URL rule: `base_url` is the OpenAI SDK's base_url, i.e. it ends in `/v1`
 (`http://127.0.0.1:8000/v1`). A URL without a `/v1` path segment gets `/v1` appended, so
 `http://127.0.0.1:8000` works too. Requests go to `{base_url}/chat/completions`.
+
+Structured output (`structured_output`): `json_schema` sends the reply schema as
+`response_format={"type": "json_schema", ...}`, `json_object` sends `{"type": "json_object"}`, `off`
+sends no response_format; in every mode the reply is parsed and validated strictly here. `auto` (the
+default) sends json_schema until a server refuses it: any 4xx (400, FastAPI's 422, ...) whose body
+names the structured-output field (response_format / json_schema / guided_json / ...) gets the
+request resent once without it, and the client remembers (`supports_json_schema = False`) so later
+calls go prompt-only straight away. An explicit mode never falls back: its refusal is an error.
+
+Time limits: `connect_timeout` (opening a connection), `timeout` (the read timeout: the longest wait
+for the server's next bytes) and `deadline` (seconds for one whole call — every attempt, the waits
+for a concurrency slot after the first, and the backoff sleeps; None = bounded by retries only). A
+call that would pass its deadline stops with an `error` saying so instead of sleeping into it.
 """
 
 from __future__ import annotations
@@ -18,7 +31,7 @@ import os
 import random
 import re
 import time
-from typing import Any
+from typing import Any, Literal, get_args
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -30,7 +43,12 @@ from kbvqa.models.result import ChatResult
 
 POOL_SHARD = 8  # connections per httpx pool (see _ensure_loop_state)
 RETRY_AFTER_CAP = 300.0  # seconds; a Retry-After beyond this is treated as this
-_SCHEMA_400 = re.compile(r"response_format|json_schema|guided_json|structured output", re.IGNORECASE)
+# A 4xx body naming one of these is a server refusing structured output (vLLM, SGLang, llama.cpp,
+# TGI, FastAPI-style 422 validation of wrappers), not a bad request of ours.
+_SCHEMA_REFUSAL = re.compile(r"response_format|json_schema|json_object|guided_(?:json|decoding|grammar)"
+                             r"|structured[ _-]?output", re.IGNORECASE)
+StructuredOutput = Literal["auto", "json_schema", "json_object", "off"]
+STRUCTURED_OUTPUT_MODES: tuple[str, ...] = get_args(StructuredOutput)
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -129,10 +147,13 @@ class _Retryable(Exception):
 
 class OpenAIChatClient:
     """Async client for `POST {base_url}/chat/completions` with pooling, a concurrency limit,
-    bounded retries, JSON-schema output with prompt-only fallback, cache and usage accounting.
+    bounded retries, structured output with prompt-only fallback, time limits, cache and usage
+    accounting (see the module docstring).
 
-    `max_retries` counts retries after the first attempt (max_retries=4 → at most 5 requests).
-    `usage.calls` counts HTTP requests sent; `usage.seconds` is the call's wall time."""
+    `max_retries` counts retries after the first attempt (max_retries=4 → at most 5 requests; one
+    more when `auto` structured output falls back, which happens once per client that needs it).
+    `usage.calls` counts HTTP requests sent, refused and timed-out ones included; `usage.seconds`
+    is the call's wall time."""
 
     backend = "openai"
 
@@ -141,16 +162,25 @@ class OpenAIChatClient:
                  backoff_max: float = 20, temperature: float = 0.0, max_tokens: int | None = None,
                  price_in_per_mtok: float = 0.0, price_out_per_mtok: float = 0.0,
                  cache: ResponseCache | None = None, extra_params: dict[str, Any] | None = None,
-                 json_schema_strict: bool = False):
+                 json_schema_strict: bool = False, connect_timeout: float = 10.0, deadline: float | None = None,
+                 structured_output: StructuredOutput = "auto"):
         if concurrency < 1:
             raise ValueError("concurrency must be ≥ 1")
         if max_retries < 0:
             raise ValueError("max_retries must be ≥ 0")
+        if timeout <= 0 or connect_timeout <= 0 or (deadline is not None and deadline <= 0):
+            raise ValueError("timeout, connect_timeout and deadline must be > 0")
+        if structured_output not in STRUCTURED_OUTPUT_MODES:
+            raise ValueError(f"structured_output must be one of {', '.join(STRUCTURED_OUTPUT_MODES)} "
+                             f"(got {structured_output!r})")
         self.base_url = normalize_base_url(base_url)
         self.model = model
         self._api_key = api_key or os.environ.get("KBVQA_API_KEY") or os.environ.get("OPENAI_API_KEY")
         self.concurrency = concurrency
-        self.timeout = float(timeout)
+        self.timeout = float(timeout)  # the read timeout
+        self.connect_timeout = float(connect_timeout)
+        self.deadline = None if deadline is None else float(deadline)
+        self.structured_output = structured_output
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
@@ -162,7 +192,7 @@ class OpenAIChatClient:
         self.cache_only = False  # exact replay from a cassette: a cache miss is an error, never a live call
         self.extra_params = dict(extra_params or {})
         self.json_schema_strict = json_schema_strict
-        self.supports_json_schema: bool | None = None  # None = not yet known; False after a 400
+        self.supports_json_schema: bool | None = None  # None = not yet known; False once a server refused it
         self.provenance = Provenance(backend="openai", model=model, base_url=self.base_url)
         self.total_usage = Usage()
         self._pools: list[httpx.AsyncClient] = []
@@ -198,7 +228,7 @@ class OpenAIChatClient:
                 sizes.append(self.concurrency % POOL_SHARD)
             self._pools = [httpx.AsyncClient(
                 headers=headers,
-                timeout=httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
                 limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=60.0),
             ) for n in sizes]
             self._pool_cap = sizes
@@ -267,18 +297,28 @@ class OpenAIChatClient:
             self.cache.put(key, res)  # type: ignore[union-attr]
         return res
 
-    def _body(self, messages: list[dict], schema: type[BaseModel] | dict | None,
-              params: dict[str, Any], use_schema: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, **params}
-        if schema is not None and use_schema:
-            sj = schema_json(schema) or {}
-            if "name" in sj and "schema" in sj:
-                name, js = sj["name"], sj["schema"]
-            else:
-                name, js = "response", sj
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64],
+    def _response_format(self, schema: type[BaseModel] | dict | None) -> dict[str, Any] | None:
+        """What this call sends as response_format (None: nothing), by `structured_output`."""
+        mode = self.structured_output
+        if schema is None or mode == "off":
+            return None
+        if mode == "json_object":
+            return {"type": "json_object"}
+        if mode == "auto" and self.supports_json_schema is False:
+            return None
+        sj = schema_json(schema) or {}
+        if "name" in sj and "schema" in sj:
+            name, js = sj["name"], sj["schema"]
+        else:
+            name, js = "response", sj
+        return {"type": "json_schema", "json_schema": {"name": re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64],
                                                        "schema": js, "strict": self.json_schema_strict}}
+
+    def _body(self, messages: list[dict], params: dict[str, Any], response_format: dict[str, Any] | None
+              ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **params}
+        if response_format is not None:
+            body["response_format"] = response_format
         return body
 
     async def _call(self, messages: list[dict], schema: type[BaseModel] | dict | None,
@@ -288,25 +328,41 @@ class OpenAIChatClient:
         requests_sent = 0
         attempt = 0
         fallback_used = False
-        last_reason = ""
+        deadline_at: float | None = None  # the clock starts when the first attempt gets a slot
 
         def usage(pt: int = 0, ct: int = 0) -> Usage:
             cost = pt * self.price_in_per_mtok / 1e6 + ct * self.price_out_per_mtok / 1e6
             return Usage(prompt_tokens=pt, completion_tokens=ct, cost=cost,
                          seconds=time.perf_counter() - t0, calls=requests_sent)
 
+        def error(reason: str) -> ChatResult:
+            return ChatResult(status="error", reason=reason, usage=usage(), provenance=prov)
+
         while True:
-            use_schema = schema is not None and self.supports_json_schema is not False
-            body = self._body(messages, schema, params, use_schema)
+            response_format = self._response_format(schema)
+            body = self._body(messages, params, response_format)
             try:
                 async with sem:
+                    now = time.perf_counter()
+                    if deadline_at is None and self.deadline is not None:
+                        deadline_at = now + self.deadline
+                    left = None if deadline_at is None else deadline_at - now
+                    if left is not None and left <= 0:
+                        return error(f"deadline of {self.deadline:g}s passed before attempt {attempt + 1} "
+                                     f"({requests_sent} requests sent)")
                     requests_sent += 1
                     shard = self._pick_pool()
                     self._pool_busy[shard] += 1
                     try:
-                        resp = await pools[shard].post(url, json=body)
+                        async with asyncio.timeout(left):
+                            resp = await pools[shard].post(url, json=body)
+                    except TimeoutError:  # asyncio.timeout: the call's deadline, not the read timeout
+                        return error(f"deadline of {self.deadline:g}s passed during attempt {attempt + 1} "
+                                     f"({requests_sent} requests sent)")
                     except httpx.TimeoutException as e:
-                        raise _Retryable(f"timeout after {self.timeout:g}s ({type(e).__name__})") from None
+                        which = "connect" if isinstance(e, httpx.ConnectTimeout) else "read"
+                        limit = self.connect_timeout if which == "connect" else self.timeout
+                        raise _Retryable(f"{which} timeout after {limit:g}s ({type(e).__name__})") from None
                     except httpx.TransportError as e:
                         raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
                     finally:
@@ -317,14 +373,16 @@ class OpenAIChatClient:
                 if status >= 500:
                     raise _Retryable(f"HTTP {status}: {resp.text[:200]}", _retry_after(resp))
                 if status >= 400:
-                    text = resp.text[:500]
-                    if (status == 400 and use_schema and not fallback_used and _SCHEMA_400.search(text)):
-                        # Server cannot do structured output: remember, resend once with prompt-only JSON.
+                    text = resp.text[:2000]
+                    refused = response_format is not None and _SCHEMA_REFUSAL.search(text)
+                    if refused and self.structured_output == "auto" and not fallback_used:
+                        # The server cannot do structured output: remember, resend once prompt-only.
                         self.supports_json_schema = False
                         fallback_used = True
                         continue
-                    return ChatResult(status="error", reason=f"HTTP {status}: {text[:300]}",
-                                      usage=usage(), provenance=prov)
+                    hint = (f" (the server refuses structured_output={self.structured_output}; "
+                            "set structured_output = \"auto\" or \"off\" for this role)") if refused else ""
+                    return error(f"HTTP {status}: {text[:300]}{hint}")
                 try:
                     payload = resp.json()
                     choice = payload["choices"][0]
@@ -336,15 +394,16 @@ class OpenAIChatClient:
                 except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
                     raise _Retryable(f"malformed response body ({type(e).__name__}): {resp.text[:120]!r}") from None
             except _Retryable as r:
-                last_reason = r.reason
                 if attempt >= self.max_retries:
-                    return ChatResult(status="error", usage=usage(), provenance=prov,
-                                      reason=f"{last_reason} (after {requests_sent} attempts)")
+                    return error(f"{r.reason} (after {requests_sent} attempts)")
                 delay = r.delay if r.delay is not None else self._backoff(attempt)
+                if deadline_at is not None and time.perf_counter() + delay >= deadline_at:
+                    return error(f"{r.reason}; no retry: waiting {delay:.2g}s would pass the deadline of "
+                                 f"{self.deadline:g}s (after {requests_sent} attempts)")
                 attempt += 1
                 await asyncio.sleep(delay)
                 continue
-            if use_schema:
+            if response_format is not None and response_format["type"] == "json_schema":
                 self.supports_json_schema = True
             u = payload.get("usage") or {}
             res_usage = usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))

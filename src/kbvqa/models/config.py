@@ -10,6 +10,10 @@ holds one (otherwise the client falls back to KBVQA_API_KEY / OPENAI_API_KEY).
     base_url = "http://127.0.0.1:8000/v1"
     api_key_env = "MY_KEY"
     concurrency = 16
+    connect_timeout = 10          # seconds to open a connection
+    read_timeout = 60             # seconds to wait for the server's next bytes (`timeout` = old name)
+    deadline = 300                # seconds for one whole call: all attempts and backoff (unset = none)
+    structured_output = "auto"    # auto | json_schema | json_object | off
 
     [[models.verifier]]           # verifier may list several
     backend = "rules"
@@ -39,7 +43,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kbvqa.models.cache import ResponseCache
-from kbvqa.models.client import OpenAIChatClient, normalize_base_url
+from kbvqa.models.client import OpenAIChatClient, StructuredOutput, normalize_base_url
 from kbvqa.models.replay import ReplayClient
 from kbvqa.models.result import ModelClient
 from kbvqa.models.rules import RulesClient, get_rule
@@ -54,7 +58,12 @@ class ConfigError(ValueError):
 
 
 class RoleConfig(BaseModel):
-    """One model slot. Fields not used by a backend are ignored by it."""
+    """One model slot. Fields not used by a backend are ignored by it.
+
+    Time limits of an openai role: `connect_timeout` (open a connection), `read_timeout` (wait for
+    the server's next bytes; `timeout` is its old name and still accepted) and `deadline` (one whole
+    call, every retry and backoff included; None = only `max_retries` bounds it).
+    `structured_output`: auto | json_schema | json_object | off (kbvqa.models.client)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -63,7 +72,10 @@ class RoleConfig(BaseModel):
     base_url: str | None = None
     api_key_env: str | None = None
     concurrency: int = Field(8, ge=1, le=4096)
-    timeout: float = Field(60.0, gt=0)
+    read_timeout: float = Field(60.0, gt=0)
+    connect_timeout: float = Field(10.0, gt=0)
+    deadline: float | None = Field(None, gt=0)
+    structured_output: StructuredOutput = "auto"
     max_retries: int = Field(4, ge=0, le=50)
     backoff_base: float = Field(0.5, ge=0)
     backoff_max: float = Field(20.0, ge=0)
@@ -86,6 +98,24 @@ class RoleConfig(BaseModel):
                     raise ValueError(f"{k!r}: keys are never written in the config; "
                                      "set api_key_env to the name of an environment variable")
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _timeout_is_read_timeout(cls, data: Any) -> Any:
+        """Configs written before connect/read timeouts were separate say `timeout`: the read timeout."""
+        if isinstance(data, dict) and "timeout" in data:
+            data = dict(data)
+            old = data.pop("timeout")
+            if "read_timeout" in data and data["read_timeout"] != old:
+                raise ValueError(f"timeout = {old!r} and read_timeout = {data['read_timeout']!r}: `timeout` is the "
+                                 "old name of read_timeout; keep one")
+            data["read_timeout"] = old
+        return data
+
+    @property
+    def timeout(self) -> float:
+        """The read timeout, by its old name."""
+        return self.read_timeout
 
     @field_validator("base_url")
     @classmethod
@@ -132,6 +162,12 @@ def _fmt_loc(prefix: str, e: ValidationError) -> str:
 
 
 def _apply_overrides(role: str, entry: dict[str, Any], env: dict[str, str], overrides: dict[str, Any]) -> dict:
+    def put(updates: dict[str, Any]) -> None:
+        if {"timeout", "read_timeout"} & set(updates):  # an override of either name replaces the file's both
+            d.pop("timeout", None)
+            d.pop("read_timeout", None)
+        d.update(updates)
+
     d = dict(entry)
     backend = d.get("backend", "openai")
     if backend == "openai":
@@ -144,8 +180,8 @@ def _apply_overrides(role: str, entry: dict[str, Any], env: dict[str, str], over
         if v:
             d[field] = v
     if backend == "openai":
-        d.update({k: v for k, v in overrides.items() if k not in ("roles", "cache") and v is not None})
-    d.update({k: v for k, v in ((overrides.get("roles") or {}).get(role) or {}).items() if v is not None})
+        put({k: v for k, v in overrides.items() if k not in ("roles", "cache") and v is not None})
+    put({k: v for k, v in ((overrides.get("roles") or {}).get(role) or {}).items() if v is not None})
     return d
 
 
@@ -217,7 +253,8 @@ def _build_one(role: str, rc: RoleConfig, cache: ResponseCache | None, env: dict
 
     def openai() -> OpenAIChatClient:
         return OpenAIChatClient(
-            rc.base_url or "", rc.model or "", key, concurrency=rc.concurrency, timeout=rc.timeout,
+            rc.base_url or "", rc.model or "", key, concurrency=rc.concurrency, timeout=rc.read_timeout,
+            connect_timeout=rc.connect_timeout, deadline=rc.deadline, structured_output=rc.structured_output,
             max_retries=rc.max_retries, backoff_base=rc.backoff_base, backoff_max=rc.backoff_max,
             temperature=rc.temperature, max_tokens=rc.max_tokens, price_in_per_mtok=rc.price_in_per_mtok,
             price_out_per_mtok=rc.price_out_per_mtok, cache=cache, extra_params=rc.extra_params,
@@ -320,7 +357,9 @@ def describe_roles(cfg: ModelsConfig) -> dict[str, Any]:
 
 def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None, model: str | None = None,
                      api_key_env: str | None = None, replay: Path | str | None = None, fill: tuple[str, ...] = (),
-                     concurrency: int = 8, timeout: float | None = None, env: dict[str, str] | None = None,
+                     concurrency: int = 8, timeout: float | None = None, connect_timeout: float | None = None,
+                     deadline: float | None = None, structured_output: StructuredOutput | None = None,
+                     max_retries: int | None = None, env: dict[str, str] | None = None,
                      ) -> dict[str, ModelClient | list[ModelClient]]:
     """The model roles of one job, from the places a user sets them — the one builder every command uses.
 
@@ -328,11 +367,19 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
     and by `KBVQA_<ROLE>_MODEL` variables come first. Then `--llm URL --model NAME` (or `--replay
     CASSETTE`) fills every role named in `fill` with ONE client, replacing those roles from the file:
     one client means one concurrency limit, so the job's `--concurrency` is what reaches the server.
+
+    The call limits — `timeout` (the read timeout), `connect_timeout`, `deadline` (one whole call,
+    retries and backoff included), `structured_output`, `max_retries` — are flags: None leaves the
+    role's own setting (the file's, else RoleConfig's default); a value applies to the `--llm`
+    client and overrides every openai role from the file.
     Raises ConfigError (a ValueError) naming the file and key, or the flag, that is wrong."""
     env = dict(os.environ if env is None else env)
+    limits = {k: v for k, v in (("read_timeout", timeout), ("connect_timeout", connect_timeout),
+                                ("deadline", deadline), ("structured_output", structured_output),
+                                ("max_retries", max_retries)) if v is not None}
     roles: dict[str, ModelClient | list[ModelClient]] = {}
     if config is not None or any(env.get(f"KBVQA_{r.upper()}_MODEL") for r in ROLES):
-        roles.update(build_roles(load_model_config(config, env=env), env=env))
+        roles.update(build_roles(load_model_config(config, overrides=limits, env=env), env=env))
     if replay is not None:
         if llm or model:
             raise ConfigError("choose either --replay or --llm/--model")
@@ -340,8 +387,11 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
     elif llm or model:
         if not (llm and model):
             raise ConfigError("--llm and --model go together (server URL and model name)")
-        rc = RoleConfig(backend="openai", base_url=llm, model=model, api_key_env=api_key_env,
-                        concurrency=concurrency, **({"timeout": timeout} if timeout else {}))
+        try:
+            rc = RoleConfig(backend="openai", base_url=llm, model=model, api_key_env=api_key_env,
+                            concurrency=concurrency, **limits)
+        except ValidationError as err:
+            raise ConfigError(_fmt_loc("flags", err)) from None
         client = _build_one("flags", rc, None, env)
     else:
         return roles

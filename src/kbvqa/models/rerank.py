@@ -10,7 +10,9 @@ an LLM:
   reuses a prebuilt `TextIndex` when the section is in it.
 - `CrossEncoderReranker`: a sentence-transformers CrossEncoder from a local directory (optional).
 - `LLMReranker`: asks a configured model role to order numbered sections (JSON reply); an unusable
-  reply raises `Invalid`, a failed call raises, so no ordering is ever invented.
+  reply (off-schema, or numbers of which none names a passage) raises `Invalid`, a failed call raises
+  `ModelCallError`, so no ordering is ever invented. The call's usage goes to `ctx` and back to the
+  stage, so the run and the record count it.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pydantic import BaseModel
+from pydantic import StrictInt
 
 from kbvqa.data.schema import Evidence, Usage
 from kbvqa.data.text import SEARCH_STOPWORDS, section_text
 from kbvqa.models.prompts.answer import RERANK_SECTIONS
-from kbvqa.models.result import Invalid
+from kbvqa.models.replies import Reply
+from kbvqa.models.result import Invalid, call_model
 from kbvqa.registry import Registry
 
 _TOK = re.compile(r"\w+", re.UNICODE)
@@ -170,8 +173,12 @@ class CrossEncoderReranker(Reranker):
         return [float(s) for s in self.model.predict(pairs)]
 
 
-class Ranking(BaseModel):
-    ranking: list[int]
+class Ranking(Reply):
+    """Passage numbers (JSON integers), most useful first. `LLMReranker` ignores a number that names
+    no passage shown (passages may be omitted anyway) but refuses a ranking in which no number names
+    one: that is not a ranking of these passages."""
+
+    ranking: list[StrictInt]
 
 
 class LLMReranker(Reranker):
@@ -193,13 +200,12 @@ class LLMReranker(Reranker):
         client = ctx.role(self.role)
         payload = {"question": question, "passages": [c.dump(self.max_chars) for c in candidates]}
         kwargs = {"payload": payload} if getattr(client, "backend", "") == "rules" else {}
-        result = await client.chat(messages, schema=Ranking, prompt_version=RERANK_SECTIONS.id, **kwargs)
-        if result.status == "error":
-            raise RuntimeError(f"reranker call failed: {result.reason}")
-        if result.status == "invalid":
-            raise Invalid(f"reranker reply unusable: {result.reason}")
-        order = [i - 1 for i in result.as_model(Ranking).ranking if 1 <= i <= len(candidates)]
-        order = list(dict.fromkeys(order))
+        reply, result = await call_model(client, messages, Ranking, ctx=ctx, who="reranker",
+                                         prompt_version=RERANK_SECTIONS.id, **kwargs)
+        order = list(dict.fromkeys(i - 1 for i in reply.ranking if 1 <= i <= len(candidates)))
+        if reply.ranking and not order:
+            raise Invalid(f"reranker reply unusable: passage numbers {reply.ranking} name no passage "
+                          f"(1..{len(candidates)})")
         rest = [i for i in range(len(candidates)) if i not in set(order)]
         n = len(candidates)
         ranked = []

@@ -1,4 +1,5 @@
-"""The one result type every model backend returns, and the protocol stages code against.
+"""The one result type every model backend returns, the protocol stages code against, and
+`call_model`, the one way a stage calls a model (usage accounted, failures typed).
 
 A call ends in exactly one of three states, so nothing downstream has to guess:
 `ok` (an answer, with `data` when a schema was asked for), `invalid` (the model replied but the reply
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from kbvqa.data.schema import Provenance, Usage
 
@@ -23,6 +24,11 @@ class Invalid(Exception):
     `invalid` with this reason, is retried on resume, and is never given a default label. Defined
     here, beside the reply states, because model adapters raise it; the runner re-exports it as part
     of the stage contract."""
+
+
+class ModelCallError(RuntimeError):
+    """A model call failed (no usable HTTP reply after retries, timeout, deadline, cassette miss): the
+    record ends `error` and is retried on resume. Never an answer."""
 
 
 class ChatResult(BaseModel):
@@ -52,6 +58,29 @@ class ChatResult(BaseModel):
             raise ValueError(f"no data: result is {self.status} ({self.reason})")
         return model.model_validate(self.data)
 
+    def reply(self, model: type[M], who: str = "model") -> M:
+        """The typed reply of a stage's call: `ModelCallError` when the call failed, `Invalid` when
+        the reply is unusable or does not fit `model` (the record ends error / invalid; nothing is
+        ever defaulted). `who` names the call in the reason ("vision", "verifier m (prompt@1)")."""
+        if self.status == "error":
+            raise ModelCallError(f"{who} call failed: {self.reason}")
+        if self.status != "ok":
+            raise Invalid(f"{who} reply unusable: {self.reason}")
+        try:
+            return model.model_validate(self.data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(map(str, first["loc"]))
+            msg = first["msg"].removeprefix("Value error, ")
+            raise Invalid(f"{who} reply unusable: does not fit {model.__name__}: "
+                          f"{loc + ': ' if loc else ''}{msg}") from None
+
+    @property
+    def truncated(self) -> bool:
+        """The server cut the reply at max_tokens (finish_reason "length"): its text is incomplete."""
+        choices = (self.raw or {}).get("choices") or [{}]
+        return isinstance(choices[0], dict) and choices[0].get("finish_reason") == "length"
+
 
 @runtime_checkable
 class ModelClient(Protocol):
@@ -61,3 +90,22 @@ class ModelClient(Protocol):
 
     async def chat(self, messages: list[dict], *, schema: type[BaseModel] | dict | None = None,
                    prompt_version: str = "", **params: Any) -> ChatResult: ...
+
+
+async def call_model(client: Any, messages: list[dict], model: type[M], *, ctx: Any, who: str = "model",
+                     schema: type[BaseModel] | dict | None = None, prompt_version: str = "",
+                     **params: Any) -> tuple[M, ChatResult]:
+    """One stage's model call: (typed reply, result). What every LLM stage goes through, so that
+
+    - the call's usage is added to `ctx` (anything with `add_usage`: the runner's Context) before
+      anything can raise — failed, invalid and retried calls cost tokens and requests too, and the
+      run's totals must match what the server received;
+    - a failed call raises `ModelCallError` and an unusable reply `Invalid` (`ChatResult.reply`).
+
+    `schema` is what goes on the wire (default: `model`; the audit sends a prebuilt JSON Schema
+    dict); `params` go to `client.chat` (e.g. `payload=` for a rules client)."""
+    res = await client.chat(messages, schema=model if schema is None else schema, prompt_version=prompt_version,
+                            **params)
+    if ctx is not None:
+        ctx.add_usage(getattr(res, "usage", None))
+    return res.reply(model, who), res

@@ -77,16 +77,17 @@ LLM_ROLES = ("verifier", "repairer", "checker")
 
 
 def load_audit_roles(config: str | Path | None = None, *, llm: str | None = None, model: str | None = None,
-                     concurrency: int = 8, timeout: float = 120.0,
-                     env: dict[str, str] | None = None) -> dict[str, Any]:
+                     concurrency: int = 8, env: dict[str, str] | None = None, **limits: Any) -> dict[str, Any]:
     """Model roles for the audit. `config` may hold `[models.verifier]` (or `[[models.verifier]]` for
     several), `[models.repairer]`, `[models.checker]` (kbvqa.models.config format). `llm` + `model`
     (the CLI's --llm/--model) fill verifier, repairer and checker with ONE shared OpenAI-compatible
-    client, so its concurrency limit covers all three; they replace those roles from the file."""
+    client, so its concurrency limit covers all three; they replace those roles from the file.
+    `limits` are roles_from_flags' timeout / connect_timeout / deadline / structured_output /
+    max_retries (None keeps each role's own setting)."""
     from kbvqa.models.config import roles_from_flags
 
-    return roles_from_flags(config, llm=llm, model=model, fill=LLM_ROLES, concurrency=concurrency, timeout=timeout,
-                            env=env)
+    return roles_from_flags(config, llm=llm, model=model, fill=LLM_ROLES, concurrency=concurrency, env=env,
+                            **{k: v for k, v in limits.items() if v is not None})
 
 
 def build_audit_stages(config: AuditConfig | None = None) -> list[Stage]:
@@ -196,11 +197,13 @@ def default_out(input_path: str | Path) -> Path:
 
 def run_audit(input_path: str | Path, kb: str | Path, out: str | Path | None = None, *,
               config: str | Path | None = None, llm: str | None = None, model: str | None = None,
-              llm_concurrency: int | None = None, concurrency: int = 8, **options: Any) -> dict[str, Any]:
+              llm_concurrency: int | None = None, concurrency: int = 8, limits: dict[str, Any] | None = None,
+              **options: Any) -> dict[str, Any]:
     """`kbvqa audit run`: the audit config and model roles from `config` (an audit.toml) and the
     --llm/--model shortcut, the KB opened from `kb`, then `audit_file` with the roles closed at the
     end (this function made them, so it owns them). `options` go to `audit_file`."""
     cfg = AuditConfig.from_toml(config) if config else AuditConfig()
-    roles = load_audit_roles(config, llm=llm, model=model, concurrency=llm_concurrency or concurrency)
+    roles = load_audit_roles(config, llm=llm, model=model, concurrency=llm_concurrency or concurrency,
+                             **(limits or {}))
     return audit_file(input_path, kb, out or default_out(input_path), cfg, concurrency=concurrency, roles=roles,
                       close=True, **options)

@@ -3,7 +3,7 @@
 Inputs are the JSON files kbvqa writes:
 
 * ``*.study.json`` from ``kbvqa study`` (kind ``by-group``, ``compare``, ``retrieval-2x2``, ``agent-tools``
-  or ``agent-failures``);
+  , ``agent-failures`` or ``image-ablation``);
 * ``*.retrieval.json``: the ``kbvqa score retrieval --json`` output (Recall@K per stage);
 * any other ``kbvqa score ... --json`` summary passed explicitly (one row per file in a scores table).
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from kbvqa.report import plots
 from kbvqa.report.html import Figure, Table, render_page
-from kbvqa.report.summaries import agent_failures_table, agent_tools_tables
+from kbvqa.report.summaries import agent_failures_table, agent_tools_tables, image_ablation_tables
 from kbvqa.report.tables import ResultTable, to_markdown, write_table
 
 __all__ = ["ReportOutput", "collect_inputs", "build_report"]
@@ -163,6 +163,16 @@ def _scores_table(files: list[Path]) -> ResultTable:
                        ["file", "scorer", "accuracy / final score", "n", "coverage"], rows)
 
 
+def _image_ablation(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    kinds, conds = obj["kinds"], obj["conditions"]
+    series = {c: [tuple(obj["by_kind"][k][c]["ci"][x] for x in ("estimate", "low", "high"))
+                  if obj["by_kind"][k][c]["ci"] else (float("nan"),) * 3 for k in kinds] for c in conds}
+    png = plots.plot_group_bars(kinds, series, plot_dir / f"{stem}.png", title="Reader accuracy under image ablation",
+                                scorer=obj["scorer"])
+    return _Section("Image ablation of interleaved references", [], image_ablation_tables(obj),
+                    [(png.name, f"accuracy per condition with cluster-bootstrap 95% CIs, {obj['scorer']}")])
+
+
 def _agent_tools(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
     return _Section("Search agent: tool usage", [], agent_tools_tables(obj), [])
 
@@ -172,7 +182,7 @@ def _agent_failures(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
 
 
 _BUILDERS = {"by-group": _by_group, "compare": _compare, "retrieval-2x2": _two_by_two, "agent-tools": _agent_tools,
-             "agent-failures": _agent_failures}
+             "agent-failures": _agent_failures, "image-ablation": _image_ablation}
 
 
 def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = "kbvqa results",

@@ -52,6 +52,8 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
         return agent_tools_tables(res)[0]
     if kind == "agent-failures":
         return agent_failures_table(res)
+    if kind == "image-ablation":
+        return image_ablation_tables(res)[0]
     raise ValueError(f"not a study result (kind {kind!r})")
 
 
@@ -196,3 +198,140 @@ def kb_hits_table(hits: Sequence[Mapping[str, Any]], *, title: str = "") -> Resu
     rows = [[i, f"{h['score']:.3g}", f"{h['title']}\n{h['url']}", f"[{h['section_index']}] {h['section_title']}",
              h["text"] if len(h["text"]) <= 160 else h["text"][:157] + "..."] for i, h in enumerate(hits, 1)]
     return ResultTable("kb-search", title, "", ["#", "score", "article", "section", "text"], rows)
+
+
+def image_ablation_tables(res: Mapping[str, Any]) -> list[ResultTable]:
+    """`kbvqa study image-ablation` (seed 001 Tables 6-7 shape): reader accuracy per probe kind and
+    condition, the paired differences, accuracy by intent, and the probe funnel from generation to
+    scoring. CIs are cluster-bootstrap intervals over reference items; the denominators and every
+    count of what failed are in the notes and the funnel table, never left out."""
+
+    def acc(cell: Mapping[str, Any]) -> list[Any]:
+        ci = cell["ci"]
+        return [ci["estimate"], _ci(ci["low"], ci["high"])] if ci else [None, "n/a"]
+
+    kinds, conds, scorer = res["kinds"], res["conditions"], res["scorer"]
+    f = res["counts"]["probes"]
+    refs, gen = res["counts"]["references"], res["counts"]["generation"]
+    b = res["bootstrap"]
+    notes = [f"references: {refs['rows']} read, {refs['with_images']} with at least one image; probe generation: "
+             f"{gen['ok']} ok, {gen['invalid']} invalid, {gen['error']} error",
+             "probes generated / kept / complete: " + "; ".join(
+                 f"{k} {f[k]['generated']} / {f[k]['kept']} / {f[k]['complete']}" for k in kinds),
+             f"denominators: {res['denominators']}",
+             f"{b['method']}, resampling {b['cluster']}s: {b['n_resamples']} resamples, seed {b['seed']}",
+             *(f"warning: {w}" for w in res["warnings"])]
+    main = ResultTable("image-ablation", "reader accuracy under image ablation (%)", scorer,
+                       ["probe kind", "probes", "references", *(x for c in conds for x in (f"{c} %", f"{c} 95% CI"))],
+                       [[k, res["by_kind"][k]["n"], res["by_kind"][k]["n_references"],
+                         *(x for c in conds for x in acc(res["by_kind"][k][c]))] for k in kinds], notes)
+    diffs = ResultTable("image-ablation-differences", "paired differences between conditions (points)", scorer,
+                        ["probe kind", "difference", "points", "95% CI", "gained", "lost", "probes"],
+                        [[k, d.replace("-", " - "), *acc(res["by_kind"][k][d]), res["by_kind"][k][d]["gained"],
+                          res["by_kind"][k][d]["lost"], res["by_kind"][k]["n"]]
+                         for k in kinds for d in res["differences"]])
+    intents = ResultTable("image-ablation-intents", "accuracy by intent (%)", scorer,
+                          ["intent", "probe kind", "probes", "references", *(f"{c} %" for c in conds),
+                           "full - text", "95% CI"],
+                          [[r["intent"], r["kind"], r["n"], r["n_references"], *(acc(r[c])[0] for c in conds),
+                            *acc(r["full-text"])] for r in res["by_intent"]])
+    steps = ("planned", "not_generated", "generated", "failed_control", "control_not_graded", "kept", "incomplete",
+             "complete")
+    funnel = ResultTable("image-ablation-counts", "probes from generation to scoring", "", ["step", *kinds],
+                         [[s.replace("_", " "), *(f[k][s] for k in kinds)] for s in steps],
+                         [f"{c}: not graded {n}" for c, n in res["ungraded_by_condition"].items() if n])
+    return [main, diffs, intents, funnel]
+
+
+# ------------------------------------------------------------------------------------------- IVR-12
+
+
+def _na(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(counts.items())) or "0"
+
+
+def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
+    """`kbvqa score ivr12` (kind `ivr12`): the dimension means — each with its denominator, its n/a
+    counts by reason, what scored it (judge / rules / n/a) and its gated mean — by group and overall;
+    the gate counts; judge agreement (Krippendorff's α) when there were repeats or several judges."""
+    dims, groups = s["dimensions"], s["groups"]
+    rows: list[list[Any]] = []
+    for g, gv in groups.items():
+        for key, d in dims.items():
+            if d["group"] == g:
+                rows.append([gv["title"], d.get("title", key), d["label"], d["mean"], d["n"], _na(d["n_na"]),
+                             d["gated_mean"], d["gated_n"]])
+        rows.append([gv["title"], f"mean of {gv['n_dimensions']} dimensions", "", gv["mean"], "", "",
+                     gv["gated_mean"], ""])
+    o = s["overall"]
+    rows.append(["overall", f"mean of {o['n_dimensions']} dimensions", "", o["mean"], "", "", o["gated_mean"], ""])
+    st = s["status"]
+    ls = s["length_score"]
+    no_answer = f" ({_na(s['no_answer'])})" if s["no_answer"] else ""
+    notes = [f"items {s['n_items']}: ok {st['ok']}, invalid {st['invalid']}, error {st['error']} (invalid and error "
+             f"items are in no mean); no answer {s['n_no_answer']}{no_answer}; without images "
+             f"{s['n_without_images']} (image group n/a, excluded, counted)",
+             f"gated = policy {s['gating']['policy']}: an item failing an evaluated gate "
+             f"({', '.join(s['gating']['gates_evaluated']) or 'none evaluated'}) scores {s['gating']['floor']} on "
+             f"every dimension that applies to it; {s['n_gate_failed']} items failed a gate",
+             f"length-score: Pearson {ls['pearson']}, Spearman {ls['spearman']} (n={ls['n']})"
+             + (f"; {ls['note']}" if ls.get("note") else ""),
+             f"rubric {s['rubric']['name']} {s['rubric']['version']}, sha256 {s['rubric']['sha256'][:12]}"
+             + (f": {s['rubric']['reconstruction']}" if s["rubric"].get("reconstruction") else "")]
+    notes += [f"warning: {w}" for w in s.get("warnings") or []]
+    main = ResultTable("ivr12", f"IVR-12 ({s.get('source', 'predictions')}, {s['mode']} mode)", s["scorer"],
+                       ["group", "dimension", "scored by", "mean", "n", "n/a", "gated mean", "gated n"], rows, notes)
+    gates = ResultTable("ivr12-gates", "IVR-12 gates", s["scorer"], ["gate", "judged by", "pass", "fail", "n/a"],
+                        [[g.get("title", k), g["judged_by"], g["pass"], g["fail"], g["n_a"]]
+                         for k, g in s["gates"].items()])
+    tables = [main, gates]
+    agr = s.get("agreement") or {}
+    if agr:
+        judges = sorted({j for v in agr.values() for j in (v.get("repeats") or {})})
+        cols = ["dimension", "items", *(f"α repeats {j}" for j in judges), "α judges"]
+
+        def alpha(v: Mapping[str, Any] | None) -> str:
+            if not v:
+                return ""
+            return " / ".join("n/a" if x is None else f"{x:.3f}" for x in v.values())
+
+        rows2 = [[k, v["n_items"], *(alpha((v.get("repeats") or {}).get(j)) for j in judges), alpha(v.get("judges"))]
+                 for k, v in agr.items()]
+        tables.append(ResultTable("ivr12-agreement", "IVR-12 judge agreement (Krippendorff's α, ordinal / interval; "
+                                  "nominal for gates)", s["scorer"], cols, rows2,
+                                  ["n/a: α is undefined when every rating is the same"]))
+    return tables
+
+
+def ivr12_compare_table(res: Mapping[str, Any]) -> ResultTable:
+    """`kbvqa score ivr12-compare` (kind `ivr12-compare`, seed 001 Table 3 shape): mean per dimension,
+    group and overall for both runs with their denominators, and the gap A − B, ungated and gated."""
+    a, b = res["names"]
+    rows = [[r["title"] if r["level"] == "dimension" else f"{r['title']} ({r['level']})", r["a"], r["n_a"], r["b"],
+             r["n_b"], r["gap"], r["a_gated"], r["b_gated"], r["gap_gated"]] for r in res["rows"]]
+    notes = [f"items: {a} {res['items'][a]}, {b} {res['items'][b]}; n = items scored (dimensions) or dimensions "
+             "averaged (groups, overall)", *res.get("notes", [])]
+    return ResultTable("ivr12-compare", f"IVR-12: {a} vs {b}", res["scorer"],
+                       ["dimension", a, f"n {a}", b, f"n {b}", "gap", f"{a} gated", f"{b} gated", "gap gated"], rows,
+                       notes)
+
+
+def accuracy_by_group_matrix_table(results: Sequence[Mapping[str, Any]]) -> ResultTable:
+    """Several `kbvqa study by-type` results grouped by the same field (e.g. `--by category` over the
+    short-answer judge's verdicts of several models) as one table — a row per method, a column per
+    group with its n, and overall: seed 001 Table 2 (by category) / Table 10 (by intent) shape."""
+    if not results:
+        raise ValueError("no by-group results to tabulate")
+    bys = {r.get("by") for r in results}
+    if len(bys) != 1 or any(r.get("kind") != "by-group" for r in results):
+        raise ValueError(f"need by-group study results grouped by one field, got kinds "
+                         f"{sorted({str(r.get('kind')) for r in results})} by {sorted(map(str, bys))}")
+    names = sorted({g["group"] for r in results for g in r["groups"]})
+    n_of = {g["group"]: g["n"] for r in results for g in r["groups"]}
+    rows = []
+    for r in results:
+        acc = {g["group"]: g["accuracy"] for g in r["groups"]}
+        rows.append([r["method"], r["overall"]["estimate"], *(acc.get(n) for n in names)])
+    return ResultTable(f"accuracy-by-{bys.pop()}", f"accuracy % by {results[0]['by']}", results[0]["scorer"],
+                       ["method", f"overall (n={results[0]['overall']['n']})", *(f"{n} (n={n_of[n]})" for n in names)],
+                       rows)

@@ -13,29 +13,26 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import ConfigDict
 
 from kbvqa.data.matching import content_words
 from kbvqa.data.schema import Usage
 from kbvqa.models.prompts.agent import VISIT_EXTRACT
+from kbvqa.models.replies import Reply
 from kbvqa.tools.base import VISIT_HEADER
 
 PAGE_CHARS = 24_000  # of page text sent to an extraction model
 _SENT = re.compile(r"(?<=[.!?。！？])\s+|\n+")  # a line break ends a sentence too (titles, list items)
 
 
-class Extraction(BaseModel):
+class Extraction(Reply):
+    """All three keys required, nothing else; a placeholder copied from the prompt's template ("...",
+    "<the relevant passages, quoted>") is refused by `Reply`. Empty evidence is a valid "nothing here"."""
+
     model_config = ConfigDict(extra="forbid")
     rational: str
     evidence: str
     summary: str
-
-    @field_validator("evidence", "summary")
-    @classmethod
-    def _not_placeholder(cls, v: str) -> str:
-        if v.strip() in ("...", "…", "<string>"):
-            raise ValueError("a placeholder copied from the prompt, not an extraction")
-        return v
 
 
 class ExtractionFailed(RuntimeError):

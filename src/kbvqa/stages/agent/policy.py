@@ -50,7 +50,12 @@ class PolicyReply:
 
 
 class PolicyError(RuntimeError):
-    """The model call failed (after the client's retries): the episode ends as an error record."""
+    """The model call failed (after the client's retries): the episode ends as an error record.
+    `usage` is what the failed call still cost (its requests count in the run's totals)."""
+
+    def __init__(self, message: str, usage: Usage | None = None):
+        super().__init__(message)
+        self.usage = usage
 
 
 class ModelPolicy:
@@ -71,13 +76,16 @@ class ModelPolicy:
             params["stop"] = [STOP]
         res = await self.client.chat(messages, prompt_version=prompt_version, **params)
         if res.status == "error":
-            raise PolicyError(f"agent model call failed: {res.reason}")
+            raise PolicyError(f"agent model call failed: {res.reason}", res.usage)
         msg = ((res.raw or {}).get("choices") or [{}])[0].get("message") or {}
         content = msg.get("content") if isinstance(msg.get("content"), str) else (res.text or "")
         thought = msg.get("reasoning_content") or ""
         if self.protocol == "tools":
             return self._native(msg, content, thought, res)
         turn = parse_turn(content, thought)
+        if res.truncated and turn.answer is not None and "</answer>" not in turn.text:
+            turn = Turn(thought=turn.thought, text=turn.text, problem="the reply was cut off at max_tokens inside "
+                                                                       "the answer")
         return PolicyReply(turn, res.usage, res.provenance, {"role": "assistant", "content": turn.text})
 
     def _native(self, msg: dict[str, Any], content: str, thought: str, res: Any) -> PolicyReply:

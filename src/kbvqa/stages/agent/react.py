@@ -36,7 +36,7 @@ from kbvqa.data.schema import Prediction, Sample, Usage
 from kbvqa.models.prompts.agent import ANSWER_NOW, FORMAT_ERROR, GUIDED_QUESTION, REPEAT_WARNING, SYSTEM
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
-from kbvqa.stages.agent.policy import BaselinePolicy, ModelPolicy, PolicyReply, Step
+from kbvqa.stages.agent.policy import BaselinePolicy, ModelPolicy, PolicyError, PolicyReply, Step
 from kbvqa.stages.agent.tags import short_answer, validate_tags
 from kbvqa.tools.base import EpisodeInfo, ToolResult, file_sha256, locale_for, tools_block
 from kbvqa.tools.toolbox import Toolbox
@@ -175,7 +175,11 @@ class AgentEpisode(Stage):
                 self._add_note(ep, ANSWER_NOW.render(budget_raw=budget))
             self._flush_note(ep)
             t0 = time.perf_counter()
-            reply = await self._ask(policy, ep)
+            try:
+                reply = await self._ask(policy, ep)
+            except PolicyError as exc:  # the failed call's requests still count in the run's usage
+                ctx.add_usage(exc.usage)
+                raise
             if reply is None:
                 termination = "wall_time"
                 break

@@ -4,26 +4,36 @@ Retrieval picks the article (image retrieval, or the oracle entity when none ran
 stage ran, its `sections` are the evidence; otherwise the article's sections are ranked by BM25
 against the question when the KB store offers `search_in`. The top sections go to the model with
 the image, and the prediction carries the retrieval trail and the usage of every model call.
-The reply must be JSON {"answer": ...}; anything else ends
-the record `invalid`, and an API failure ends it `error` (never an empty answer).
+The reply must be JSON {"answer": ...} with a real answer in it: anything else (a missing or blank
+answer, an echo of the prompt's own example `{"answer": "..."}`) ends the record `invalid`, and an API
+failure ends it `error` (never an empty answer).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import field_validator
 
 from kbvqa.data.schema import Evidence, Prediction, Sample
 from kbvqa.models.prompts.answer import SHORT_ANSWER
-from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
+from kbvqa.models.replies import NonBlank, Reply
+from kbvqa.models.result import call_model
+from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.stages.answer.retrieve import record_usage, retrieval_trail
 
 
+class ShortAnswer(Reply):
+    """`answer` is required and non-blank; a JSON number (`{"answer": 1889}`) is taken as its text,
+    since the prompt asks for "a number with no unit" and the value is unambiguous."""
 
-class ShortAnswer(BaseModel):
-    answer: str
+    answer: NonBlank
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _number_as_text(cls, v: object) -> object:
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
 
 class GenerateConfig(StageConfig):
@@ -79,14 +89,9 @@ class GenerateAnswer(Stage):
         if self.config.send_image and sample.images:
             images = [ctx.image_path(sample.images[0])]
         messages = SHORT_ANSWER.messages(images, passages_raw=passages, question_raw=sample.question)
-        client = ctx.role("answerer")
-        result = await client.chat(messages, schema=ShortAnswer, prompt_version=SHORT_ANSWER.id)
-        ctx.add_usage(result.usage)
-        if result.status == "error":
-            raise RuntimeError(f"answerer call failed: {result.reason}")
-        if result.status == "invalid":
-            raise Invalid(f"answerer reply unusable: {result.reason}")
-        answer = result.as_model(ShortAnswer).answer.strip()
+        reply, result = await call_model(ctx.role("answerer"), messages, ShortAnswer, ctx=ctx, who="answerer",
+                                         prompt_version=SHORT_ANSWER.id)
+        answer = reply.answer
         meta: dict[str, Any] = {"setting": setting, "question": sample.question}
         trail = retrieval_trail(record)
         if trail:

@@ -1,7 +1,8 @@
 """Identify-then-rank (IBA-like): a vision model names the entity, the KB resolves the names.
 
 The `vision` role sees the image and question and replies {"entities": ["name", ...]} (most likely
-first). Each name is resolved to a KB article: a url as given, the Wikipedia url the name implies
+first; a blank name or the prompt's own example makes the reply invalid, and the call counts in the
+run's usage whatever its outcome). Each name is resolved to a KB article: a url as given, the Wikipedia url the name implies
 (E-VQA and InfoSeek KBs key articles by en.wikipedia urls), then a title match among FTS hits, then
 the best FTS hit (marked `fuzzy`). Unresolved names are kept on the record. The resolved urls become
 the record's `retrieved` ranking (stage "identify"); with `keep_image_retrieval` the image ranking
@@ -12,20 +13,23 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any
-
-from pydantic import BaseModel
+from typing import Any, ClassVar
 
 from kbvqa.data.urls import canonical_url, title_to_url
 from kbvqa.models.prompts.answer import IDENTIFY_ENTITY
-from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
+from kbvqa.models.replies import NonBlank, Reply
+from kbvqa.models.result import call_model
+from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.stages.answer.retrieve import add_record_usage
 
 
+class EntityGuess(Reply):
+    """`entities` is required; each name must be a real name (not blank, not the prompt's example
+    "title" or "..."). An empty list is a valid "cannot tell": the image ranking then stands alone."""
 
-class EntityGuess(BaseModel):
-    entities: list[str]
+    entities: list[NonBlank]
+    placeholder_examples: ClassVar[tuple[str, ...]] = ("title", "name", "entity", "wikipedia article title")
 
 
 def _norm(title: str) -> str:
@@ -93,12 +97,9 @@ class IdentifyEntities(Stage):
         client = ctx.role(self.role)
         kwargs = ({"payload": {"id": record.get("id"), "question": question, "image": str(paths[0]) if paths else None}}
                   if getattr(client, "backend", "") == "rules" else {})
-        result = await client.chat(messages, schema=EntityGuess, prompt_version=IDENTIFY_ENTITY.id, **kwargs)
-        if result.status == "error":
-            raise RuntimeError(f"vision call failed: {result.reason}")
-        if result.status == "invalid":
-            raise Invalid(f"vision reply unusable: {result.reason}")
-        names = [n for n in result.as_model(EntityGuess).entities if isinstance(n, str)][: self.config.candidates]
+        guess, result = await call_model(client, messages, EntityGuess, ctx=ctx, who=self.role,
+                                         prompt_version=IDENTIFY_ENTITY.id, **kwargs)
+        names = guess.entities[: self.config.candidates]
         resolved, unresolved, methods = [], [], {}
         for n in names:
             url, how = resolve_entity(ctx.kb, n)

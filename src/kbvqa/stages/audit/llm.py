@@ -1,13 +1,15 @@
 """The model side of the four audit stages: reply schemas, strict calls, and one helper per stage.
 
 Stages run their rules first; these helpers are called only for what the rules leave open (each
-stage's docstring says exactly which cases). Everything here goes through `ModelClient.chat` with a
-prompt from `kbvqa.models.prompts` and a pydantic reply schema:
+stage's docstring says exactly which cases). Everything here goes through
+`kbvqa.models.result.call_model` (the call's usage lands in the run's totals whatever happens) with a
+prompt from `kbvqa.models.prompts` and a strict reply schema (`kbvqa.models.replies.Reply`):
 
 - reply `ok` and valid for the schema → the typed reply;
-- reply `invalid` (unparseable, wrong shape, unknown label) → `Invalid`: the record ends invalid, is
-  retried on resume and never gets a label by default;
-- reply `error` (HTTP failure after the client's retries, timeout, cassette miss) → `ModelCallError`,
+- reply `invalid` (unparseable, wrong shape, missing field, unknown label, a placeholder copied from
+  the prompt) → `Invalid`: the record ends invalid, is retried on resume and never gets a label by
+  default;
+- reply `error` (HTTP failure after the client's retries, timeout, deadline, cassette miss) → `ModelCallError`,
   a normal exception: the record ends `error` and is retried on resume.
 
 Every model verdict carries its provenance: backend, model, prompt `name@version` and the prompt's
@@ -19,54 +21,66 @@ from __future__ import annotations
 import asyncio
 import difflib
 import functools
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import StrictBool, model_validator
 
 from kbvqa.data.schema import Answer, Sample
 from kbvqa.data import matching as mt
 from kbvqa.models import prompts as P
 from kbvqa.models.prompts import audit as AP
-from kbvqa.runner.stage import Context, Invalid
+from kbvqa.models.replies import Reply
+from kbvqa.models.result import ModelCallError, call_model
+from kbvqa.runner.stage import Context
 from kbvqa.stages.audit.evidence import EvidenceUnit, Match, match_answer
 
 LLMMode = Literal["auto", "on", "off"]
 QuestionTag = Literal["missing_attribute_constraint", "missing_temporal_scope", "missing_spatial_reference"]
 
-
-class ModelCallError(RuntimeError):
-    """A model call failed (no usable HTTP reply after retries): the record ends `error`."""
+__all__ = ["CorrectionReply", "FinalCheckReply", "ModelCallError", "PosednessReply", "SectionReply", "ask",
+           "client_provenance", "evidence_payload", "expand", "gather_strict", "llm_correct", "llm_final_check",
+           "llm_posedness", "llm_verifier_label", "minimal_edit", "rank_units", "resolve_role", "validate_correction",
+           "wire_schema"]
 
 
 # ------------------------------------------------------------------------------------ reply schemas
+# Strict (kbvqa.models.replies): the fields a stage decides on are required, labels are closed sets,
+# booleans are JSON booleans, and a placeholder copied from the prompt's reply template is invalid.
 
 
-class _Reply(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class SectionReply(_Reply):
+class SectionReply(Reply):
     label: Literal["entailed", "contradicted", "not_supported"]
     rationale: str = ""
 
 
-class CorrectionReply(_Reply):
+class CorrectionReply(Reply):
     status: Literal["matched", "mismatched", "not_answerable"]
     answer: str | None = None
     evidence_quote: str = ""
     rationale: str = ""
+    placeholder_examples: ClassVar[tuple[str, ...]] = ("null",)
+
+    @model_validator(mode="after")
+    def _mismatch_names_the_answer(self) -> "CorrectionReply":
+        if self.status == "mismatched" and not (self.answer or "").strip():
+            raise ValueError("status 'mismatched' needs the evidence's answer in `answer`")
+        return self
 
 
-class PosednessReply(_Reply):
-    tags: list[QuestionTag] = []
-    suggested_question: str | None = None
+class PosednessReply(Reply):
+    """Both keys are required: `{}` is not "the question is clear" (the prompt asks for `tags`, empty
+    when there is no problem, and `suggested_question`, null when there is none)."""
+
+    tags: list[QuestionTag]
+    suggested_question: str | None
     rationale: str = ""
+    placeholder_examples: ClassVar[tuple[str, ...]] = ("null",)
 
 
-class FinalCheckReply(_Reply):
-    leak: bool
-    answerable: bool
-    unique: bool
+class FinalCheckReply(Reply):
+    leak: StrictBool
+    answerable: StrictBool
+    unique: StrictBool
     rationale: str = ""
 
 
@@ -100,28 +114,21 @@ def client_provenance(client: Any, prompt: P.Prompt | None = None) -> dict[str, 
 
 
 @functools.cache
-def wire_schema(schema: type[_Reply]) -> dict[str, Any]:
+def wire_schema(schema: type[Reply]) -> dict[str, Any]:
     """The reply schema as JSON Schema, built once per class: the client sends it as
     response_format (and checks its shape); `ask` then validates strictly with the pydantic model.
     Building it per call cost ~0.7 ms of event-loop time per request at 160 req/s."""
     return {"name": schema.__name__, "schema": schema.model_json_schema()}
 
 
-async def ask(client: Any, prompt: P.Prompt, schema: type[_Reply], ctx: Context, **values: Any) -> _Reply:
+async def ask(client: Any, prompt: P.Prompt, schema: type[Reply], ctx: Context, **values: Any) -> Reply:
     """One strict model call: typed reply, or Invalid / ModelCallError (see the module docstring)."""
     if not hasattr(client, "chat"):
         raise TypeError(f"{client!r} is not a model client (needs async chat())")
-    res = await client.chat(prompt.messages(**values), schema=wire_schema(schema), prompt_version=prompt.id)
-    ctx.add_usage(getattr(res, "usage", None))
-    who = f"{client_provenance(client)['backend']}:{client_provenance(client)['model']} ({prompt.id})"
-    if res.status == "error":
-        raise ModelCallError(f"{who} call failed: {res.reason}")
-    if res.status != "ok":
-        raise Invalid(f"{who} reply unusable: {res.reason}")
-    try:
-        return schema.model_validate(res.data)
-    except ValidationError as exc:
-        raise Invalid(f"{who} reply does not fit {schema.__name__}: {exc.errors()[0]['msg']}") from None
+    prov = client_provenance(client)
+    reply, _ = await call_model(client, prompt.messages(**values), schema, ctx=ctx, schema=wire_schema(schema),
+                                who=f"{prov['backend']}:{prov['model']} ({prompt.id})", prompt_version=prompt.id)
+    return reply
 
 
 def evidence_payload(units: list[EvidenceUnit], max_chars: int = 0) -> list[dict[str, str]]:

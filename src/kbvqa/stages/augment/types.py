@@ -24,12 +24,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from kbvqa.data.urls import canonical_url
 from kbvqa.models.prompts.augment import ENTITY_TYPE
+from kbvqa.models.replies import NonBlank, Reply
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.stages.audit.llm import ModelCallError
@@ -134,11 +135,13 @@ class TypeTag:
     notes: list[str] = field(default_factory=list)
 
 
-class EntityTypeReply(BaseModel):
-    """What the LLM tagger must return."""
+class EntityTypeReply(Reply):
+    """What the LLM tagger must return: a non-blank `type` that is not the prompt's template slot
+    (the vocabulary check is `llm_type`'s, since the vocabulary is configured per run)."""
 
-    type: str
+    type: NonBlank
     reason: str = ""
+    placeholder_examples: ClassVar[tuple[str, ...]] = ("label", "type", "one label from the list")
 
 
 async def llm_type(client: Any, question: str, title: str, vocab: TypeVocabulary,

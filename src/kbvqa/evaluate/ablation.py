@@ -1,0 +1,303 @@
+"""Image ablation of interleaved references (seed 001 §4.3): do the embedded images carry information
+the text does not?
+
+A generator reads a reference with its images inline and writes image-critical and text-answerable
+probes (question + short answer); a reader answers each probe from the reference alone under three
+conditions, and the SimpleQA-style judge (kbvqa.evaluate.judge) grades each answer against the
+probe's answer. The conditions differ only in what stands where the reference's
+`<image>{"candidate_images": N}</image>` tags were:
+
+* `text`: nothing — the tags are removed (blank lines left behind are collapsed);
+* `placeholder`: `[image K]`, K numbering the distinct images in order of first appearance;
+* `full`: the image itself — the text is split at the tags and each image is sent as an image part
+  in its tag's place, so the reader sees text, picture, text as a person reads the reference.
+
+The reader never sees the query image or the probe's answer. This module holds the renderings, the
+two model stages (`ProbeGeneration`, `PassageReader`: strict replies, a failed call is a runner
+`error`, an unusable reply `invalid`, never a default) and the statistics: accuracy per probe kind
+and condition with cluster-bootstrap CIs (probes are nested in reference items, so whole items are
+resampled), paired differences between conditions, and the same by intent. The jobs that run the
+stages are in kbvqa.pipelines.ablation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping, NamedTuple, Sequence, get_args
+
+import numpy as np
+from pydantic import ConfigDict, Field
+
+from kbvqa.evaluate.studies import DEFAULT_RESAMPLES, CI, _sub_seed, cluster_bootstrap_ci
+from kbvqa.models.images import image_part
+from kbvqa.models.jsonx import extract_json
+from kbvqa.models.prompts import Prompt
+from kbvqa.models.prompts.ablation import GENERATE_PROBES, READ_PASSAGE
+from kbvqa.models.replies import NonBlank, Reply
+from kbvqa.models.result import ModelCallError, call_model
+from kbvqa.runner import Context, Invalid, Stage, StageConfig
+from kbvqa.stages import register_stage
+
+__all__ = ["KINDS", "CONDITIONS", "DIFFERENCES", "GRADED", "ReferenceTag", "reference_tags", "render_passage",
+           "interleaved_messages", "Probe", "ProbeReply", "ProbeConfig", "ProbeGeneration", "ReaderConfig",
+           "PassageReader", "probe_id", "ablation_statistics"]
+
+Kind = Literal["image_critical", "text_answerable"]
+KINDS: tuple[str, ...] = get_args(Kind)
+CONDITIONS = ("text", "placeholder", "full")
+#: Paired differences reported (a minus b): what the images add, what a bare marker adds, and the rest.
+DIFFERENCES = (("full", "text"), ("placeholder", "text"), ("full", "placeholder"))
+#: Judge labels that grade an answer; anything else (reader or judge error/invalid) leaves it ungraded.
+GRADED = ("correct", "incorrect", "not_attempted")
+
+_TAG = re.compile(r"<image>(.*?)</image>", re.S)
+#: Where an image goes in the rendered prompt text; never sent (the text is split there).
+_SLOT = "\x00image\x00"
+
+
+# --------------------------------------------------------------------------------------------------
+# the three renderings
+
+
+class ReferenceTag(NamedTuple):
+    """One `<image>{"candidate_images": N}</image>` tag: its span in the text and N (1-based index
+    into reference.images)."""
+
+    start: int
+    end: int
+    index: int
+
+
+def reference_tags(text: str, n_images: int | None = None) -> list[ReferenceTag]:
+    """Every image tag of a reference text, in order. A tag that is not exactly
+    {"candidate_images": positive int}, an unclosed `<image>` or (with `n_images`) an index past
+    the image list is a ValueError naming the tag, so a broken reference fails where it is read."""
+    tags = []
+    for m in _TAG.finditer(text):
+        try:
+            obj = json.loads(m.group(1))
+        except ValueError:
+            obj = None
+        idx = obj.get("candidate_images") if isinstance(obj, dict) and len(obj) == 1 else None
+        if not isinstance(idx, int) or isinstance(idx, bool) or idx < 1:
+            raise ValueError(f"malformed image tag {m.group(0)!r}: expected <image>{{\"candidate_images\": N}}</image>")
+        if n_images is not None and idx > n_images:
+            raise ValueError(f"image tag {m.group(0)!r} cites image {idx} but the reference has {n_images}")
+        tags.append(ReferenceTag(m.start(), m.end(), idx))
+    if text.count("<image>") != len(tags):
+        raise ValueError("an <image> tag is not closed by </image>")
+    return tags
+
+
+def render_passage(text: str, condition: str) -> tuple[str, list[int]]:
+    """The reference text as the reader gets it under `condition`, and the 1-based indices (into
+    reference.images) of the images to show, in order. Under `full` the text holds one slot marker
+    per image, which `interleaved_messages` replaces by the image; the other conditions show none."""
+    if condition not in CONDITIONS:
+        raise ValueError(f"unknown condition {condition!r} (known: {', '.join(CONDITIONS)})")
+    parts: list[str] = []
+    shown: list[int] = []
+    numbers: dict[int, int] = {}
+    pos = 0
+    for tag in reference_tags(text):
+        parts.append(text[pos:tag.start])
+        pos = tag.end
+        if condition == "placeholder":
+            parts.append(f"[image {numbers.setdefault(tag.index, len(numbers) + 1)}]")
+        elif condition == "full":
+            parts.append(_SLOT)
+            shown.append(tag.index)
+    parts.append(text[pos:])
+    out = "".join(parts)
+    if condition == "text":  # where a tag was: no double spaces, no run of empty lines
+        out = re.sub(r"\n{3,}", "\n\n", re.sub(r"[ \t]+\n", "\n", re.sub(r"[ \t]{2,}", " ", out)))
+    return out.strip(), shown
+
+
+def interleaved_messages(prompt: Prompt, images: Sequence[str | Path], **values: Any) -> list[dict[str, Any]]:
+    """`prompt.messages(**values)`, except that the user text is split at each slot marker (see
+    `render_passage`) and the next of `images` goes there as an image part: text, image, text."""
+    msgs = prompt.messages(**values)
+    pieces = msgs[-1]["content"].split(_SLOT)
+    if len(pieces) - 1 != len(images):
+        raise ValueError(f"{len(pieces) - 1} image slots in the passage but {len(images)} images")
+    if not images:
+        return msgs
+    parts: list[dict[str, Any]] = []
+    for i, piece in enumerate(pieces):
+        if piece:
+            parts.append({"type": "text", "text": piece})
+        if i < len(images):
+            parts.append(image_part(images[i]))
+    return [*msgs[:-1], {"role": "user", "content": parts}]
+
+
+def _passage_messages(prompt: Prompt, record: Mapping[str, Any], condition: str, ctx: Context,
+                      **values: Any) -> list[dict[str, Any]]:
+    """The messages for one record's reference ({text, images: [path, ...]}) under `condition`;
+    image paths are relative to the `image_root` resource (the references file's folder)."""
+    ref = record["reference"]
+    text, shown = render_passage(ref["text"], condition)
+    images = [ctx.image_path(ref["images"][i - 1]) for i in shown]
+    return interleaved_messages(prompt, images, passage_raw=text, **values)
+
+
+# --------------------------------------------------------------------------------------------------
+# probe generation
+
+
+class Probe(Reply):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kind: Kind
+    question: NonBlank
+    answer: NonBlank
+
+
+class ProbeReply(Reply):
+    """The generator's reply: exactly this object (no other keys, closed kinds, no placeholders)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    probes: list[Probe]
+
+
+def probe_id(ref_id: str, kind: str, k: int) -> str:
+    return f"{ref_id}::{kind}::{k}"
+
+
+class ProbeConfig(StageConfig):
+    role: str = "vision"  # the multimodal model that writes the probes
+    per_kind: int = Field(2, ge=1)
+
+
+@register_stage
+class ProbeGeneration(Stage):
+    """Records {id, reference: {text, images}}; adds `probes` [{id, kind, question, answer}] —
+    exactly `per_kind` of each kind, or the record is `invalid` (a short or lopsided set would
+    change what the study measures)."""
+
+    name = "ablation-probes"
+    version = "1"
+    config_model = ProbeConfig
+    prompts = (GENERATE_PROBES,)
+
+    async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        n = self.config.per_kind
+        msgs = _passage_messages(GENERATE_PROBES, record, "full", ctx, per_kind=n)
+        who = f"generator ({self.config.role})"
+        reply, res = await call_model(ctx.role(self.config.role), msgs, ProbeReply, ctx=ctx, who=who,
+                                      prompt_version=GENERATE_PROBES.id)
+        try:  # strict JSON: the whole reply is the object, no prose or second block around it
+            extract_json(res.text, strict=True)
+        except ValueError as exc:
+            raise Invalid(f"{who} reply unusable: {exc}") from None
+        got = Counter(p.kind for p in reply.probes)
+        if any(got[k] != n for k in KINDS):
+            raise Invalid(f"{who} reply unusable: expected {n} probes of each kind, got "
+                          + ", ".join(f"{got[k]} {k}" for k in KINDS))
+        seen: Counter[str] = Counter()
+        probes = []
+        for p in reply.probes:
+            seen[p.kind] += 1
+            probes.append({"id": probe_id(record["id"], p.kind, seen[p.kind]), **p.model_dump()})
+        return {**record, "probes": probes, "generator": res.provenance.model_dump(mode="json", exclude_none=True)}
+
+
+# --------------------------------------------------------------------------------------------------
+# the reader
+
+
+class ReaderConfig(StageConfig):
+    role: str = "answerer"  # the model that reads; its temperature is the role's own
+
+
+@register_stage
+class PassageReader(Stage):
+    """Records {id, condition, question, reference: {text, images}}; adds `response`, the reader's
+    answer from the reference rendered under `condition`. The probe's answer is not in the record."""
+
+    name = "ablation-read"
+    version = "1"
+    config_model = ReaderConfig
+    prompts = (READ_PASSAGE,)
+
+    def messages(self, record: Mapping[str, Any], ctx: Context) -> list[dict[str, Any]]:
+        """What the reader is sent for `record`: the same instructions under every condition."""
+        return _passage_messages(READ_PASSAGE, record, record["condition"], ctx, question=record["question"])
+
+    async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        res = await ctx.role(self.config.role).chat(self.messages(record, ctx), prompt_version=READ_PASSAGE.id)
+        ctx.add_usage(res.usage)
+        if res.status == "error":
+            raise ModelCallError(f"reader ({self.config.role}) call failed: {res.reason}")
+        if res.status != "ok" or not (res.text or "").strip():
+            raise Invalid(f"reader ({self.config.role}) reply unusable: {res.reason or 'empty reply'}")
+        return {**record, "response": res.text.strip(),
+                "reader": res.provenance.model_dump(mode="json", exclude_none=True)}
+
+
+# --------------------------------------------------------------------------------------------------
+# statistics
+
+
+def _ci_json(ci: CI) -> dict[str, float] | None:
+    return None if ci.estimate != ci.estimate else ci.scaled(100.0).to_json()
+
+
+def _cells(probes: Sequence[Mapping[str, Any]], n_resamples: int, seed: int, name: str) -> dict[str, Any]:
+    """Accuracy per condition and the paired differences over `probes` (all complete, one kind)."""
+    clusters = [p["ref_id"] for p in probes]
+    x = {c: np.array([p["conditions"][c]["outcome"] == "correct" for p in probes], dtype=np.float64)
+         for c in CONDITIONS}
+    out: dict[str, Any] = {"n": len(probes), "n_references": len(set(clusters))}
+    for c in CONDITIONS:
+        ci = cluster_bootstrap_ci(x[c], clusters, n_resamples=n_resamples, seed=_sub_seed(seed, f"{name}/{c}"))
+        out[c] = {"correct": int(x[c].sum()), "ci": _ci_json(ci)}
+    for a, b in DIFFERENCES:
+        ci = cluster_bootstrap_ci(x[a] - x[b], clusters, n_resamples=n_resamples,
+                                  seed=_sub_seed(seed, f"{name}/{a}-{b}"))
+        out[f"{a}-{b}"] = {"ci": _ci_json(ci), "gained": int(((x[a] == 1) & (x[b] == 0)).sum()),
+                           "lost": int(((x[a] == 0) & (x[b] == 1)).sum())}
+    return out
+
+
+def _complete(p: Mapping[str, Any]) -> bool:
+    return all(p["conditions"][c]["outcome"] in GRADED for c in CONDITIONS)
+
+
+def ablation_statistics(probes: Iterable[Mapping[str, Any]], *, n_resamples: int = DEFAULT_RESAMPLES,
+                        seed: int = 0) -> dict[str, Any]:
+    """Accuracy tables over the probes the positive control kept.
+
+    Each probe is {ref_id, intent, kind, conditions: {text|placeholder|full: {outcome}}}, outcome a
+    judge label or reader_error / reader_invalid / judge_error / judge_invalid. Denominator: the
+    probes graded in all three conditions ("complete"), so every condition of a kind is measured on
+    the same probes and the differences are paired; a probe with an error or invalid reply in any
+    condition is left out of all three and counted (`incomplete`, by condition and outcome). CIs:
+    95% percentile, cluster bootstrap over reference items, seeded per cell (`_sub_seed`)."""
+    kept = list(probes)
+    complete = [p for p in kept if _complete(p)]
+    failures: dict[str, Counter[str]] = {c: Counter() for c in CONDITIONS}
+    for p in kept:
+        for c in CONDITIONS:
+            if p["conditions"][c]["outcome"] not in GRADED:
+                failures[c][p["conditions"][c]["outcome"]] += 1
+    by_kind = {k: _cells([p for p in complete if p["kind"] == k], n_resamples, seed, k) for k in KINDS}
+    intents = sorted({p.get("intent") or "(none)" for p in complete})
+    by_intent = []
+    for intent in intents:
+        for k in KINDS:
+            sub = [p for p in complete if p["kind"] == k and (p.get("intent") or "(none)") == intent]
+            if sub:
+                by_intent.append({"intent": intent, "kind": k, **_cells(sub, n_resamples, seed, f"{intent}/{k}")})
+    return {
+        "by_kind": by_kind, "by_intent": by_intent,
+        "kept": {k: sum(p["kind"] == k for p in kept) for k in KINDS},
+        "complete": {k: sum(p["kind"] == k for p in complete) for k in KINDS},
+        "incomplete": {k: sum(p["kind"] == k and not _complete(p) for p in kept) for k in KINDS},
+        "ungraded_by_condition": {c: dict(sorted(failures[c].items())) for c in CONDITIONS},
+    }
