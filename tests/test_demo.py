@@ -72,3 +72,19 @@ def test_demo_cli_with_llm_server(tmp_path):
     assert {p["producer"]["model"] for p in preds} == {"fake-vlm"}
     manifest = json.loads((tmp_path / "d/manifest.json").read_text())
     assert manifest["llm"]["model"] == "fake-vlm"
+
+
+def test_demo_interleaved_outputs_render_in_report_build(tmp_path):
+    """The demo's IVR-12 summaries and comparison (rules mode) are accepted by `kbvqa report build`."""
+
+
+    res = run_demo(tmp_path / "d")
+    folder = tmp_path / "d" / "interleaved"
+    assert json.loads((folder / "agent.ivr12.summary.json").read_text())["kind"] == "ivr12"
+    funnel = json.loads((folder / "reference_build" / "funnel.json").read_text())
+    assert funnel["stages"][0]["in"] == 15  # every community item entered reference construction
+    result = CliRunner().invoke(app, ["report", "build", str(folder)])
+    assert result.exit_code == 0, result.output
+    html = (folder / "index.html").read_text(encoding="utf-8")
+    assert "IVR-12: references vs model outputs" in html and "Visual quality" in html
+    assert "Interleaved answers: IVR-12" in res.report.read_text(encoding="utf-8")

@@ -489,8 +489,8 @@ def test_check_tags_and_renumber():
     assert check_tags(t, 3) == ([3, 1], [])
     assert renumber(t, [3, 1]) == f"A.\n{tag_line(1)}\nB.\n{tag_line(2)}"
     kinds = lambda text, n=3: [v["kind"] for v in check_tags(text, n)[1]]  # noqa: E731
-    assert kinds('<image>{"candidate_images": 4}</image>') == ["index_out_of_range"]
-    assert kinds('<image>{"candidate_images": 0}</image>') == ["index_out_of_range"]
+    assert kinds('<image>{"candidate_images": 4}</image>') == ["idx_out_of_range"]
+    assert kinds('<image>{"candidate_images": 0}</image>') == ["idx_out_of_range"]
     assert kinds('<image>2</image>') == ["malformed_tag"]
     assert kinds('<image>{"candidate_images": "2"}</image>') == ["malformed_tag"]
     assert kinds('<image>{"candidate_images": 2, "idx": 1}</image>') == ["malformed_tag"]
@@ -532,7 +532,7 @@ def test_synthesis_validates_indices_and_drops_unused(tmp_path, qimg):
     assert good["draft"]["text"] == renumber(GOOD, [3, 1])
     assert [im["sha256"] for im in good["draft"]["images"]] == [cands[2]["sha256"], cands[0]["sha256"]]
     assert good["draft"]["unused"] == [cands[1]["sha256"]] and good["funnel"]["draft"]["dropped"] == {"unused": 1}
-    assert lines["range"]["status"] == "invalid" and "index_out_of_range" in lines["range"]["reason"]
+    assert lines["range"]["status"] == "invalid" and "idx_out_of_range" in lines["range"]["reason"]
     assert lines["bad"]["status"] == "invalid" and "malformed_tag" in lines["bad"]["reason"]
     assert lines["twice"]["status"] == "invalid" and "duplicate_image" in lines["twice"]["reason"]
 

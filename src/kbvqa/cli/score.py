@@ -193,3 +193,97 @@ def convert_predictions(
     _show(lambda: convert(source, method, out, references=references, dataset=dataset, duplicates=duplicates,
                           id_key=id_key, answer_key=answer_key, extract=extract, raw_outputs=raw_outputs,
                           allow_gt_order=allow_gt_order), as_json)
+
+
+@app.command("ivr12")
+def ivr12(
+    predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
+                                     help="Agent prediction lines (answer with image tags, meta.provenance), or the "
+                                          "NoteVQA references themselves (their `reference` is judged)."),
+    samples: Path = typer.Option(..., "--samples", "-s", exists=True, dir_okay=False,
+                                 help="The benchmark (question, short reference, query images), e.g. NoteVQA JSONL."),
+    source: str = typer.Option("auto", "--source", help="What --predictions holds: auto (NoteVQA lines with a "
+                                                        "`reference` are references), predictions or references."),
+    config: Optional[Path] = _CONFIG,
+    judge_role: Optional[list[str]] = typer.Option(None, "--judge-role", help="Model role used as a judge; repeat "
+                                                   "for several judges (default 'judge' with --config)."),
+    judge_base_url: Optional[str] = _JUDGE_URL,
+    judge_model: Optional[list[str]] = typer.Option(None, "--judge-model", help="Judge model name; repeat for "
+                                                    "several judges on one --judge-base-url."),
+    judge_replay: Optional[Path] = _JUDGE_REPLAY,
+    repeats: int = typer.Option(1, "--repeats", min=1,
+                                help="Calls per group per judge (agreement by Krippendorff's α)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0,
+                                                help="Judge temperature (default 0; 0.7 with --repeats > 1)."),
+    rubric: Optional[Path] = typer.Option(None, "--rubric", exists=True, dir_okay=False,
+                                          help="A rubric TOML (default: the packaged IVR-12 reconstruction)."),
+    image_root: Optional[Path] = typer.Option(None, "--image-root", file_okay=False,
+                                              help="Folder of relative image paths (default: each file's folder)."),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, help="Items and judge requests in flight."),
+    out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Per-item verdict journal (default "
+                                       "<predictions stem>.ivr12.jsonl); manifest and .summary.json beside it."),
+    resume: bool = _RESUME,
+    require_complete: bool = typer.Option(False, "--require-complete",
+                                          help="Exit 1 when any item ended invalid or error."),
+    as_json: bool = _JSON,
+) -> None:
+    """IVR-12 rubric judge for interleaved answers: 12 dimensions (1-5) in three groups and two gates, gated
+    and ungated means with their denominators. Without a judge model, only what rules can measure
+    (tags gate, non-redundancy, visual quality, conciseness); the rest is n/a."""
+    from kbvqa.cli.common import print_result
+    from kbvqa.evaluate.ivr12 import SOURCES
+    from kbvqa.pipelines.score import ivr12_files, judge_clients
+    from kbvqa.report.summaries import ivr12_tables
+
+    if source not in SOURCES:
+        fail(f"--source must be one of {', '.join(SOURCES)}, not {source!r}")
+    try:
+        judges = judge_clients(config=config, roles=judge_role, base_url=judge_base_url, models=judge_model,
+                               replay=judge_replay, concurrency=concurrency)
+        summary = ivr12_files(predictions, samples, judges, out=out, resume=resume, concurrency=concurrency,
+                              repeats=repeats, temperature=temperature, rubric=rubric, source=source,
+                              image_root=image_root, progress=not as_json)
+    except _ERRORS as exc:
+        fail(exc)
+    if as_json:
+        for w in summary["warnings"]:  # without --json they are printed under the table
+            typer.echo(f"warning: {w}", err=True)
+        emit_json(summary)
+    else:
+        for table in ivr12_tables(summary):
+            print_result(table)
+        typer.echo(f"journal {summary['out']}, manifest {summary['manifest']}, summary {summary['summary']}")
+    if require_complete and not summary["complete"]:
+        st = summary["status"]
+        fail(f"--require-complete: {st['invalid']} invalid and {st['error']} error items in {summary['out']} "
+             "(run again to retry them)", code=1)
+
+
+@app.command("ivr12-compare")
+def ivr12_compare(
+    a: Path = typer.Argument(..., exists=True, dir_okay=False, help="IVR-12 summary A (e.g. the references)."),
+    b: Path = typer.Argument(..., exists=True, dir_okay=False, help="IVR-12 summary B (e.g. the agent's answers)."),
+    names: Optional[str] = typer.Option(None, "--names", help="Labels of A and B, e.g. references,agent."),
+    allow_different_rubrics: bool = typer.Option(False, "--allow-different-rubrics",
+                                                 help="Compare summaries made under different rubric files."),
+    out: Optional[Path] = typer.Option(None, "--out", dir_okay=False,
+                                       help="Also write the comparison as JSON (kind ivr12-compare) for reports."),
+    as_json: bool = _JSON,
+) -> None:
+    """Two IVR-12 runs side by side with per-dimension gaps A - B (seed 001 Table 3 shape)."""
+    from kbvqa.cli.common import print_result
+    from kbvqa.pipelines.score import ivr12_compare_files
+    from kbvqa.report.summaries import ivr12_compare_table
+
+    labels = [x.strip() for x in names.split(",")] if names else None
+    if labels is not None and (len(labels) != 2 or not all(labels)):
+        fail(f"--names takes two non-empty labels separated by a comma, got {names!r}")
+    try:
+        res = ivr12_compare_files(a, b, names=(labels[0], labels[1]) if labels else None,
+                                  allow_different_rubrics=allow_different_rubrics, out=out)
+    except _ERRORS as exc:
+        fail(exc)
+    if as_json:
+        emit_json(res)
+    else:
+        print_result(ivr12_compare_table(res))

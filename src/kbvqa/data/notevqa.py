@@ -21,9 +21,11 @@ reference and source in `meta`; the short reference becomes `answers`.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -92,3 +94,58 @@ def read_notevqa(path: str | Path, *, policy: ErrorPolicy | None = None, **_: An
 
 def write_notevqa(samples: Iterable[Sample], path: str | Path, **_: Any) -> int:
     return write_jsonl(path, (notevqa_record(s) for s in samples))
+
+
+# ------------------------------------------------------------------------------ reference image tags
+
+_TAG = re.compile(r"<image>(.*?)</image>", re.S)
+_TAG_PARTS = re.compile(r"</?image>")
+
+
+class ReferenceTag(NamedTuple):
+    """One well-formed `<image>{"candidate_images": N}</image>` tag: its span and N (1-based)."""
+
+    start: int
+    end: int
+    index: int
+    raw: str
+
+
+def candidate_tag(n: int) -> str:
+    """The canonical spelling of a reference image tag."""
+    return f'<image>{{"candidate_images": {n}}}</image>'
+
+
+def reference_tags(text: str, n_images: int | None = None, *,
+                   allow_duplicates: bool = False) -> tuple[list[ReferenceTag], list[dict[str, Any]]]:
+    """The one parser of reference image tags: (well-formed tags in order, violations). A violation
+    is {kind, tag, detail}: malformed_tag (not exactly {"candidate_images": positive int}, or an
+    unpaired <image>/</image> marker), idx_out_of_range (with `n_images`: past the image list),
+    duplicate_image (an image cited again; its tag is not in the list). Callers decide which
+    violations matter: reference construction and IVR-12 refuse all; the image ablation shows an
+    image cited twice twice (`allow_duplicates`)."""
+    tags: list[ReferenceTag] = []
+    violations: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for m in _TAG.finditer(text):
+        try:
+            obj = json.loads(m.group(1))
+        except ValueError:
+            obj = None
+        n = obj.get("candidate_images") if isinstance(obj, dict) and set(obj) == {"candidate_images"} else None
+        if type(n) is not int:
+            violations.append({"kind": "malformed_tag", "tag": m.group(0),
+                               "detail": 'the tag must be exactly <image>{"candidate_images": N}</image>'})
+        elif n < 1 or (n_images is not None and n > n_images):
+            violations.append({"kind": "idx_out_of_range", "tag": m.group(0), "index": n,
+                               "detail": f"{n} is not between 1 and {n_images if n_images is not None else 'N'}"})
+        elif n in seen and not allow_duplicates:
+            violations.append({"kind": "duplicate_image", "tag": m.group(0), "detail": f"image {n} cited twice"})
+        else:
+            seen.add(n)
+            tags.append(ReferenceTag(m.start(), m.end(), n, m.group(0)))
+    stray = len(_TAG_PARTS.findall(_TAG.sub("", text)))
+    if stray:
+        violations.append({"kind": "malformed_tag", "tag": "<image>/</image>",
+                           "detail": f"{stray} unpaired <image> or </image> marker(s)"})
+    return tags, violations

@@ -132,6 +132,25 @@ def _agent(bench: DemoBench, kb: KBStore, index: ImageIndex, out: Path, progress
     return run, stats, community
 
 
+def _interleaved_evaluation(bench: DemoBench, kb: KBStore, community: Path, agent_out: Path, out: Path,
+                            progress: bool) -> dict[str, Any]:
+    """IVR-12 in rules mode (no judge model) on the agent's answers and on the references, their
+    comparison, and a reference-construction run over the local tools up to its first VLM stage."""
+    from kbvqa.pipelines.reference import build_references
+    from kbvqa.pipelines.score import ivr12_compare_files, ivr12_files
+
+    out.mkdir(parents=True, exist_ok=True)
+    agent = ivr12_files(agent_out, community, [], out=out / "agent.ivr12.jsonl", resume=False,
+                        image_root=bench.root, progress=progress)
+    refs = ivr12_files(community, community, [], out=out / "references.ivr12.jsonl", resume=False,
+                       image_root=bench.root, progress=progress)
+    compare = ivr12_compare_files(out / "references.ivr12.summary.json", out / "agent.ivr12.summary.json",
+                                  names=("references", "agent"), out=out / "ivr12.compare.json")
+    funnel = build_references(community, agent_out, out / "reference_build", kb=kb, kb_images=bench.root,
+                              tools="local", image_root=bench.root, resume=False, progress=progress)
+    return {"ivr12_agent": agent, "ivr12_references": refs, "ivr12_compare": compare, "reference_funnel": funnel.as_dict()}
+
+
 def _retrieval_records(predictions: Path, out: Path) -> Path:
     write_jsonl(out, ({"id": rec["id"], "retrieved": rec.get("retrieved", []), "stage": "initial"}
                       for rec in read_results(predictions)))
@@ -198,6 +217,11 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
     scores["agent"] = agent_stats
     tick("agent", t0)
 
+    t0 = time.monotonic()
+    interleaved = _interleaved_evaluation(bench, kb, community, out / "agent" / "predictions.jsonl",
+                                          out / "interleaved", progress)
+    tick("interleaved_evaluation", t0)
+
     audited = {r["id"]: r for r in read_results(out / "audit" / "audited.jsonl")}
     predictions = {r["id"]: r for r in read_results(answers / "predictions_original.jsonl")}
     found = sum(1 for sid in bench.flaws if (audited.get(sid, {}).get("audit") or {}).get("action") in ("drop", "repair")
@@ -210,7 +234,7 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
 
     t0 = time.monotonic()
     report = _report(out, bench, audit, audited, predictions, scores, found, n_fixed, producer, aug_stats,
-                     list(read_results(out / "agent" / "predictions.jsonl")))
+                     list(read_results(out / "agent" / "predictions.jsonl")), interleaved)
     tick("report", t0)
 
     manifest = out / "manifest.json"
@@ -222,6 +246,7 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
         "runs": {"audit": audit.get("run"), "answer_original": str(run_orig.manifest),
                  "answer_fixed": str(run_fixed.manifest), "agent": str(agent_run.manifest)},
         "community_set": str(community),
+        "interleaved": {k: v.get("out") if isinstance(v, dict) else None for k, v in interleaved.items()},
         "timings_s": timings, "wall_seconds": round(time.monotonic() - started, 3),
     }, indent=2), encoding="utf-8")
     kb.close()
@@ -264,6 +289,25 @@ def _agent_blocks(out: Path, stats: dict[str, Any], preds: list[dict[str, Any]])
     return blocks
 
 
+def _interleaved_blocks(res: dict[str, Any]) -> list[tuple[str, Any]]:
+    """IVR-12 (rules mode) of references vs the agent, and the reference-construction funnel."""
+    from kbvqa.report.summaries import ivr12_compare_table
+
+    t = ivr12_compare_table(res["ivr12_compare"])
+    funnel = res["reference_funnel"]
+    return [
+        ("h2", "Interleaved answers: IVR-12 and reference construction"),
+        ("note", "IVR-12 in rules mode (no judge model is configured): only the tags gate, non-redundancy, visual "
+                 "quality and conciseness are measured; the other dimensions are n/a and need a judge model. "
+                 f"Scorer: {res['ivr12_agent']['scorer']}."),
+        ("table", Table([dict(zip(t.columns, row)) for row in t.rows], caption=t.caption)),
+        ("table", Table([{"stage": st.get("stage"), "in": st.get("in"), "ok": st.get("ok"),
+                          "stopped": st.get("stopped") or st.get("stopped_by") or "", "drops": st.get("drops") or ""}
+                         for st in funnel["stages"]], caption="reference construction over the local tools, offline "
+                                                              "(it stops at the first stage that needs a VLM)")),
+    ]
+
+
 _VARIANT_DIRS = {"method1": "intra (same-kind distractor)", "method2": "inter (different-kind distractor)",
                  "blank": "blank panel", "double": "anchor twice"}
 
@@ -274,7 +318,7 @@ def _pct(x: float | None) -> str:
 
 def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[str, dict], predictions: dict[str, dict],
             scores: dict[str, Any], found: int, n_fixed: int, producer: dict | None,
-            aug_stats: dict[str, Any], agent_preds: list[dict[str, Any]]) -> Path:
+            aug_stats: dict[str, Any], agent_preds: list[dict[str, Any]], interleaved: dict[str, Any]) -> Path:
     answerer = Provenance.model_validate(producer) if producer else None
     who = f"{answerer.backend}:{answerer.model}" if answerer else "none"
     blocks: list[tuple[str, Any]] = [
@@ -320,6 +364,7 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
                      (next(iter(sorted(d.glob("*.jpg"))), None)
                       for d in sorted((out / "augment" / "composites").iterdir())) if p is not None]),
         *_agent_blocks(out, scores["agent"], agent_preds),
+        *_interleaved_blocks(interleaved),
         ("h2", "Items"),
         ("table", Table([{"image": f"bench/{(audited.get(sid) or {}).get('images', [''])[0]}", "id": sid,
                           "question": p.get("meta", {}).get("question"),

@@ -10,6 +10,7 @@ from kbvqa.registry import Registry
 
 METRICS: Registry = Registry("metric", modules=(
     "kbvqa.evaluate.infoseek", "kbvqa.evaluate.evqa", "kbvqa.evaluate.judge", "kbvqa.evaluate.retrieval",
+    "kbvqa.evaluate.ivr12",
 ))
 
 

@@ -22,15 +22,16 @@ stages are in kbvqa.pipelines.ablation.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, NamedTuple, Sequence, get_args
+from typing import Any, Iterable, Literal, Mapping, Sequence, get_args
 
 import numpy as np
 from pydantic import ConfigDict, Field
 
+from kbvqa.data.notevqa import ReferenceTag
+from kbvqa.data.notevqa import reference_tags as parse_reference_tags
 from kbvqa.evaluate.studies import DEFAULT_RESAMPLES, CI, _sub_seed, cluster_bootstrap_ci
 from kbvqa.models.images import image_part
 from kbvqa.models.jsonx import extract_json
@@ -53,7 +54,6 @@ DIFFERENCES = (("full", "text"), ("placeholder", "text"), ("full", "placeholder"
 #: Judge labels that grade an answer; anything else (reader or judge error/invalid) leaves it ungraded.
 GRADED = ("correct", "incorrect", "not_attempted")
 
-_TAG = re.compile(r"<image>(.*?)</image>", re.S)
 #: Where an image goes in the rendered prompt text; never sent (the text is split there).
 _SLOT = "\x00image\x00"
 
@@ -62,33 +62,16 @@ _SLOT = "\x00image\x00"
 # the three renderings
 
 
-class ReferenceTag(NamedTuple):
-    """One `<image>{"candidate_images": N}</image>` tag: its span in the text and N (1-based index
-    into reference.images)."""
-
-    start: int
-    end: int
-    index: int
-
-
 def reference_tags(text: str, n_images: int | None = None) -> list[ReferenceTag]:
-    """Every image tag of a reference text, in order. A tag that is not exactly
-    {"candidate_images": positive int}, an unclosed `<image>` or (with `n_images`) an index past
-    the image list is a ValueError naming the tag, so a broken reference fails where it is read."""
-    tags = []
-    for m in _TAG.finditer(text):
-        try:
-            obj = json.loads(m.group(1))
-        except ValueError:
-            obj = None
-        idx = obj.get("candidate_images") if isinstance(obj, dict) and len(obj) == 1 else None
-        if not isinstance(idx, int) or isinstance(idx, bool) or idx < 1:
-            raise ValueError(f"malformed image tag {m.group(0)!r}: expected <image>{{\"candidate_images\": N}}</image>")
-        if n_images is not None and idx > n_images:
-            raise ValueError(f"image tag {m.group(0)!r} cites image {idx} but the reference has {n_images}")
-        tags.append(ReferenceTag(m.start(), m.end(), idx))
-    if text.count("<image>") != len(tags):
-        raise ValueError("an <image> tag is not closed by </image>")
+    """Every image tag of a reference text, in order (kbvqa.data.notevqa.reference_tags; an image
+    cited twice is shown twice). A malformed, unclosed or out-of-range tag is a ValueError naming
+    it, so a broken reference fails where it is read."""
+    tags, violations = parse_reference_tags(text, n_images, allow_duplicates=True)
+    if violations:
+        v = violations[0]
+        if v["kind"] == "idx_out_of_range":
+            raise ValueError(f"image tag {v['tag']!r} cites image {v['index']} but the reference has {n_images}")
+        raise ValueError(f"malformed image tag {v['tag']!r}: {v['detail']}")
     return tags
 
 

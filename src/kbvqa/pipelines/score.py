@@ -263,3 +263,124 @@ def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: A
     return {"kind": "agent-failures", "predictions": str(predictions), "verdicts": str(verdicts), "out": str(out),
             "manifest": str(summary.manifest),
             "judge": f"{prov.backend}:{prov.model}" if prov is not None else type(judge).__name__, **table}
+
+
+# --------------------------------------------------------------------------------------------------
+# IVR-12 rubric judge (seed 001 §3.3)
+
+
+def judge_clients(*, config: Path | None = None, roles: list[str] | None = None, base_url: str | None = None,
+                  models: list[str] | None = None, replay: Path | None = None, concurrency: int = 16) -> list[Any]:
+    """Several judges, or none (an empty list: the embedded rules default).
+
+    `--judge-role` may be repeated (each a role of kbvqa.toml / KBVQA_<ROLE>_*; a role that lists
+    several models — `[[models.verifier]]` — gives all of them), and `--judge-model` may be repeated
+    with one `--judge-base-url` (one client each, each with `concurrency` slots). Mixing the two
+    ways is an error, as in `judge_client`."""
+    models = list(models or [])
+    if config is not None or roles:
+        if base_url or models or replay is not None:
+            raise ConfigError("choose either --config/--judge-role or --judge-base-url/--judge-model/--judge-replay")
+        built = roles_from_flags(config)
+        out: list[Any] = []
+        for role in roles or ["judge"]:
+            if role not in built:
+                one_role(built, role, where=str(config) if config is not None else "the environment")  # raises
+            c = built[role]
+            out.extend(c if isinstance(c, list) else [c])
+        return out
+    if replay is not None:
+        return [judge_client(replay=replay, concurrency=concurrency)]
+    if base_url and not models:
+        raise ConfigError("an LLM judge needs both --judge-base-url and --judge-model")
+    if len(set(models)) != len(models):
+        raise ConfigError(f"--judge-model names a model twice: {models}")
+    return [judge_client(base_url=base_url, model=m, concurrency=concurrency) for m in models]
+
+
+def _client_label(client: Any) -> str:
+    prov = getattr(client, "provenance", None)
+    return f"{prov.backend}:{prov.model}" if prov is not None and prov.model else type(client).__name__
+
+
+def ivr12_files(predictions: Path, samples: Path, judges: list[Any], *, out: Path | None = None,
+                resume: bool = True, concurrency: int = 16, repeats: int = 1, temperature: float | None = None,
+                rubric: Path | None = None, source: str = "auto", image_root: Path | None = None,
+                progress: bool = False) -> dict[str, Any]:
+    """`kbvqa score ivr12`: every sample's answer (or reference) judged on the IVR-12 rubric as a runner
+    job (journal `out`, default `<predictions stem>.ivr12.jsonl`; manifest beside it), then the summary
+    (kbvqa.evaluate.ivr12.summarize) written to `<out stem>.summary.json` and returned.
+
+    No judges: rules mode. `temperature` None is 0 for one repeat and 0.7 for several (repeats at
+    temperature 0 would only measure server nondeterminism)."""
+    import json
+
+    from kbvqa.data.formats import read_samples
+    from kbvqa.evaluate import ivr12 as iv
+    from kbvqa.runner import read_results
+
+    if repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    if repeats > 1 and not judges:
+        raise ValueError("--repeats needs a judge model (rules are deterministic)")
+    temperature = (0.0 if repeats == 1 else 0.7) if temperature is None else temperature
+    rb = iv.load_rubric(rubric)
+    inputs = iv.build_records(predictions, read_samples(samples), source=source, samples_path=samples,
+                              image_root=image_root)
+    labels = [_client_label(c) for c in judges]
+    mode = "judge" if judges else "rules"
+    settings = {"rubric": rb.sha256, "judges": labels, "repeats": repeats, "temperature": temperature, "mode": mode}
+    for rec in inputs.records:
+        rec["ivr12_input"] = iv.input_hash(rec, settings)
+    out = out or _beside(predictions, "ivr12")
+    if resume:
+        iv.check_resumable(out, inputs.records)
+    warnings = iv.self_judging_warnings([getattr(getattr(c, "provenance", None), "model", None) or ""
+                                         for c in judges], inputs.producers)
+    if repeats > 1 and temperature == 0:
+        warnings.append("--repeats > 1 at temperature 0: the repeats only measure server nondeterminism")
+    config = iv.IVR12Config(rubric=str(rubric) if rubric is not None else None, repeats=repeats,
+                            temperature=temperature)
+    run_summary = iv.ivr12_job(judges, config).run(
+        inputs.records, out=out, resume=resume, concurrency=concurrency, progress=progress,
+        run_config={"task": "ivr12", "predictions": str(predictions), "samples": str(samples), "source": inputs.source,
+                    "rubric": rb.describe(), "mode": mode, "judges": labels, "repeats": repeats,
+                    "temperature": temperature, "warnings": warnings})
+    wanted = {r["id"] for r in inputs.records}
+    lines = [x for x in read_results(out) if x["id"] in wanted]
+    summary = iv.summarize(lines, rb, judges=labels, mode=mode)
+    summary.update({
+        "source": inputs.source, "predictions": str(predictions), "samples": str(samples), "judges": labels,
+        "repeats": repeats, "temperature": temperature if judges else None, "warnings": warnings,
+        "n_unknown_ids": inputs.n_unknown_ids, "n_duplicate_ids": inputs.n_duplicate_ids,
+        "out": str(out), "manifest": str(run_summary.manifest),
+        "run": {"ok": run_summary.ok, "error": run_summary.error, "invalid": run_summary.invalid,
+                "skipped": run_summary.skipped, "calls": run_summary.usage.calls}})
+    summary_path = out.with_name(out.stem + ".summary.json")
+    summary["summary"] = str(summary_path)
+    summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return summary
+
+
+def ivr12_compare_files(a: Path, b: Path, *, names: tuple[str, str] | None = None,
+                        allow_different_rubrics: bool = False, out: Path | None = None) -> dict[str, Any]:
+    """`kbvqa score ivr12-compare A.summary.json B.summary.json`: Table 3 of seed 001 (A − B gaps),
+    written to `out` as JSON too when given."""
+    import json
+
+    from kbvqa.evaluate.io import ScoreInputError
+    from kbvqa.evaluate.ivr12 import compare_summaries
+
+    docs = []
+    for p in (a, b):
+        try:
+            docs.append(json.loads(Path(p).read_text(encoding="utf-8")))
+        except ValueError as exc:
+            raise ScoreInputError(p, None, None, f"not a JSON summary: {exc}") from None
+    names = names or (Path(a).name.removesuffix(".summary.json"), Path(b).name.removesuffix(".summary.json"))
+    res = compare_summaries(docs[0], docs[1], names, allow_different_rubrics=allow_different_rubrics)
+    res["files"] = [str(a), str(b)]
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(res, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return res

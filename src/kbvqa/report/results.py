@@ -3,7 +3,8 @@
 Inputs are the JSON files kbvqa writes:
 
 * ``*.study.json`` from ``kbvqa study`` (kind ``by-group``, ``compare``, ``retrieval-2x2``, ``agent-tools``
-  , ``agent-failures`` or ``image-ablation``);
+  , ``agent-failures`` or ``image-ablation``); IVR-12 summaries (``*.summary.json``, kind ``ivr12``) and
+  comparisons (kind ``ivr12-compare``);
 * ``*.retrieval.json``: the ``kbvqa score retrieval --json`` output (Recall@K per stage);
 * any other ``kbvqa score ... --json`` summary passed explicitly (one row per file in a scores table).
 
@@ -22,7 +23,8 @@ from typing import Any
 
 from kbvqa.report import plots
 from kbvqa.report.html import Figure, Table, render_page
-from kbvqa.report.summaries import agent_failures_table, agent_tools_tables, image_ablation_tables
+from kbvqa.report.summaries import (agent_failures_table, agent_tools_tables, image_ablation_tables, ivr12_compare_table,
+                                     ivr12_tables)
 from kbvqa.report.tables import ResultTable, to_markdown, write_table
 
 __all__ = ["ReportOutput", "collect_inputs", "build_report"]
@@ -53,11 +55,13 @@ def _slug(text: str) -> str:
 
 
 def collect_inputs(results_dir: str | Path) -> list[Path]:
-    """The study and retrieval JSON files directly inside a results folder, sorted by name."""
+    """The study, retrieval and IVR-12 JSON files directly inside a results folder, sorted by name
+    (`*.summary.json` files other than IVR-12's are passed over: build_report lists them as skipped)."""
     d = Path(results_dir)
     if not d.is_dir():
         raise FileNotFoundError(f"{d}: not a directory")
-    return sorted([*d.glob("*.study.json"), *d.glob("*.retrieval.json")])
+    return sorted([*d.glob("*.study.json"), *d.glob("*.retrieval.json"), *d.glob("*.summary.json"),
+                   *d.glob("*.compare.json")])
 
 
 def _ci(c: dict[str, float]) -> str:
@@ -173,6 +177,14 @@ def _image_ablation(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
                     [(png.name, f"accuracy per condition with cluster-bootstrap 95% CIs, {obj['scorer']}")])
 
 
+def _ivr12(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    return _Section(f"IVR-12: {stem}", [], ivr12_tables(obj), [])
+
+
+def _ivr12_compare(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    return _Section("IVR-12: references vs model outputs", [], [ivr12_compare_table(obj)], [])
+
+
 def _agent_tools(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
     return _Section("Search agent: tool usage", [], agent_tools_tables(obj), [])
 
@@ -182,7 +194,8 @@ def _agent_failures(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
 
 
 _BUILDERS = {"by-group": _by_group, "compare": _compare, "retrieval-2x2": _two_by_two, "agent-tools": _agent_tools,
-             "agent-failures": _agent_failures, "image-ablation": _image_ablation}
+             "agent-failures": _agent_failures, "image-ablation": _image_ablation, "ivr12": _ivr12,
+             "ivr12-compare": _ivr12_compare}
 
 
 def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = "kbvqa results",

@@ -15,64 +15,37 @@ uses are renumbered 1..M in order of first use and the rest are dropped (counted
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from pydantic import Field
 
+from kbvqa.data.notevqa import candidate_tag, reference_tags
 from kbvqa.models.prompts.reference import SYNTHESIS
 from kbvqa.pipelines.reference.candidates import DIMENSIONS, query_image
 from kbvqa.pipelines.reference.common import ReferenceStageConfig, ask, counts, needs_model, stage_record
 from kbvqa.runner.stage import Context, Invalid, Stage
 from kbvqa.stages import register_stage
 
-TAG = re.compile(r"<image>(.*?)</image>", re.DOTALL)
-_TAG_PARTS = re.compile(r"</?image>")
 NO_CANDIDATES = "(no candidate picture survived harvesting and filtering: write a text-only answer, with no tags)"
 
 
-def tag(n: int) -> str:
-    return f'<image>{{"candidate_images": {n}}}</image>'
-
-
 def check_tags(text: str, n: int) -> tuple[list[int], list[dict[str, Any]]]:
-    """(indices cited, in order of first use; violations). A violation is {kind, tag, detail} with
-    kind malformed_tag | index_out_of_range | duplicate_image."""
-    used: list[int] = []
-    violations: list[dict[str, Any]] = []
-    for m in TAG.finditer(text):
-        body = m.group(1).strip()
-        try:
-            obj = json.loads(body)
-        except ValueError:
-            obj = None
-        if not (isinstance(obj, dict) and set(obj) == {"candidate_images"} and type(obj["candidate_images"]) is int):
-            violations.append({"kind": "malformed_tag", "tag": m.group(0),
-                               "detail": 'the tag must be exactly <image>{"candidate_images": N}</image>'})
-            continue
-        idx = obj["candidate_images"]
-        if not 1 <= idx <= n:
-            violations.append({"kind": "index_out_of_range", "tag": m.group(0),
-                               "detail": f"{idx} is not between 1 and {n} (the candidates shown)"})
-        elif idx in used:
-            violations.append({"kind": "duplicate_image", "tag": m.group(0), "detail": f"candidate {idx} cited twice"})
-        else:
-            used.append(idx)
-    stray = len(_TAG_PARTS.findall(TAG.sub("", text)))
-    if stray:
-        violations.append({"kind": "malformed_tag", "tag": "<image>/</image>",
-                           "detail": f"{stray} unpaired <image> or </image> marker(s)"})
-    return used, violations
+    """(indices cited, in order of first use; violations) by kbvqa.data.notevqa.reference_tags:
+    malformed_tag | idx_out_of_range | duplicate_image, each {kind, tag, detail}."""
+    tags, violations = reference_tags(text, n)
+    return [t.index for t in tags], violations
 
 
 def renumber(text: str, used: list[int]) -> str:
     """Rewrite each valid tag to the candidate's position among the used ones (1..M), canonically spelled."""
     new = {old: i for i, old in enumerate(used, 1)}
 
-    def sub(m: re.Match[str]) -> str:
-        return tag(new[json.loads(m.group(1))["candidate_images"]])
-
-    return TAG.sub(sub, text)
+    tags, _ = reference_tags(text)
+    out, pos = [], 0
+    for t in tags:
+        out += [text[pos:t.start], candidate_tag(new[t.index])]
+        pos = t.end
+    return "".join(out) + text[pos:]
 
 
 def trajectory_text(steps: list[dict[str, Any]], observation_chars: int = 3000) -> str:
