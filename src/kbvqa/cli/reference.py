@@ -21,7 +21,8 @@ from typing import Literal, Optional
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import emit_json, end_job, fail, print_table
+from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
+                              fail, model_limits, print_table)
 from kbvqa.cli.retrieve import job_errors
 
 app = typer.Typer(no_args_is_help=True, help="Interleaved reference construction and its human audit.")
@@ -55,6 +56,11 @@ def build(
     limit: Optional[int] = typer.Option(None, "--limit", min=1),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep items already ok in each stage; re-run "
                                                                    "errored, invalid and needs-model ones."),
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
     """Build draft interleaved references: URL scoring, image harvesting, candidate scoring, the five-rule
     filter, de-duplication and synthesis, each a resumable runner job."""
@@ -66,7 +72,8 @@ def build(
     try:
         cfg = load_reference_config(config)
         roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env, fill=cfg.roles(),
-                                 concurrency=concurrency)
+                                 concurrency=concurrency,
+                                 **model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
         result = build_references(samples, trajectories, out, config=cfg, roles=roles,
                                   kb=open_kb(kb) if kb is not None else None, kb_images=kb_images, tools=tools,
                                   image_root=images, sample_format=fmt, resume=resume, concurrency=concurrency,

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Callable, Literal, Optional
 
 import typer
 
-from kbvqa.cli.common import emit_json, fail, print_table
+from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, fail,
+                              model_limits, print_table)
 from kbvqa.evaluate import METRICS, infoseek_modes
 from kbvqa.evaluate.methods import DATASETS, DUPLICATE_POLICIES, METHODS
 from kbvqa.evaluate.retrieval import TWO_HOP_POLICIES, parse_ks
@@ -104,14 +105,20 @@ def evqa(
     semantic_threshold: float = typer.Option(0.8, "--semantic-threshold", help="Cosine threshold for --semantic."),
     semantic_model_dir: Optional[Path] = typer.Option(None, "--semantic-model-dir", file_okay=False,
                                                       help="Local sentence-transformers model (default MiniLM)."),
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
     """E-VQA accuracy: exact match, then an optional equivalence backend when EM fails
     (BEM from --bem-dir, an LLM judge, or --semantic; at most one)."""
     from kbvqa.pipelines.score import judge_client, score_evqa_files
 
     def job() -> ScoreReport:
-        judge = judge_client(config=config, role=judge_role, base_url=judge_base_url, model=judge_model,
-                             replay=judge_replay, concurrency=judge_concurrency)
+        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
+        judge = judge_client(limits=limits, config=config, role=judge_role, base_url=judge_base_url,
+                             model=judge_model, replay=judge_replay, concurrency=judge_concurrency)
         return score_evqa_files(predictions, references, judge=judge, bem_dir=bem_dir, semantic=semantic,
                                 semantic_threshold=semantic_threshold, semantic_model_dir=semantic_model_dir,
                                 out=out, resume=resume, concurrency=judge_concurrency, per_item=per_item,
@@ -136,13 +143,19 @@ def judge(
     resume: bool = _RESUME,
     per_item: Optional[Path] = _PER_ITEM,
     as_json: bool = _JSON,
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
     """SimpleQA-style short-answer grading (correct / incorrect / not_attempted; invalid and error counted)."""
     from kbvqa.pipelines.score import judge_client, judge_files
 
     def job() -> ScoreReport:
-        judge = judge_client(config=config, role=judge_role, base_url=judge_base_url, model=judge_model,
-                             replay=judge_replay, concurrency=concurrency)
+        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
+        judge = judge_client(limits=limits, config=config, role=judge_role, base_url=judge_base_url,
+                             model=judge_model, replay=judge_replay, concurrency=concurrency)
         return judge_files(predictions, references, judge, out=out, resume=resume, concurrency=concurrency,
                            per_item=per_item, progress=not as_json)
 
@@ -226,6 +239,11 @@ def ivr12(
     require_complete: bool = typer.Option(False, "--require-complete",
                                           help="Exit 1 when any item ended invalid or error."),
     as_json: bool = _JSON,
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
     """IVR-12 rubric judge for interleaved answers: 12 dimensions (1-5) in three groups and two gates, gated
     and ungated means with their denominators. Without a judge model, only what rules can measure
@@ -238,7 +256,9 @@ def ivr12(
     if source not in SOURCES:
         fail(f"--source must be one of {', '.join(SOURCES)}, not {source!r}")
     try:
-        judges = judge_clients(config=config, roles=judge_role, base_url=judge_base_url, models=judge_model,
+        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
+        judges = judge_clients(limits=limits, config=config, roles=judge_role,
+                               base_url=judge_base_url, models=judge_model,
                                replay=judge_replay, concurrency=concurrency)
         summary = ivr12_files(predictions, samples, judges, out=out, resume=resume, concurrency=concurrency,
                               repeats=repeats, temperature=temperature, rubric=rubric, source=source,

@@ -17,7 +17,8 @@ from typing import Any, Literal, Optional
 
 import typer
 
-from kbvqa.cli.common import emit_json, fail, print_result
+from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, fail,
+                              model_limits, print_result)
 from kbvqa.evaluate.scorers import SCORERS
 
 app = typer.Typer(no_args_is_help=True,
@@ -220,6 +221,11 @@ def agent_failures(
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
     """Failure categories of incorrect agent episodes by a judge role (seed 001 Table 5 shape):
     T1-T4 tool-related, N1-N2 not; unparseable verdicts are counted as invalid."""
@@ -227,7 +233,9 @@ def agent_failures(
     from kbvqa.pipelines.score import judge_client
 
     try:
-        judge = judge_client(config=config, role=judge_role, base_url=llm, model=model, replay=replay,
+        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
+        judge = judge_client(limits=limits, config=config, role=judge_role, base_url=llm,
+                             model=model, replay=replay,
                              concurrency=concurrency)
         if judge is None:
             raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
@@ -262,6 +270,11 @@ def image_ablation(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Send again only what failed or is new."),
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
     """Image ablation of interleaved references (seed 001 §4.3, Tables 6-7 shape): probes written from
     each reference, a positive control, the reader with image tags removed / replaced by "image N"
@@ -271,7 +284,9 @@ def image_ablation(
     from kbvqa.report.summaries import image_ablation_tables
 
     try:
-        models = ablation_models(config=config, generator_role=generator_role, reader_role=reader_role,
+        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
+        models = ablation_models(limits=limits, config=config, generator_role=generator_role,
+                                 reader_role=reader_role,
                                  judge_role=judge_role, llm=llm, model=model, concurrency=concurrency)
         res = image_ablation_study(references, out, models, probes_per_kind=probes_per_kind, n_resamples=resamples,
                                    seed=seed, resume=resume, concurrency=concurrency, progress=not as_json)

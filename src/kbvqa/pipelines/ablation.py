@@ -76,14 +76,15 @@ class AblationModels:
 
 def ablation_models(*, config: Path | None = None, generator_role: str = ROLE_DEFAULTS["generator"],
                     reader_role: str = ROLE_DEFAULTS["reader"], judge_role: str = ROLE_DEFAULTS["judge"],
-                    llm: str | None = None, model: str | None = None, concurrency: int = 16) -> AblationModels:
+                    llm: str | None = None, model: str | None = None, concurrency: int = 16,
+                    limits: dict[str, Any] | None = None) -> AblationModels:
     """The generator, reader and judge from kbvqa.toml / KBVQA_<ROLE>_* (`config`) or one server for
     all three (`llm` + `model`, which replace those roles from the file). There is no embedded
     default for any of them: a missing role, or one filled by the rules backend, is a ConfigError
     that says what to pass."""
     roles = {"generator": generator_role, "reader": reader_role, "judge": judge_role}
     found = roles_from_flags(config, llm=llm, model=model, fill=tuple(dict.fromkeys(roles.values())),
-                             concurrency=concurrency)
+                             concurrency=concurrency, **(limits or {}))
     missing = [f"{part} (role {r!r})" for part, r in roles.items() if r not in found]
     if missing:
         raise ConfigError(

@@ -36,7 +36,8 @@ class ScoreReport:
 
 
 def judge_client(*, config: Path | None = None, role: str | None = None, base_url: str | None = None,
-                 model: str | None = None, replay: Path | None = None, concurrency: int = 16) -> Any:
+                 model: str | None = None, replay: Path | None = None, concurrency: int = 16,
+                 limits: dict[str, Any] | None = None) -> Any:
     """The judge model, or None when none is asked for.
 
     Either a model role from kbvqa.toml / KBVQA_<ROLE>_* (`config`, `role`; default role "judge"),
@@ -48,7 +49,7 @@ def judge_client(*, config: Path | None = None, role: str | None = None, base_ur
     if config is not None or role is not None:
         if flags:
             raise ConfigError("choose either --config/--judge-role or --judge-base-url/--judge-model/--judge-replay")
-        return one_role(roles_from_flags(config), role or "judge",
+        return one_role(roles_from_flags(config, **(limits or {})), role or "judge",
                         where=str(config) if config is not None else "the environment")
     if not flags:
         return None
@@ -56,7 +57,8 @@ def judge_client(*, config: Path | None = None, role: str | None = None, base_ur
         raise ConfigError("choose either --judge-replay or --judge-base-url/--judge-model")
     if (base_url or model) and not (base_url and model):
         raise ConfigError("an LLM judge needs both --judge-base-url and --judge-model")
-    roles = roles_from_flags(None, llm=base_url, model=model, replay=replay, fill=("judge",), concurrency=concurrency)
+    roles = roles_from_flags(None, llm=base_url, model=model, replay=replay, fill=("judge",), concurrency=concurrency,
+                             **(limits or {}))
     return one_role(roles, "judge")
 
 
@@ -270,7 +272,8 @@ def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: A
 
 
 def judge_clients(*, config: Path | None = None, roles: list[str] | None = None, base_url: str | None = None,
-                  models: list[str] | None = None, replay: Path | None = None, concurrency: int = 16) -> list[Any]:
+                  models: list[str] | None = None, replay: Path | None = None, concurrency: int = 16,
+                  limits: dict[str, Any] | None = None) -> list[Any]:
     """Several judges, or none (an empty list: the embedded rules default).
 
     `--judge-role` may be repeated (each a role of kbvqa.toml / KBVQA_<ROLE>_*; a role that lists
@@ -281,7 +284,7 @@ def judge_clients(*, config: Path | None = None, roles: list[str] | None = None,
     if config is not None or roles:
         if base_url or models or replay is not None:
             raise ConfigError("choose either --config/--judge-role or --judge-base-url/--judge-model/--judge-replay")
-        built = roles_from_flags(config)
+        built = roles_from_flags(config, **(limits or {}))
         out: list[Any] = []
         for role in roles or ["judge"]:
             if role not in built:
@@ -290,12 +293,12 @@ def judge_clients(*, config: Path | None = None, roles: list[str] | None = None,
             out.extend(c if isinstance(c, list) else [c])
         return out
     if replay is not None:
-        return [judge_client(replay=replay, concurrency=concurrency)]
+        return [judge_client(replay=replay, concurrency=concurrency, limits=limits)]
     if base_url and not models:
         raise ConfigError("an LLM judge needs both --judge-base-url and --judge-model")
     if len(set(models)) != len(models):
         raise ConfigError(f"--judge-model names a model twice: {models}")
-    return [judge_client(base_url=base_url, model=m, concurrency=concurrency) for m in models]
+    return [judge_client(base_url=base_url, model=m, concurrency=concurrency, limits=limits) for m in models]
 
 
 def _client_label(client: Any) -> str:
