@@ -1,0 +1,49 @@
+"""Every prompt kbvqa sends is registered, versioned and pinned: a wording change must bump the
+prompt's version and update this table, so old and new verdicts are never confused."""
+
+from __future__ import annotations
+
+from kbvqa.models import prompts
+
+PINNED = {  # prompt id -> sha256 of its text
+    "ablation.generate_probes@1": "225e7feaaf1f341b9a438a309c0281d67ad2f30aea0e68aeb237c964d30eccbc",
+    "ablation.read_passage@1": "16a6d206e67a2b5ee1f9ac2cb0e8313680374a19f100eb6230af6dc1987b97e7",
+    "agent.answer_now@1": "8ffa039152ff319c2bf976635592ce45f38ebe35589a7e643a32e5a2b103097e",
+    "agent.failure_category@1": "fe4d4029857f158bb74b5d3ca3065b002b7a7264b0b6b474cd5495bb7825b452",
+    "agent.format_error@1": "af273728cba8fb7223c21b16ee8bdedcab36c20253dc6039efc847160e23134a",
+    "agent.guided_question@1": "43b733b69e5925bc5899c72d6b00fc79aac73f6821e00a35b98ff8809117cda0",
+    "agent.repeat_warning@1": "7933d06659c00aed5b55c37d872b41e47580e94227a4558af77f50442b3e16b8",
+    "agent.system@1": "438e0a80f00f5e96fa71288cdf326d5b84a7f5ae2ecc2633762906468c922eb9",
+    "agent.visit_extract@1": "2cb5738106e3ed97843c6ff9eba36361a5d570cc7ec78f8dbf28d2683ec71d71",
+    "answer.identify_entity@1": "49536e3154ca3f6169077d2c5b031c811b3747181c9cc6747d940a302e866872",
+    "answer.rerank_sections@1": "bf39ee2df64ba46ab0099f3216d52d245b27128c6a6789ab1054452fa8716117",
+    "answer.short@1": "be3c40f39746b7ebd707c269890fa7d59211132c13f98c684fde978aa1d8775c",
+    "audit.correct_answer@1": "ffe342cad3bcb06ef5a82e7391864a84b7b4cf604eec03dae525df0e5c395cb8",
+    "audit.final_check@1": "cede14d400eb385d60a9c701491f85ac2b67a1e254cf7f2abf9af59e0d29bacc",
+    "audit.posedness@1": "0e60f0118499d1a21245b887738581ab1ce13778b127ab65007b0f8cd1945a83",
+    "audit.verify_section@1": "d491097d4d87b3ea6cdd7155309f4d70a1346d07b534e6cbbe99dea0dc4bd6a9",
+    "augment.entity_type@1": "a31e2c5be9a08544bb8adb3353a42533049c379ed7231c27727d3df7c2036172",
+    "ivr12.content@1": "455fe59d929c8d0e16f441e7358c989349990e2271a1f4d1c42477a8f1a46c6d",
+    "ivr12.gate@1": "e5b86c33f2179b6aab7d2e129df341ae9ed911524afc69a852d5649779ebde5b",
+    "ivr12.image@1": "3c9b442aa396208e6ae0457bcc91d42c4d5efde1f61f1805c7d26d71f089968c",
+    "ivr12.presentation@1": "45d474b342bf50aa4a917dc68fc8452b2a5f8f68e98cef07ebae1414d62cb443",
+    "judge.simpleqa@1": "b6b8bfe3ddec3e5fb5a44fdee89973bf416db0a797323befeaa06bc3d4d463cc",
+    "reference.candidate_score@1": "34f9db3226fac12453aa23a77f25838490ab85a46cd28b94010a3c652882321a",
+    "reference.five_rule_filter@1": "af0eca9d14d26c22a60eb3bdd043bbd0380a083823f6ffca1ddd8cd2f325282c",
+    "reference.similar_probe@1": "beb6ec7de7a7444335d5a3a569d512beb00e49455a1b1de179d7fee0b0c5b807",
+    "reference.synthesis@1": "4212d7efbefee87fef14758d02b21112b5f7511e779e18258e843634b8287ed6",
+    "reference.url_scores@1": "4e82df9b94a8bab536a0d3eba20f352ff7728ab429eb89d5d78bb3cd06560343",
+}
+
+
+def test_every_registered_prompt_is_pinned():
+    assert {p.id: p.sha256 for p in prompts.all_prompts().values()} == PINNED
+
+
+def test_every_stage_prompt_is_registered():
+    """A stage's declared prompts are the registered ones (the manifest records their hashes)."""
+    from kbvqa.stages import STAGES
+
+    registered = {p.id for p in prompts.all_prompts().values()}
+    declared = {pid for e in STAGES for pid in e.obj().prompt_versions()}
+    assert declared and declared <= registered
