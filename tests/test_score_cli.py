@@ -137,3 +137,21 @@ def test_judge_command_with_fake_client(tmp_path):
     assert obj["n_correct"] == 1 and obj["n_incorrect"] == 1 and obj["n_error"] == 1 and obj["n_invalid"] == 1
     assert obj["n_not_attempted"] == 2
     assert obj["accuracy_given_attempted"] == 0.5
+
+
+def test_every_line_kbvqa_writes_is_scored_and_counted(tmp_path):
+    """ok, abstained (answer null), error and invalid runner lines are all readable; the summary counts
+    them, and predictions that name no reference id are refused, not scored 0."""
+    refs = _jsonl(tmp_path / "r.jsonl", [{"id": f"q{i}", "question": "?", "answers": ["Paris"],
+                                          "question_type": "templated"} for i in range(4)])
+    preds = _jsonl(tmp_path / "p.jsonl", [
+        {"id": "q0", "sample_id": "q0", "answer": "Paris", "status": "ok"},
+        {"id": "q1", "sample_id": "q1", "answer": None, "status": "ok"},
+        {"id": "q2", "question": "?", "status": "error", "reason": "RuntimeError: boom"},
+        {"id": "q3", "question": "?", "status": "invalid", "reason": "reply unusable"}])
+    obj = json.loads(_invoke(["score", "evqa", "-p", preds, "-r", refs, "--json"]).stdout)
+    assert obj["n_error_lines"] == 1 and obj["n_invalid_lines"] == 1 and obj["n_abstained"] == 1
+    assert obj["correct"] == 1 and obj["n"] == 4
+    other = _jsonl(tmp_path / "o.jsonl", [{"data_id": "zz", "prediction": "x"}])
+    res = runner.invoke(app, ["score", "evqa", "-p", other, "-r", refs])
+    assert res.exit_code == 2 and "none of its 1 prediction ids" in res.output

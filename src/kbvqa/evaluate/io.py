@@ -77,11 +77,14 @@ class PredictionRecord:
     data_id: str
     prediction: str | None
     line: int
+    status: str = "ok"  # a kbvqa runner line that ended error / invalid: no answer, counted as such
 
 
 def load_predictions(path: str | Path) -> list[PredictionRecord]:
     """Read predictions: {"data_id","prediction"} lines or kbvqa Prediction {"sample_id","answer"}
-    (its `short_answer` when it has one: the agent's interleaved answers carry one).
+    (its `short_answer` when it has one: the agent's interleaved answers carry one). Every line a
+    kbvqa job writes is readable: an abstention is `answer: null`; a record that ended error or
+    invalid is a prediction of nothing with that `status`, which scorers count (and score as wrong).
 
     Order and duplicates are kept; the scorers decide what duplicates mean (official InfoSeek counts
     them twice, the other modes keep the last one and report the count).
@@ -89,6 +92,11 @@ def load_predictions(path: str | Path) -> list[PredictionRecord]:
     out: list[PredictionRecord] = []
     append = out.append
     for ln, obj in read_jsonl(path):
+        status = obj.get("status", "ok")
+        if status in ("error", "invalid") and isinstance(obj.get("id", obj.get("sample_id")), str):
+            # a record the answering job could not finish: scored as no answer, counted by status
+            append(PredictionRecord(obj.get("sample_id") or obj["id"], None, ln, status))
+            continue
         if "data_id" in obj:
             did, pred, pfield = obj["data_id"], obj.get("prediction", _MISSING), "prediction"
         elif "sample_id" in obj:  # an interleaved answer is graded by its extracted short answer
@@ -96,6 +104,8 @@ def load_predictions(path: str | Path) -> list[PredictionRecord]:
             did, pred = obj["sample_id"], obj.get(pfield, _MISSING)
         else:
             raise ScoreInputError(path, ln, "data_id", "missing (expected data_id/prediction or sample_id/answer)")
+        if pred is _MISSING and "status" in obj:  # a kbvqa runner line from before answers were always written
+            pred = None
         if pred is _MISSING:
             raise ScoreInputError(path, ln, pfield, "missing (use null for 'no answer')")
         if isinstance(did, int) and not isinstance(did, bool):
@@ -108,6 +118,19 @@ def load_predictions(path: str | Path) -> list[PredictionRecord]:
             else:
                 raise ScoreInputError(path, ln, pfield, f"must be a string or null, got {type(pred).__name__}")
         append(PredictionRecord(did, pred, ln))
+    return out
+
+
+def prediction_status_counts(preds: list[PredictionRecord]) -> dict[str, int]:
+    """How many prediction lines were abstentions, errors and invalid replies (for every summary)."""
+    out = {"n_abstained": 0, "n_error_lines": 0, "n_invalid_lines": 0}
+    for p in preds:
+        if p.status == "error":
+            out["n_error_lines"] += 1
+        elif p.status == "invalid":
+            out["n_invalid_lines"] += 1
+        elif p.prediction is None:
+            out["n_abstained"] += 1
     return out
 
 

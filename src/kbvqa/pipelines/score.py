@@ -18,7 +18,8 @@ from kbvqa.evaluate import evqa as ev
 from kbvqa.evaluate import judge as jd
 from kbvqa.evaluate import methods as mt
 from kbvqa.evaluate import retrieval as rt
-from kbvqa.evaluate.io import last_prediction_per_id, load_infoseek_references, load_predictions
+from kbvqa.evaluate.io import (last_prediction_per_id, load_infoseek_references, load_predictions,
+                               prediction_status_counts)
 from kbvqa.models.config import ConfigError, one_role, roles_from_flags
 
 __all__ = ["ScoreReport", "agent_failures", "judge_client", "score_infoseek_files", "score_evqa_files", "judge_files",
@@ -67,6 +68,23 @@ def _write_items(path: Path | None, items: list[dict[str, Any]]) -> None:
         write_jsonl(path, items)
 
 
+def _predictions(path: Path, refs: Any) -> list[Any]:
+    """The prediction lines, refused when not one of them names a reference id (the wrong file, or
+    ids in another convention): a score of 0 would look like a result."""
+    preds = load_predictions(path)
+    if preds and not any(p.data_id in refs for p in preds):
+        raise ValueError(f"{path}: none of its {len(preds)} prediction ids is a reference id (first: "
+                         f"{preds[0].data_id!r}); are the predictions and references from the same benchmark?")
+    return preds
+
+
+def _status_note(summary: dict[str, Any]) -> str:
+    parts = [f"{summary[k]} {label}" for k, label in (("n_error_lines", "error lines"),
+                                                      ("n_invalid_lines", "invalid lines"),
+                                                      ("n_abstained", "abstentions")) if summary.get(k)]
+    return ("predictions: " + ", ".join(parts) + " (scored as no answer)") if parts else ""
+
+
 def _beside(predictions: Path, suffix: str) -> Path:
     return predictions.with_name(f"{predictions.stem}.{suffix}.jsonl")
 
@@ -81,10 +99,13 @@ def score_infoseek_files(predictions: Path, references: Path, *, qtypes: Path | 
     entry = METRICS.entry(f"infoseek-{mode}")
     refs = load_infoseek_references(references, qtypes_path=qtypes, keep_raw=bool(entry.info.get("raw_aliases")))
     options = {"time_leniency": time_leniency} if mode == "strict" else {}
-    res = entry.obj(load_predictions(predictions), refs, per_item=per_item is not None, **options)
+    preds = _predictions(predictions, refs)
+    res = entry.obj(preds, refs, per_item=per_item is not None, **options)
     _write_items(per_item, res.items)
-    s = res.summary
-    notes: list[str] = []
+    counts = prediction_status_counts(preds)
+    # the official summary keeps the official scorer's exact shape; the counts go to stderr there
+    s = res.summary if mode == "official" else {**res.summary, **counts}
+    notes: list[str] = [_status_note(counts)] if _status_note(counts) else []
     if mode == "official":
         c = res.counts
         note = (f"kbvqa: official rules: {c['n_scored']} predictions scored; "
@@ -148,9 +169,10 @@ def score_evqa_files(predictions: Path, references: Path, *, judge: Any = None, 
                             semantic_model_dir=semantic_model_dir, out=out, resume=resume, concurrency=concurrency,
                             progress=progress)
     refs = ev.load_evqa_references(references)
-    res = ev.score_evqa(load_predictions(predictions), refs, backend=backend, per_item=per_item is not None)
+    preds = _predictions(predictions, refs)
+    res = ev.score_evqa(preds, refs, backend=backend, per_item=per_item is not None)
     _write_items(per_item, res.items)
-    s = res.summary
+    s = {**res.summary, **prediction_status_counts(preds)}
     rows = [(k, v["accuracy"], v["correct"], v["n"], v["n_predicted"]) for k, v in s["by_question_type"].items()]
     rows.append(("all", s["accuracy"], s["correct"], s["n"], s["n_predicted"]))
     run = (s.get("judge") or {}).get("run") or {}
@@ -177,7 +199,8 @@ def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | 
         raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
                          "or --judge-replay")
     refs = jd.load_judge_references(references)
-    by_id, unknown, dup = last_prediction_per_id(load_predictions(predictions), refs)
+    preds = _predictions(predictions, refs)
+    by_id, unknown, dup = last_prediction_per_id(preds, refs)
     records = [{"id": did, "question": q, "target": target, "prediction": by_id.get(did), "missing": did not in by_id}
                for did, (q, target) in refs.items()]
     out = out or _beside(predictions, "judge")
@@ -190,6 +213,7 @@ def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | 
                                "n_missing": sum(1 for r in records if r["missing"]),
                                "n_empty": sum(1 for r in records if not r["missing"] and not r["prediction"]),
                                "n_unknown_ids": unknown, "n_duplicate_predictions": dup,
+                               **prediction_status_counts(preds),
                                "judge": getattr(prov, "model", None),
                                "judge_provenance": {k: getattr(prov, k, None)
                                                     for k in ("backend", "model", "base_url")},
