@@ -113,7 +113,11 @@ def test_scripted_episodes_end_as_scripted(bench):
     assert [t.get("tool") for t in good["trajectory"]] == ["image_search", "search", "text_to_image_search", None]
     assert good["meta"]["provenance"]["tags"] == 1 and good["meta"]["provenance"]["valid"] == 1
     assert good["meta"]["provenance"]["violations"] == []
-    assert good["images"] and Path(good["images"][0]).name == "kb_astronaut.jpg"
+    # the embedded image is kept with the run, named relative to its folder (the image root scoring uses)
+    (img,) = good["images"]
+    assert not Path(img).is_absolute() and img.startswith("episodes.artifacts/")
+    assert (out.parent / img).read_bytes() == (bench[0].root / "images" / "kb_astronaut.jpg").read_bytes()
+    assert Path(good["meta"]["provenance"]["resolved"][0]["source_image"]).name == "kb_astronaut.jpg"
     assert good["short_answer"] == "She was born in Elmira."
     assert good["producer"]["model"] == "fake-agent" and good["usage"]["calls"] == 4
     assert any(t.get("leak") == ["Elmira"] for t in good["trajectory"])  # the KB section states the answer
@@ -193,6 +197,8 @@ def _stable(line: dict) -> dict:
     drop = {"seconds", "cached", "usage", "observation_file"}
 
     def clean(v):
+        if isinstance(v, str) and ".artifacts/" in v:  # <run stem>.artifacts/<id>/<name>
+            return v.split(".artifacts/", 1)[1]
         if isinstance(v, dict):
             return {k: clean(x) for k, x in v.items() if k not in drop}
         if isinstance(v, list):

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from kbvqa.data.ara import read_ara_augmented
+from kbvqa.data.images import resolve_image
 from kbvqa.data.formats import read_samples, write_samples
 from kbvqa.data.schema import Answer, Entity, Sample
 from kbvqa.data.urls import canonical_url
@@ -223,7 +224,8 @@ def test_samples_carry_the_anchor_answers(run1, bench):
     assert "leak__intra" not in ids and "leak__inter" in ids and "miss__intra" not in ids
     for s in got:
         assert s.answer_texts == answers[anchor_id(s.id)]
-        assert Path(s.images[0]).is_absolute() and Path(s.images[0]).exists()
+        # relative to OUT, inside it: OUT is the augmented set's image root
+        assert not Path(s.images[0]).is_absolute() and resolve_image(s.images[0], out).is_file()
         assert s.meta["augmented"]["variant"] == s.id.rsplit("__", 1)[1]
 
 

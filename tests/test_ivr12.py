@@ -6,6 +6,7 @@ accuracy by category from judge verdicts — against a scripted server on 127.0.
 from __future__ import annotations
 
 import json
+import shutil
 import re
 import sys
 import threading
@@ -405,11 +406,13 @@ def test_rules_mode_on_demo_answers_and_references(demo, tmp_path):
     root, community = demo
     preds = [json.loads(x) for x in (root / "agent.jsonl").read_text().splitlines()]
     # one answer embeds the asker's own photo: the least redundant-looking answer is the query image itself
-    query = str((community.parent / "images" / "community_astronaut.jpg").resolve())
+    # (a copy beside the predictions: answer images are relative to the predictions' folder, where
+    # the agent keeps the images it embeds, and nothing outside it is read)
+    shutil.copyfile(community.parent / "images" / "community_astronaut.jpg", root / "asker.jpg")
     p0 = preds[0]
-    p0["meta"]["provenance"]["resolved"][0]["image"] = query
-    p0["images"] = [query]
-    agent = _write(tmp_path / "agent.jsonl", preds)
+    p0["meta"]["provenance"]["resolved"][0]["image"] = "asker.jpg"
+    p0["images"] = ["asker.jpg"]
+    agent = _write(root / "agent_asker.jsonl", preds)
     res = _run(["-p", str(agent), "-s", str(community), "--out", str(tmp_path / "agent.ivr12.jsonl"), "--json"])
     assert res.exit_code == 0, res.output
     s = json.loads(res.stdout)

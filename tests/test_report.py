@@ -34,8 +34,9 @@ def test_latex_escape_specials():
 
 def test_markdown_csv_latex(table, tmp_path):
     md = to_markdown(table)
-    assert "(scorer: infoseek_reward 100% & more)" in md
-    assert "| String | 10 | 55.50 |" in md and "| Time_2 | 3 | n/a |" in md and "a\\|b" in md
+    # markdown specials are backslash-escaped (they render as the plain characters)
+    assert r"\(scorer: infoseek\_reward 100% & more\)" in md
+    assert "| String | 10 | 55.50 |" in md and r"| Time\_2 | 3 | n/a |" in md and "a\\|b" in md
     assert "|---|---:|---:|" in md
     rows = list(csv.reader(io.StringIO(to_csv(table))))
     assert rows[0] == ["question_type", "n", "accuracy (%)", "scorer"]

@@ -8,6 +8,7 @@ from typing import Literal, Optional
 import typer
 
 from kbvqa import __version__
+from kbvqa.data.images import ALLOW_OUTSIDE_ROOT_ENV
 from kbvqa.runner.executor import EXECUTORS, set_default_executor
 from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli import audit as audit_cmd
@@ -79,8 +80,13 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
                                                    help="Ray actors (default: one per cluster CPU)."),
           fail_on_error: bool = typer.Option(False, "--fail-on-error",
                                              help="Exit 4 when any record of a job ends error or invalid (a job "
-                                                  "where none ended ok always exits 3).")) -> None:
+                                                  "where none ended ok always exits 3)."),
+          allow_outside_root: bool = typer.Option(False, "--allow-outside-root", envvar=ALLOW_OUTSIDE_ROOT_ENV,
+                                                  help="Let image references in the data name files outside the "
+                                                       "image root (--images); refused by default.")) -> None:
     """kbvqa command line. (--fail-on-error is read by each job from this command's parameters.)"""
+    if allow_outside_root:  # an environment variable reaches worker processes (Ray actors, image pools)
+        os.environ[ALLOW_OUTSIDE_ROOT_ENV] = "1"
     options = {k: v for k, v in (("address", ray_address), ("actors", ray_actors)) if v is not None}
     if options and executor != "ray":
         raise typer.BadParameter("--ray-address/--ray-actors need --executor ray", param_hint="--executor")

@@ -1,15 +1,17 @@
 """Sample image references → files: the one resolver every job uses.
 
 Benchmarks name images in several ways: a relative path (`images/x.jpg`), a bare dataset id without
-an extension (InfoSeek `oven_04983046`, E-VQA image ids), or an absolute path (kbvqa's own augmented
-samples name their composites and anchors so). `resolve_image` turns any of them into a file, trying
-the usual extensions for a bare id, and refuses a relative reference that climbs out of the image
-root (after `..`, percent-escapes and symlinks are resolved) unless the caller opts in — a benchmark
-row must not make kbvqa read, index or send a file the user did not point it at.
+an extension (InfoSeek `oven_04983046`, E-VQA image ids), or an absolute path. `resolve_image` turns
+any of them into a file, trying the usual extensions for a bare id, and refuses a reference that
+lands outside the image root (after `..`, percent-escapes and symlinks are resolved; absolute paths
+included) unless the user opts in with `--allow-outside-root` (env KBVQA_ALLOW_OUTSIDE_ROOT=1) — a
+benchmark row must not make kbvqa read, index or send a file the user did not point it at. kbvqa's
+own outputs (augmented samples) name their images relative to the folder they are written in.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +20,10 @@ from urllib.parse import unquote
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["IMAGE_SUFFIXES", "ImageRefError", "resolve_image"]
+__all__ = ["ALLOW_OUTSIDE_ROOT_ENV", "IMAGE_SUFFIXES", "ImageRefError", "outside_root_allowed", "resolve_image"]
+
+#: The opt-in, as an environment variable so that it reaches every worker process (Ray actors, pools).
+ALLOW_OUTSIDE_ROOT_ENV = "KBVQA_ALLOW_OUTSIDE_ROOT"
 
 #: Tried, in this order, after a reference that names no existing file.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".JPEG", ".JPG", ".PNG")
@@ -37,14 +42,22 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
-def resolve_image(ref: str | Path, root: str | Path | None, *, allow_outside_root: bool = False) -> Path:
+def outside_root_allowed() -> bool:
+    """Whether the user opted in to image references outside the image root (`--allow-outside-root`)."""
+    return os.environ.get(ALLOW_OUTSIDE_ROOT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve_image(ref: str | Path, root: str | Path | None, *, allow_outside_root: bool | None = None) -> Path:
     """The file a sample's image reference names.
 
     Relative references are taken under `root`; a bare id is tried with IMAGE_SUFFIXES. With a
-    root, a relative reference must stay inside it after symlinks are resolved (ImageRefError
-    otherwise, unless `allow_outside_root`); an absolute path is taken as the user's own. A
-    reference that names nothing raises FileNotFoundError ("image not found: <path>"). Without a
-    root, relative references are taken as they are."""
+    root, the file must be inside it after symlinks are resolved, whether the reference is relative
+    or absolute (ImageRefError otherwise). `allow_outside_root` None reads the user's opt-in
+    (`outside_root_allowed`). A reference that names nothing raises FileNotFoundError ("image not
+    found: <path>"). Without a root, references are taken as they are (library use; every command
+    gives one)."""
+    if allow_outside_root is None:
+        allow_outside_root = outside_root_allowed()
     text = str(ref).strip()
     if not text:
         raise ImageRefError("empty image reference")
@@ -53,8 +66,8 @@ def resolve_image(ref: str | Path, root: str | Path | None, *, allow_outside_roo
     if _ESCAPE.search(text):
         text = unquote(text)  # `%2e%2e/` is `../`: judge the path it really names
     p = Path(text)
-    base = Path(root).resolve() if root is not None and not p.is_absolute() else None
-    if base is not None:
+    base = Path(root).resolve() if root is not None else None
+    if base is not None and not p.is_absolute():
         p = base / p
     candidates = [p] if p.is_file() or p.suffix.lower() in _KNOWN_SUFFIX else \
         [p, *(p.with_name(p.name + ext) for ext in IMAGE_SUFFIXES)]

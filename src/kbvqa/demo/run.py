@@ -110,7 +110,7 @@ def _augment_and_retrieve(fixed: Path, root: Path, out: Path, index: ImageIndex)
                         families=DEMO_FAMILIES, min_entities=2, height=256, workers=1)
     stats = augment_samples(list(read_samples(fixed, "kbvqa")), root, out, cfg)
     samples = [rec for _, rec in read_jsonl(out / "samples.jsonl")]
-    run = run_retrieval(samples, index, HistogramEncoder(), out=out / "retrieval.jsonl", image_root=root, k=10,
+    run = run_retrieval(samples, index, HistogramEncoder(), out=out / "retrieval.jsonl", image_root=out, k=10,
                         resume=False)
     records = [rec for _, rec in read_jsonl(run.out)]
     refs = load_retrieval_references(out / "samples.jsonl")

@@ -13,7 +13,8 @@ from typing import Any, Iterable
 
 from PIL import Image
 
-from kbvqa.data.images import open_image
+from kbvqa.data.fetch import url_refusal
+from kbvqa.data.images import ImageRefError, open_image, outside_root_allowed
 
 _MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp"}
 
@@ -54,8 +55,14 @@ def image_to_data_url(image: str | Path | Image.Image, max_side: int = 1024, fmt
 
 
 def image_part(image: str | Path | Image.Image, max_side: int = 1024, fmt: str = "JPEG") -> dict:
-    """One `image_url` content part; http(s) and data URLs pass through unchanged."""
+    """One `image_url` content part; data URLs and public http(s) URLs pass through unchanged. The
+    model server fetches a URL itself, so one naming this machine, a private, link-local (cloud
+    metadata) or CGNAT address, or carrying credentials is refused (ImageRefError) — an answer or a
+    dataset row must not turn the server into a proxy (`--allow-outside-root` lifts it)."""
     if isinstance(image, str) and image.startswith(("http://", "https://", "data:")):
+        why = None if image.startswith("data:") or outside_root_allowed() else url_refusal(image)
+        if why:
+            raise ImageRefError(f"image URL {image[:200]!r} is not sent to the model server: {why}")
         url = image
     else:
         url = image_to_data_url(image, max_side=max_side, fmt=fmt)

@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
+from kbvqa.data.images import outside_root_allowed
 from kbvqa.data.text import section_text
 from kbvqa.data.urls import canonical_url
 from kbvqa.kb.image_index import ImageIndex, IndexKind
@@ -39,10 +40,13 @@ class ImageResolver:
     Rules: `basename` (ROOT/<last path segment of the url, percent-decoded>), `relative` (ROOT/<the
     entry as stored>, for KBs that store relative paths), `urlpath` (ROOT/<host-less url path>, for a
     mirror that keeps the server's directory layout), `auto` (relative for non-URLs, else basename,
-    then urlpath). A callable `rule(url, root) -> Path | None` may replace them."""
+    then urlpath). A callable `rule(url, root) -> Path | None` may replace them. A candidate that
+    lands outside `root` (a `../` entry, a symlink out) is refused and counted in `refused`, unless
+    the user opted in (`--allow-outside-root`)."""
 
     root: Path
     rule: ImageRule | Callable[[str, Path], Path | None] = "auto"
+    refused: int = 0
 
     def candidates(self, url: str) -> list[Path]:
         root = Path(self.root)
@@ -72,9 +76,14 @@ class ImageResolver:
         return uniq
 
     def resolve(self, url: str) -> Path | None:
+        base = Path(self.root).resolve()
+        allowed = outside_root_allowed()
         for p in self.candidates(url):
             if p.is_file():
-                return p
+                if allowed or p.resolve().is_relative_to(base):
+                    return p
+                self.refused += 1
+                return None
         return None
 
 
@@ -88,6 +97,7 @@ class BuildReport:
     images_listed: int = 0
     images_resolved: int = 0
     images_missing: int = 0
+    images_outside_root: int = 0  # of images_missing: found, but outside the image root (refused)
     images_failed: int = 0
     vectors: int = 0
     seconds: float = 0.0
@@ -135,6 +145,7 @@ def build_image_index(kb: Any, image_root: str | Path, encoder: Any, *, rule: Im
             owners.append(article.url)
             names.append(img_url)
     report.images_resolved = len(paths)
+    report.images_outside_root = resolver.refused
     bar = ProgressBar(len(paths), f"index images ({encoder.name})", progress)
     vecs, kept, failed = encode_files(encoder, paths, batch_size=batch_size, on_batch=bar.advance)
     bar.close()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["ResultTable", "latex_escape", "to_markdown", "to_csv", "to_latex", "write_table"]
+__all__ = ["ResultTable", "latex_escape", "md_escape", "to_markdown", "to_csv", "to_latex", "write_table"]
 
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -66,8 +66,19 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]()!<>|#~])")
+
+
+def md_escape(text: str) -> str:
+    """Markdown-escape untrusted text (dataset questions, model output, labels): every character that
+    could open HTML (`<script>`, `<img onerror>`), a link or an image (`[x](javascript:...)`,
+    `![x](url)`), emphasis or a table cell is backslash-escaped, and newlines become spaces — so the
+    text renders as the text it is."""
+    return _MD_SPECIAL.sub(r"\\\1", text).replace("\r", " ").replace("\n", " ")
+
+
 def _md_cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
+    return md_escape(s)
 
 
 def to_markdown(t: ResultTable, *, caption: bool = True) -> str:

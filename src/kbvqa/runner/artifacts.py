@@ -1,8 +1,10 @@
-"""Side files of a run (full agent observations, ...): what a stage may write, without opening files.
+"""Side files of a run (full agent observations, the images an answer embeds, ...): what a stage may
+write, without opening files.
 
-A stage gets the store as the ctx resource `artifacts` and calls `put(record_id, name, text)`; the
-store writes `<run folder>/<record id>/<name>` atomically and returns the path relative to the run
-folder, which the record keeps. Ids and names are sanitised, so a record id can never point a write
+A stage gets the store as the ctx resource `artifacts` and calls `put(record_id, name, text)` or
+`put_file(record_id, name, source)`; the store writes `<run folder>/<record id>/<name>` atomically and
+returns the path relative to the output's folder, which the record keeps — so a run's outputs are
+self-contained and their folder is the image root that scoring them needs. Ids and names are sanitised, so a record id can never point a write
 outside the folder. It pickles as its folder (a Ray actor writes to the same place).
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -27,12 +30,26 @@ class ArtifactStore:
     def __init__(self, root: str | Path):
         self.root = Path(root).resolve()
 
-    def put(self, record_id: str, name: str, text: str) -> str:
+    def _target(self, record_id: str, name: str) -> tuple[Path, Path]:
         folder = self.root / _safe(record_id)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / _safe(name)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        return path, path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+    def put(self, record_id: str, name: str, text: str) -> str:
+        path, tmp = self._target(record_id, name)
         tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        return str(path.relative_to(self.root.parent))
+
+    def put_file(self, record_id: str, name: str, source: str | Path) -> str:
+        """A copy of `source` (a hard link where the file system allows)."""
+        path, tmp = self._target(record_id, name)
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(source, tmp)
+        except OSError:  # another file system, or links not allowed
+            shutil.copyfile(source, tmp)
         os.replace(tmp, path)
         return str(path.relative_to(self.root.parent))
 

@@ -84,7 +84,7 @@ class Context:
         """A sample's image reference as a file under the `image_root` resource, by the one resolver
         (bare ids get their extension; nothing outside the root unless `allow_outside_root`)."""
         return resolve_image(ref, self.resources.get("image_root"),
-                             allow_outside_root=bool(self.resources.get("allow_outside_root")))
+                             allow_outside_root=self.resources.get("allow_outside_root"))
 
     def closables(self) -> list[Any]:
         """Every distinct role client and resource with an `aclose` (HTTP pools), for the job's end."""

@@ -3,7 +3,9 @@
 Outputs in OUT_DIR:
 - `manifest.csv`   the ARA augmented-file columns, one row per augmented anchor
 - `manifest.jsonl` every input sample with a status (ok | partial | error | excluded | not_sampled)
-- `samples.jsonl`  kbvqa Samples `<id>__anchor|__intra|__inter|__blank|__double` (absolute image paths)
+- `samples.jsonl`  kbvqa Samples `<id>__anchor|__intra|__inter|__blank|__double`, their images named
+  relative to OUT_DIR (so OUT_DIR is their image root, and the folder can move)
+- `anchors/`       the anchors' own images (hard links where the file system allows, else copies)
 - `stats.json`     type distribution, side balance, exclusions, quotas, variant status
 - `types.jsonl`    the type tagger's runner output (one status line per sample) and
   `types.manifest.json` (prompt hash, tagger model, counts, tokens and cost)
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kbvqa.data.formats import read_samples, write_samples
+from kbvqa.data.images import ImageRefError, resolve_image
 from kbvqa.data.schema import Sample
 from kbvqa.pipelines.augment import composite as comp
 from kbvqa.pipelines.augment import manifest as mf
@@ -82,9 +86,27 @@ class AugmentConfig:
             raise ValueError("image_format must be jpg or png")
 
 
-def _resolve(image: str, root: Path) -> Path:
-    p = Path(image)
-    return p if p.is_absolute() else root / p
+def _locate(image: str, root: Path) -> Path:
+    """The file a sample's image reference names, by the one resolver (ImageRefError outside the
+    root); a missing file keeps its would-be path, so it is counted as an ineligible distractor."""
+    try:
+        return resolve_image(image, root)
+    except FileNotFoundError:
+        p = Path(image)
+        return p if p.is_absolute() else root / p
+
+
+def _place_anchor(src: Path, out: Path, name: str) -> str:
+    """The anchor image under OUT/anchors (a hard link, else a copy); its reference relative to OUT."""
+    rel = Path("anchors") / f"{name}{src.suffix.lower()}"
+    dst = out / rel
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if not dst.exists():
+        try:
+            os.link(src, dst)
+        except OSError:  # another file system, or links not allowed
+            shutil.copyfile(src, dst)
+    return rel.as_posix()
 
 
 def _stem(path: str) -> str:
@@ -124,7 +146,7 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
     `progress` shows the type tagger's progress bar (on a terminal)."""
     cfg = config or AugmentConfig()
     cfg.check()
-    root, out = Path(images_root).resolve(), Path(out_dir).resolve()  # samples.jsonl carries absolute paths
+    root, out = Path(images_root).resolve(), Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     variants = tuple(v for v in ALL_VARIANTS if v in cfg.variants)
     vocab = TypeVocabulary(cfg.types, aliases=cfg.aliases, ambiguous=cfg.ambiguous)
@@ -152,11 +174,16 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
         elif not s.images:
             entries[i] = {**base, "status": "excluded", "reason": "no_image"}
         else:
+            try:
+                image = _locate(s.images[0], root)
+            except ImageRefError as exc:
+                entries[i] = {**base, "status": "excluded", "reason": f"image_ref: {exc}"}
+                continue
             ent = s.entity
             cands.append(Candidate(index=i, id=s.id, type=tag.type or "",
                                    entity_key=entity_key(ent.url if ent else None, ent.title if ent else None, s.id),
                                    title=(ent.title if ent and ent.title else "") or s.id, question=s.question,
-                                   image=str(_resolve(s.images[0], root))))
+                                   image=str(image)))
     pools = build_pools(cands, cfg.min_entities)
     for c in cands:
         if c.type in pools.dropped_types:
@@ -263,7 +290,8 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
             paths[v] = f"composites/{rel}"
             jobs.append(comp.Job(str(out / "composites" / rel), panels, cfg.layout, cols))
             keys.append(v)
-        rows.append({"row": row, "errors": errors, "status": status, "paths": paths, "sample": s})
+        rows.append({"row": row, "errors": errors, "status": status, "paths": paths, "sample": s,
+                     "anchor_image": a.image})
         tasks.append(comp.Task(images=images, jobs=tuple(jobs), style=style))
         task_keys.append(keys)
 
@@ -287,13 +315,10 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
         row["status"] = "ok" if saved == len(variants) else ("partial" if saved else "error")
         row["reason"] = "" if row["status"] == "ok" else row["image_error"]
         entries[row["index"]] = row
-        abs_row = {**row, **{k: str(out / row[k]) for k in ("method1_composite_image_path",
-                                                              "method2_composite_image_path",
-                                                              "blank_composite_image_path",
-                                                              "double_composite_image_path") if row[k]}}
         if saved:  # an anchor with no usable variant is left out of samples.jsonl (its row says why)
-            anchor = r["sample"].model_copy(update={"images": [str(_resolve(r["sample"].images[0], root))]})
-            aug_samples.extend(mf.variant_samples(abs_row, anchor, variants))
+            placed = _place_anchor(Path(r["anchor_image"]), out, _SAFE.sub("_", r["sample"].id))
+            anchor = r["sample"].model_copy(update={"images": [placed]})
+            aug_samples.extend(mf.variant_samples(row, anchor, variants))
 
     ordered = [entries[i] for i in sorted(entries)]
     augmented = [e for e in ordered if e.get("status") in ("ok", "partial", "error")]

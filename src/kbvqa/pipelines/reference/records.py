@@ -75,7 +75,7 @@ def read_trajectories(path: Path) -> dict[str, tuple[int, dict[str, Any]]]:
 
 
 def intake(samples: str | Path, trajectories: str | Path, *, image_root: str | Path | None = None,
-           fmt: str | None = None, allow_outside_root: bool = False) -> Intake:
+           fmt: str | None = None, allow_outside_root: bool | None = None) -> Intake:
     """One record per sample that has an ok trajectory, and the counts of everything else."""
     samples, trajectories = Path(samples), Path(trajectories)
     root = Path(image_root) if image_root is not None else samples.parent

@@ -328,6 +328,14 @@ class AgentEpisode(Stage):
                      "status": s.result.status, "items": [it.model_dump() for it in s.result.items]}
                     for s in ep.steps if s.tool == "text_to_image_search" and s.result is not None]
         provenance, resolved = validate_tags(answer, searches)
+        store = ctx.resource("artifacts", None)
+        if store is not None:  # the embedded images travel with the run: its folder is their image root
+            for r in resolved:
+                src = r["image"]
+                if src and "://" not in src and not src.startswith("data:") and Path(src).is_file():
+                    r["source_image"] = src
+                    r["image"] = store.put_file(ep.sample.id, f"image_{r['query']}_{r['idx']}{Path(src).suffix}",
+                                                src)
         calls: dict[str, int] = {}
         for s in ep.steps:
             if s.tool:
