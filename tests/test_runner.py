@@ -501,3 +501,35 @@ def test_journal_commands(tmp_path):
     assert res.exit_code == 2 and "kbvqa journal repair" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["journal", "repair", str(out)])
     assert res.exit_code == 0 and "moved 1 corrupt line" in res.output
+
+
+class Stalls(Stage):
+    """Record n == 1 hangs (a model call that never returns); the rest pass."""
+
+    name = "stalls"
+
+    async def run(self, record, ctx):
+        if record["n"] == 1:
+            await asyncio.sleep(30)
+        return record
+
+
+def test_record_deadline_ends_a_stuck_record_and_the_rest_run(tmp_path):
+    from kbvqa.runner.stage import set_record_deadline
+
+    out = tmp_path / "o.jsonl"
+    summary = run(recs(4), [Double(), Stalls()], Context(), out=out, progress=False, record_deadline=0.3)
+    assert summary.ok == 3 and summary.error == 1
+    stuck = next(x for x in lines(out) if x["id"] == "r1")
+    assert stuck["status"] == "error" and stuck["reason"].startswith("RecordDeadline:")
+    assert "0.3 s" in stuck["reason"] and stuck["stage"] == "stalls" and "doubled" not in stuck
+    assert json.loads(summary.manifest.read_text())["runner"]["record_deadline"] == 0.3
+    # the process default (`kbvqa --record-deadline`) applies to a job that names none
+    set_record_deadline(0.2)
+    try:
+        s2 = run(recs(2, "q"), [Stalls()], Context(), out=tmp_path / "p.jsonl", progress=False)
+    finally:
+        set_record_deadline(None)
+    assert s2.ok == 1 and s2.error == 1
+    with pytest.raises(ValueError):
+        set_record_deadline(0)

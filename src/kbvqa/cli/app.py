@@ -10,6 +10,7 @@ import typer
 from kbvqa import __version__
 from kbvqa.data.images import ALLOW_OUTSIDE_ROOT_ENV
 from kbvqa.runner.executor import EXECUTORS, set_default_executor
+from kbvqa.runner.stage import set_record_deadline
 from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli import audit as audit_cmd
 from kbvqa.cli import augment as augment_cmd
@@ -83,10 +84,15 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
                                                   "where none ended ok always exits 3)."),
           allow_outside_root: bool = typer.Option(False, "--allow-outside-root", envvar=ALLOW_OUTSIDE_ROOT_ENV,
                                                   help="Let image references in the data name files outside the "
-                                                       "image root (--images); refused by default.")) -> None:
+                                                       "image root (--images); refused by default."),
+          record_deadline: Optional[float] = typer.Option(
+              None, "--record-deadline", min=0.1,
+              help="Cap on one record's time through all the stages of a job, seconds: a record still running "
+                   "then ends error (RecordDeadline). Env: KBVQA_RECORD_DEADLINE.")) -> None:
     """kbvqa command line. (--fail-on-error is read by each job from this command's parameters.)"""
     if allow_outside_root:  # an environment variable reaches worker processes (Ray actors, image pools)
         os.environ[ALLOW_OUTSIDE_ROOT_ENV] = "1"
+    set_record_deadline(record_deadline)
     options = {k: v for k, v in (("address", ray_address), ("actors", ray_actors)) if v is not None}
     if options and executor != "ray":
         raise typer.BadParameter("--ray-address/--ray-actors need --executor ray", param_hint="--executor")

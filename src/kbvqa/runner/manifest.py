@@ -120,7 +120,8 @@ def now_iso() -> str:
 
 def base_manifest(*, stages: Sequence[Any], roles: Mapping[str, Any], run_config: Mapping[str, Any] | None,
                   description: str, out: Path, fmt: str, concurrency: int, resume: bool,
-                  limit: int | None, executor: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  limit: int | None, executor: Mapping[str, Any] | None = None,
+                  record_deadline: float | None = None) -> dict[str, Any]:
     """The parts of the manifest known when the run starts."""
     return {
         "kbvqa_version": kbvqa_version(),
@@ -135,7 +136,7 @@ def base_manifest(*, stages: Sequence[Any], roles: Mapping[str, Any], run_config
         "output": str(out),
         "format": fmt,
         "runner": {"executor": dict(executor or {"name": "local"}), "concurrency": concurrency, "resume": resume,
-                   "limit": limit},
+                   "limit": limit, "record_deadline": record_deadline},
         "run_config": redact(dict(run_config or {})),
         "stages": [describe_stage(s) for s in stages],
         "roles": describe_roles(roles),

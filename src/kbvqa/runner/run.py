@@ -37,7 +37,7 @@ from kbvqa.progress import ProgressBar
 from kbvqa.runner import manifest as mf
 from kbvqa.runner.executor import Executor, Task, get_executor
 from kbvqa.runner.sinks import JournalEntry, JsonlJournal, compact_journal, scan_journal, write_parquet
-from kbvqa.runner.stage import Context, Stage, error_reason
+from kbvqa.runner.stage import Context, Stage, default_record_deadline, error_reason
 
 log = logging.getLogger("kbvqa.runner")
 
@@ -252,7 +252,8 @@ class _Run:
             self.previous: dict[str, JournalEntry] = scan_journal(out)[0] if resume else {}
             self.manifest = mf.base_manifest(stages=stages, roles=ctx.roles, run_config=run_config,
                                              description=description, out=out, fmt=fmt, concurrency=concurrency,
-                                             resume=resume, limit=limit, executor=executor.describe())
+                                             resume=resume, limit=limit, executor=executor.describe(),
+                                             record_deadline=ctx.resources.get("record_deadline"))
         except BaseException:
             self.journal.close()  # e.g. a corrupt journal line: raise it, leave the file as it was
             raise
@@ -305,7 +306,8 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
                      out: Path, concurrency: int = 8, resume: bool = True, limit: int | None = None,
                      progress: bool = True, run_config: dict | None = None, fmt: str = "jsonl",
                      description: str = "", executor: str | Executor | None = None,
-                     executor_options: dict[str, Any] | None = None, fsync_every: int = 100) -> RunSummary:
+                     executor_options: dict[str, Any] | None = None, fsync_every: int = 100,
+                     record_deadline: float | None = None) -> RunSummary:
     """Run every record through `stages` in order and write one status line per record to `out`.
 
     `out` is a JSONL journal. `resume=True` skips ids already `ok` in it and re-runs the rest;
@@ -314,9 +316,16 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
     after the journal is compacted. The manifest goes to `<out stem>.manifest.json`. `executor` is a
     registered name (`local`, `ray`), an Executor, or None for the process default (`local` unless
     `kbvqa --executor` or KBVQA_EXECUTOR says otherwise); `executor_options` go to its constructor.
+    `record_deadline` caps one record's time through all stages (None: the process default,
+    `kbvqa --record-deadline` / KBVQA_RECORD_DEADLINE; unset means none).
     """
     out = Path(out)
     _check_args(out, fmt, concurrency, limit)
+    deadline = record_deadline if record_deadline is not None else default_record_deadline()
+    if deadline is not None:
+        if deadline <= 0:
+            raise ValueError(f"record_deadline must be > 0 seconds, not {deadline}")
+        ctx.resources["record_deadline"] = deadline  # travels with the context (Ray actors too)
     stages = list(stages)
     ex = get_executor(executor, **(executor_options or {}))
 

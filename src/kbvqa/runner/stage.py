@@ -13,8 +13,10 @@ the other side).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
@@ -26,7 +28,31 @@ from kbvqa.data.jsonl import dumps_line
 from kbvqa.data.schema import Usage
 from kbvqa.models.result import Invalid
 
-__all__ = ["Context", "Invalid", "RUNNER_FIELDS", "Stage", "StageConfig", "run_record", "stage_name"]
+__all__ = ["Context", "Invalid", "RECORD_DEADLINE_ENV", "RUNNER_FIELDS", "Stage", "StageConfig", "default_record_deadline",
+           "run_record", "set_record_deadline", "stage_name"]
+
+#: The default total time one record may take through all its stages (`kbvqa --record-deadline`).
+RECORD_DEADLINE_ENV = "KBVQA_RECORD_DEADLINE"
+_RECORD_DEADLINE: dict[str, float | None] = {"seconds": None}
+
+
+def set_record_deadline(seconds: float | None) -> None:
+    """The per-record deadline every job of this process uses unless it names one (what `kbvqa
+    --record-deadline` sets, like `--executor`): a record still running after it ends `error`."""
+    if seconds is not None and seconds <= 0:
+        raise ValueError(f"a record deadline must be > 0 seconds, not {seconds}")
+    _RECORD_DEADLINE["seconds"] = seconds
+
+
+def default_record_deadline() -> float | None:
+    """`set_record_deadline`'s value, else KBVQA_RECORD_DEADLINE, else None (no deadline)."""
+    if _RECORD_DEADLINE["seconds"] is not None:
+        return _RECORD_DEADLINE["seconds"]
+    env = os.environ.get(RECORD_DEADLINE_ENV, "").strip()
+    try:
+        return float(env) if env and float(env) > 0 else None
+    except ValueError:
+        raise ValueError(f"{RECORD_DEADLINE_ENV}={env!r} is not a number of seconds") from None
 
 #: Top-level fields the runner adds to every output line.
 RUNNER_FIELDS = ("status", "reason", "attempts", "stage")
@@ -139,28 +165,40 @@ async def run_record(rec: dict[str, Any], stages: Sequence[Stage], ctx: Context,
 
     Never raises except on cancellation, which must propagate so an interrupted record is not
     written as an error. A stage exception ends the record `error` ("ExcType: message"), `Invalid`
-    ends it `invalid`, and a failed record is written as it came in (not half-modified)."""
+    ends it `invalid`, and a failed record is written as it came in (not half-modified). The
+    `record_deadline` resource (seconds) caps the whole chain: a record still running then ends
+    `error` with a `RecordDeadline` reason naming the stage it was in."""
     base = {k: v for k, v in rec.items() if k not in RUNNER_FIELDS}
     rid = base["id"]
     current: dict[str, Any] = copy.deepcopy(base)  # a failing stage must not alter what is written
     status, reason, failed = "ok", "", ""
-    for stage in stages:
-        name = stage_name(stage)
-        try:
-            result = await stage.run(current, ctx)
-            if not isinstance(result, dict):
-                raise TypeError(f"stage {name!r} returned {type(result).__name__}, not a dict")
-            if result.get("id") != rid:
-                raise ValueError(f"stage {name!r} changed the record id from {rid!r} to {result.get('id')!r}")
-        except Invalid as exc:
-            status, reason, failed = "invalid", str(exc) or "Invalid (no reason given)", name
-            ctx.log.debug("record %s invalid in stage %s: %s", rid, name, reason)
-            break
-        except Exception as exc:
-            status, reason, failed = "error", error_reason(exc), name
-            ctx.log.debug("record %s failed in stage %s", rid, name, exc_info=exc)
-            break
-        current = result
+    name = ""
+    deadline = ctx.resources.get("record_deadline")
+    timer = asyncio.timeout(deadline)  # None: no deadline
+    try:
+        async with timer:
+            for stage in stages:
+                name = stage_name(stage)
+                try:
+                    result = await stage.run(current, ctx)
+                    if not isinstance(result, dict):
+                        raise TypeError(f"stage {name!r} returned {type(result).__name__}, not a dict")
+                    if result.get("id") != rid:
+                        raise ValueError(f"stage {name!r} changed the record id from {rid!r} to {result.get('id')!r}")
+                except Invalid as exc:
+                    status, reason, failed = "invalid", str(exc) or "Invalid (no reason given)", name
+                    ctx.log.debug("record %s invalid in stage %s: %s", rid, name, reason)
+                    break
+                except Exception as exc:
+                    status, reason, failed = "error", error_reason(exc), name
+                    ctx.log.debug("record %s failed in stage %s", rid, name, exc_info=exc)
+                    break
+                current = result
+    except TimeoutError:
+        if not timer.expired():  # pragma: no cover - raised by the timer only
+            raise
+        status, failed = "error", name
+        reason = f"RecordDeadline: the record deadline of {deadline:g} s ran out in stage {name!r}"
     try:
         return dumps_line(_out_line(current if status == "ok" else base, status, reason, attempts, failed)), status
     except (TypeError, ValueError) as exc:
