@@ -158,3 +158,10 @@ def test_user_message_parts(tmp_path):
     assert m["content"][0] == {"type": "text", "text": "what is this?"}
     assert m["content"][1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
     assert m["content"][2]["image_url"]["url"] == "https://x/y.jpg"
+
+
+def test_a_misspelt_role_variable_is_refused_by_name():
+    with pytest.raises(ConfigError, match="KBVQA_VERIFER_MODEL.*'verifer' is not a model role"):
+        load_model_config(None, env={"KBVQA_VERIFER_MODEL": "m", "KBVQA_BASE_URL": "http://127.0.0.1:1/v1"})
+    cfg = load_model_config(None, env={"KBVQA_VERIFIER_MODEL": "m", "KBVQA_BASE_URL": "http://127.0.0.1:1/v1"})
+    assert list(cfg.roles) == ["verifier"]

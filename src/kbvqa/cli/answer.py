@@ -30,7 +30,7 @@ RerankerName = Literal[tuple(RERANKERS.names())]  # type: ignore[valid-type]
 
 
 def answer(
-    samples: Path = typer.Option(..., "--samples", help="Benchmark file."),
+    samples: Path = typer.Option(..., "--samples", exists=True, dir_okay=False, help="Benchmark file."),
     kb: Path = typer.Option(..., "--kb", help="KB (SQLite or wiki JSON)."),
     out: Path = typer.Option(..., "--out", help="Predictions JSONL (P.jsonl)."),
     pipeline: PipelineName = typer.Option("extractive", "--pipeline", help="Answer preset (kbvqa.pipelines.PIPELINES)."),

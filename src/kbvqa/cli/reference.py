@@ -34,7 +34,7 @@ def _errors() -> tuple[type[BaseException], ...]:
 
 @app.command("build")
 def build(
-    samples: Path = typer.Option(..., "--samples", help="Benchmark file (NoteVQA-style JSONL or any kbvqa format)."),
+    samples: Path = typer.Option(..., "--samples", exists=True, dir_okay=False, help="Benchmark file (NoteVQA-style JSONL or any kbvqa format)."),
     trajectories: Path = typer.Option(..., "--trajectories", help="Agent predictions with trajectories "
                                                                    "(`kbvqa answer --pipeline agent`)."),
     out: Path = typer.Option(..., "--out", help="Build folder: stage journals, images/, funnel.json."),

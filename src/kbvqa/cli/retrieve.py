@@ -26,7 +26,7 @@ def job_errors() -> tuple[type[BaseException], ...]:
 
 def retrieve(
     index: Path = typer.Option(..., "--index", help="Image index built by `kbvqa index images`."),
-    samples: Path = typer.Option(..., "--samples", help="Benchmark file (kbvqa JSONL, InfoSeek, E-VQA CSV ...)."),
+    samples: Path = typer.Option(..., "--samples", exists=True, dir_okay=False, help="Benchmark file (kbvqa JSONL, InfoSeek, E-VQA CSV ...)."),
     images: Optional[Path] = typer.Option(None, "--images", help="Folder the samples' image paths/ids are relative "
                                                                  "to (default: the samples file's folder)."),
     out: Path = typer.Option(..., "--out", help="Retrieval records JSONL (R.jsonl); the run's journal and manifest "

@@ -233,6 +233,8 @@ def read_evqa(path: str | Path, *, policy: ErrorPolicy | None = None, fmt: str =
                     raise DataError(f"missing column {col!r} (columns: {header})", file=path, row=1, field=col)
             checked = True
         index += 1
+        if "data_id" not in header:  # the official E-VQA CSV has none: ids come from row order, said so
+            policy.report.warn("ids_made_from_row_order", f"no data_id column: row {num} is E-VQA_{index}")
         try:
             yield evqa_sample(header, row, index, file=path, rownum=num, fmt=fmt)
         except DataError as e:

@@ -218,7 +218,7 @@ class ImageIndex:
 
     # -- persistence ------------------------------------------------------------------------------
     def checksum(self) -> str:
-        return _sha256(memoryview(self.vectors).cast("B"))
+        return _sha256(memoryview(self.vectors).cast("B") if self.vectors.size else b"")
 
     @staticmethod
     def _paths(path: Path) -> tuple[Path, Path, Path]:

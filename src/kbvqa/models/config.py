@@ -207,6 +207,11 @@ def load_model_config(path: Path | str | None, overrides: dict[str, Any] | None 
     if not isinstance(models, dict):
         raise ConfigError(f"{where}: [models] must be a table of roles")
     names = set(models)
+    for var in sorted(env):  # a misspelt role variable would be silently ignored: refuse it by name
+        m = re.fullmatch(r"KBVQA_([A-Z0-9_]+)_(MODEL|BASE_URL)", var)
+        if m and m.group(1).lower() not in ROLES:
+            raise ConfigError(f"environment: {var}: {m.group(1).lower()!r} is not a model role "
+                              f"(known roles: {', '.join(ROLES)})")
     names |= {r for r in ROLES if env.get(f"KBVQA_{r.upper()}_MODEL")}
     names |= set(overrides.get("roles") or {})
     roles: dict[str, Any] = {}

@@ -252,6 +252,12 @@ def index_images(kb: Any, image_root: str | Path, out: str | Path, *, encoder: s
     index, report = build_image_index(store, image_root, enc, rule=rule, kind=kind,
                                       max_images_per_article=max_images_per_article, batch_size=batch_size,
                                       progress=progress, index_params=index_params)
+    if not len(index):  # an empty index would answer every query with nothing: say why instead
+        examples = (report.examples_missing + report.examples_failed)[:3]
+        raise ValueError(f"{image_root}: not one of the KB's {report.images_listed} listed image(s) was found and "
+                         f"decoded there (rule {rule if isinstance(rule, str) else 'callable'}: "
+                         f"{report.images_missing} missing, {report.images_outside_root} outside the folder, "
+                         f"{report.images_failed} undecodable; e.g. {examples}); nothing written")
     return IndexBuild(index, index.save(out), report.as_dict(), enc)
 
 
