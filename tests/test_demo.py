@@ -88,3 +88,33 @@ def test_demo_interleaved_outputs_render_in_report_build(tmp_path):
     html = (folder / "index.html").read_text(encoding="utf-8")
     assert "IVR-12: references vs model outputs" in html and "Visual quality" in html
     assert "Interleaved answers: IVR-12" in res.report.read_text(encoding="utf-8")
+
+
+def test_demo_out_never_deletes_what_the_demo_did_not_write(tmp_path):
+    import json
+
+    import pytest
+
+    from kbvqa.demo.run import _MARKER, _clear_previous_demo
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("precious")
+    with pytest.raises(ValueError, match="did not write.*thesis.tex"):
+        _clear_previous_demo(foreign)
+    assert (foreign / "thesis.tex").read_text() == "precious"
+
+    done = tmp_path / "done"  # a finished demo, plus a file the user added afterwards
+    (done / "bench").mkdir(parents=True)
+    (done / "report.html").write_text("r")
+    (done / _MARKER).write_text(json.dumps({"complete": True, "wrote": ["bench", "report.html"]}))
+    (done / "notes.md").write_text("mine")
+    with pytest.raises(ValueError, match="notes.md"):
+        _clear_previous_demo(done)
+    assert sorted(p.name for p in done.iterdir()) == ["notes.md"]
+
+    crashed = tmp_path / "crashed"  # a demo that died midway: it started in an empty folder
+    (crashed / "bench").mkdir(parents=True)
+    (crashed / _MARKER).write_text(json.dumps({"complete": False, "wrote": []}))
+    _clear_previous_demo(crashed)
+    assert list(crashed.iterdir()) == []

@@ -12,7 +12,7 @@ from kbvqa.cli.common import fail
 
 
 def demo(
-    out: Path = typer.Option(Path("results/demo"), "--out", help="Results folder (replaced if it exists)."),
+    out: Path = typer.Option(Path("results/demo"), "--out", help="Results folder: new or empty, or an earlier demo's (what that run wrote is replaced; nothing else is touched)."),
     llm: Optional[str] = typer.Option(None, "--llm", help="Base URL of an OpenAI-compatible server, e.g. "
                                                           "http://127.0.0.1:8000/v1. Without it everything runs offline."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name on that server."),

@@ -157,12 +157,47 @@ def _retrieval_records(predictions: Path, out: Path) -> Path:
     return out
 
 
+_MARKER = ".kbvqa-demo.json"  # what a demo run wrote in its folder, so a rerun removes that and nothing else
+
+
+def _clear_previous_demo(out: Path) -> None:
+    """Make `out` ready for a run: remove what an earlier demo wrote there (listed in its marker) and
+    refuse a folder holding anything else — the demo never deletes files it did not write."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"{out}: exists and is not a folder")
+    marker = out / _MARKER
+    ours: set[str] = set()
+    if marker.is_file():
+        info = json.loads(marker.read_text(encoding="utf-8"))
+        # a run that did not finish listed nothing yet, but it started in an empty folder: all is its own
+        ours = set(info["wrote"]) if info.get("complete") else {p.name for p in out.iterdir()}
+    for name in sorted(ours):
+        p = out / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+    marker.unlink(missing_ok=True)
+    others = sorted(p.name for p in out.iterdir())
+    if others:
+        raise ValueError(f"{out}: holds files the demo did not write ({', '.join(others[:5])}"
+                         f"{', ...' if len(others) > 5 else ''}); give --out an empty or new folder")
+
+
+def _mark(out: Path, complete: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    wrote = sorted(p.name for p in out.iterdir() if p.name != _MARKER) if complete else []
+    (out / _MARKER).write_text(json.dumps({"complete": complete, "wrote": wrote}), encoding="utf-8")
+
+
 def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api_key_env: str | None = None,
              concurrency: int = 4, progress: bool = False) -> DemoResult:
     started = time.monotonic()
     out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
+    _clear_previous_demo(out)
+    _mark(out, complete=False)
     timings: dict[str, float] = {}
 
     def tick(name: str, t0: float) -> None:
@@ -250,6 +285,7 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
         "timings_s": timings, "wall_seconds": round(time.monotonic() - started, 3),
     }, indent=2), encoding="utf-8")
     kb.close()
+    _mark(out, complete=True)
     return DemoResult(out=out, report=report, manifest=manifest, scores=scores, audit=audit, flaws_found=found,
                       flaws_total=len(bench.flaws), seconds=time.monotonic() - started)
 
