@@ -241,13 +241,32 @@ def test_manifest_contents_and_redaction(tmp_path):
     assert [r["model"] for r in m["roles"]["verifier"]] == ["a", "b"]
     for k in ("kbvqa_version", "git", "python", "platform", "started", "finished", "wall_seconds"):
         assert m[k] is not None, k
-    assert set(m["git"]) == {"commit", "dirty"}
+    assert set(m["git"]) == {"commit", "dirty", "source"}
 
 
-def test_manifest_outside_git(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # tmp is not a git checkout: no crash, commit None
-    s = run(recs(2), [Double()], ctx(), out=tmp_path / "o.jsonl", progress=False)
-    assert json.loads(s.manifest.read_text())["git"]["commit"] is None
+def test_manifest_names_kbvqa_s_commit_wherever_it_runs(tmp_path, monkeypatch):
+    """The commit is kbvqa's own, not that of the folder the command ran in (here: a user's
+    project repository with its own history)."""
+    import subprocess
+
+    from kbvqa.runner.manifest import git_info
+
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    subprocess.run(["git", "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-q", "--allow-empty", "-m", "x"],
+                   cwd=project, check=True)
+    theirs = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
+    monkeypatch.chdir(project)
+    s = run(recs(2), [Double()], ctx(), out=project / "o.jsonl", progress=False)
+    got = json.loads(s.manifest.read_text())["git"]
+    assert got["commit"] != theirs and got == git_info()
+    assert got["source"] in ("checkout", "pip-vcs", "release")
+    # a package folder inside a repository that does not track it (a venv in the user's project)
+    fake_pkg = project / ".venv" / "kbvqa"
+    fake_pkg.mkdir(parents=True)
+    (fake_pkg / "__init__.py").write_text("")
+    assert git_info(fake_pkg)["source"] != "checkout" and git_info(fake_pkg)["commit"] != theirs
 
 
 def test_redact_is_a_copy():

@@ -8,6 +8,7 @@ are redacted and model clients contribute only their provenance (backend, model,
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -41,23 +42,39 @@ def redact_url(url: str) -> str:
     return _redact_url(url, marker=REDACTED)
 
 
-def git_info(cwd: Path | None = None) -> dict[str, Any]:
-    """Commit and dirty flag of the git checkout at `cwd`; None values outside git or without git."""
-    cwd = Path(cwd or os.getcwd())
+def _git(cwd: Path, *args: str) -> str | None:
+    try:
+        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
 
-    def git(*args: str) -> str | None:
-        try:
-            r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return r.stdout.strip() if r.returncode == 0 else None
 
-    commit = git("rev-parse", "HEAD")
-    dirty = None
-    if commit:
-        status = git("status", "--porcelain", "--untracked-files=no")
-        dirty = bool(status) if status is not None else None
-    return {"commit": commit, "dirty": dirty}
+@functools.lru_cache(maxsize=None)
+def git_info(package_dir: Path | None = None) -> dict[str, Any]:
+    """The kbvqa code a run used, wherever the command was started: `commit`, `dirty` and `source`.
+
+    `checkout`: kbvqa is imported from a git checkout (an editable install) whose repository tracks
+    this very file — not merely any repository around the install, such as the user's project with
+    a virtual environment inside it. `pip-vcs`: installed by pip from a git URL (the commit pip
+    recorded in direct_url.json). `release`: an installed release, identified by its version alone."""
+    here = Path(package_dir or Path(__file__).resolve().parents[1])
+    init = here / "__init__.py"
+    if init.is_file() and _git(here, "ls-files", "--error-unmatch", str(init)) is not None:
+        commit = _git(here, "rev-parse", "HEAD")
+        if commit:
+            status = _git(here, "status", "--porcelain", "--untracked-files=no")
+            return {"commit": commit, "dirty": bool(status) if status is not None else None, "source": "checkout"}
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        raw = distribution("kbvqa").read_text("direct_url.json")
+        vcs = (json.loads(raw) if raw else {}).get("vcs_info") or {}
+        if vcs.get("commit_id"):
+            return {"commit": vcs["commit_id"], "dirty": False, "source": "pip-vcs"}
+    except (PackageNotFoundError, ValueError, OSError):
+        pass
+    return {"commit": None, "dirty": None, "source": "release"}
 
 
 def kbvqa_version() -> str:
