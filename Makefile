@@ -4,17 +4,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo bench clean
+.PHONY: install browser test demo bench clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,faiss,embed,ray]"
+	$(BIN)/pip install -q -e ".[test,faiss,embed,ray,view]"
 	touch $(STAMP)
 
-test: install
+# The viewer's browser tests drive Debian's chromium + chromium-driver (they skip, saying why, without them).
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || \
+		{ command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq chromium chromium-driver >/dev/null) || \
+		echo "note: chromium/chromium-driver not installed; the viewer's browser tests will skip"; }
+
+test: install browser
 	$(BIN)/python -m pytest
 
 demo: install

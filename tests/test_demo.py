@@ -76,11 +76,13 @@ def test_demo_cli_with_llm_server(tmp_path):
 
 def test_demo_interleaved_outputs_render_in_report_build(tmp_path):
     """The demo's IVR-12 summaries and comparison (rules mode) are accepted by `kbvqa report build`."""
-
-
     res = run_demo(tmp_path / "d")
     folder = tmp_path / "d" / "interleaved"
     assert json.loads((folder / "agent.ivr12.summary.json").read_text())["kind"] == "ivr12"
+    for source in ("agent", "references"):  # every answer judged, its embedded images found
+        lines = [json.loads(x) for x in (folder / f"{source}.ivr12.jsonl").read_text().splitlines()]
+        assert len(lines) == 15 and {x["status"] for x in lines} == {"ok"}, source
+        assert all(Path(e["image"]).is_file() for x in lines for e in x["embedded"])
     funnel = json.loads((folder / "reference_build" / "funnel.json").read_text())
     assert funnel["stages"][0]["in"] == 15  # every community item entered reference construction
     result = CliRunner().invoke(app, ["report", "build", str(folder)])

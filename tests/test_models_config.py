@@ -104,7 +104,8 @@ def test_missing_file():
         load_model_config("/nonexistent/kbvqa.toml")
 
 
-def test_build_roles_and_describe_redacts(tmp_path):
+def test_build_roles_and_describe_redacts(tmp_path, monkeypatch):
+    monkeypatch.delenv("KBVQA_CACHE")  # the file's [cache] applies (conftest turns caching off)
     (tmp_path / "cassettes").mkdir()
     (tmp_path / "cassettes/answerer.jsonl").write_text("")
     p = write(tmp_path, TOML.replace('model = "verifier-llm"', 'model = "verifier-llm"\n'
@@ -165,3 +166,43 @@ def test_a_misspelt_role_variable_is_refused_by_name():
         load_model_config(None, env={"KBVQA_VERIFER_MODEL": "m", "KBVQA_BASE_URL": "http://127.0.0.1:1/v1"})
     cfg = load_model_config(None, env={"KBVQA_VERIFIER_MODEL": "m", "KBVQA_BASE_URL": "http://127.0.0.1:1/v1"})
     assert list(cfg.roles) == ["verifier"]
+
+
+def test_the_response_cache_is_on_by_default_and_flags_move_or_disable_it(tmp_path, monkeypatch):
+    from kbvqa.models.config import cache_path, roles_from_flags
+
+    monkeypatch.delenv("KBVQA_CACHE")  # conftest turns it off for the suite
+
+    home = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert cache_path(None, home) == tmp_path / "xdg" / "kbvqa" / "responses.sqlite"
+    assert cache_path(None, {**home, "KBVQA_CACHE": "off"}) is None
+    assert cache_path(None, {**home, "KBVQA_CACHE": str(tmp_path / "c.sqlite")}) == tmp_path / "c.sqlite"
+    cfg_file = tmp_path / "kbvqa.toml"
+    cfg_file.write_text('[models.judge]\nbackend = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:1/v1"\n'
+                        '[cache]\npath = "here.sqlite"\n')
+    cfg = load_model_config(cfg_file, env=home)
+    assert cache_path(cfg, home) == tmp_path / "here.sqlite"  # the file's own path
+    assert cache_path(cfg, {**home, "KBVQA_CACHE": "0"}) is None  # --no-cache beats the file
+    # `--llm` without any config file gets the default cache: a rerun re-sends nothing
+    roles = roles_from_flags(llm="http://127.0.0.1:1/v1", model="m", fill=("judge",), env=home)
+    assert roles["judge"].cache is not None
+    assert roles["judge"].cache.path == tmp_path / "xdg" / "kbvqa" / "responses.sqlite"
+    assert roles_from_flags(llm="http://127.0.0.1:1/v1", model="m", fill=("judge",),
+                            env={**home, "KBVQA_CACHE": "off"})["judge"].cache is None
+
+
+def test_cli_cache_flags_reach_every_role(tmp_path, monkeypatch):
+    import os
+
+    from typer.testing import CliRunner
+
+    from kbvqa.cli.app import app
+
+    monkeypatch.setenv("KBVQA_CACHE", "off")  # restored after the test, whatever the flags set
+    runner = CliRunner()
+    assert runner.invoke(app, ["--cache", str(tmp_path / "c.sqlite"), "journal", "--help"]).exit_code == 0
+    assert os.environ["KBVQA_CACHE"] == str(tmp_path / "c.sqlite")
+    assert runner.invoke(app, ["--no-cache", "journal", "--help"]).exit_code == 0
+    assert os.environ["KBVQA_CACHE"] == "off"
+    res = runner.invoke(app, ["--no-cache", "--cache", str(tmp_path / "c.sqlite"), "journal", "--help"])
+    assert res.exit_code == 2

@@ -160,6 +160,8 @@ def test_report_build_escapes_names_and_labels(tmp_path):
     assert files
     for f in files:
         text = f.read_text(encoding="utf-8")
+        if f.suffix == ".md":  # a backslash-escaped character is plain text: only what is left can be live
+            text = re.sub(r"\\.", "", text)
         live = {".md": ("<script>", "<img src=x", "![pwn](", "](javascript:"),  # markdown renders all four
                 ".html": ("<script>", "<img src=x"),  # markdown syntax is plain text in HTML
                 ".tex": (r"\input{",)}[f.suffix]

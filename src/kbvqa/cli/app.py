@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Literal, Optional
 
 import typer
 
 from kbvqa import __version__
 from kbvqa.data.images import ALLOW_OUTSIDE_ROOT_ENV
+from kbvqa.models.config import CACHE_ENV
 from kbvqa.runner.executor import EXECUTORS, set_default_executor
 from kbvqa.runner.stage import set_record_deadline
 from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli import audit as audit_cmd
 from kbvqa.cli import augment as augment_cmd
+from kbvqa.cli import curate as curate_cmd
 from kbvqa.cli import data as data_cmd
 from kbvqa.cli import demo as demo_cmd
 from kbvqa.cli import index as index_cmd
@@ -24,6 +27,7 @@ from kbvqa.cli import report as report_cmd
 from kbvqa.cli import retrieve as retrieve_cmd
 from kbvqa.cli import score as score_cmd
 from kbvqa.cli import study as study_cmd
+from kbvqa.cli import view as view_cmd
 
 
 
@@ -52,10 +56,13 @@ app.add_typer(study_cmd.app, name="study", help="Studies: per-type bootstrap CIs
                                                 "ranking reversals, retrieval 2x2, augmentation recall.")
 app.add_typer(reference_cmd.app, name="reference", help="Interleaved reference construction from agent "
                                                         "trajectories (seed 001) and its human audit.")
+app.add_typer(curate_cmd.app, name="curate", help="Curate a community-sourced visual QA benchmark from posts "
+                                                  "(seed 001 §3.1): the four-step funnel and its proofreading.")
 app.add_typer(report_cmd.app, name="report", help="Tables (markdown/CSV/LaTeX), plots and an HTML page from study "
                                                   "results.")
 app.add_typer(journal_cmd.app, name="journal", help="Inspect or repair a job's output journal (what --resume reads).")
 app.command("demo", help="End-to-end offline demo on real photographs shipped in PyPI packages.")(demo_cmd.demo)
+app.command("view", help="Browse runs in a local read-only web app (or --export a static site).")(view_cmd.view)
 
 
 def _version(value: bool) -> None:
@@ -88,11 +95,20 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
           record_deadline: Optional[float] = typer.Option(
               None, "--record-deadline", min=0.1,
               help="Cap on one record's time through all the stages of a job, seconds: a record still running "
-                   "then ends error (RecordDeadline). Env: KBVQA_RECORD_DEADLINE.")) -> None:
+                   "then ends error (RecordDeadline). Env: KBVQA_RECORD_DEADLINE."),
+          cache: Optional[Path] = typer.Option(None, "--cache", dir_okay=False,
+                                               help="Response cache file for every model role (default: "
+                                                    "~/.cache/kbvqa/responses.sqlite; env KBVQA_CACHE)."),
+          no_cache: bool = typer.Option(False, "--no-cache", help="Send every model call, cache nothing "
+                                                                   "(KBVQA_CACHE=off).")) -> None:
     """kbvqa command line. (--fail-on-error is read by each job from this command's parameters.)"""
     if allow_outside_root:  # an environment variable reaches worker processes (Ray actors, image pools)
         os.environ[ALLOW_OUTSIDE_ROOT_ENV] = "1"
     set_record_deadline(record_deadline)
+    if cache is not None and no_cache:
+        raise typer.BadParameter("choose --cache PATH or --no-cache", param_hint="--cache")
+    if cache is not None or no_cache:  # like the two above: an environment variable reaches every worker
+        os.environ[CACHE_ENV] = "off" if no_cache else str(cache.expanduser().resolve())
     options = {k: v for k, v in (("address", ray_address), ("actors", ray_actors)) if v is not None}
     if options and executor != "ray":
         raise typer.BadParameter("--ray-address/--ray-actors need --executor ray", param_hint="--executor")

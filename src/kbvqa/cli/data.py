@@ -142,3 +142,113 @@ def stats(
 
     print_result(dataset_stats_table(result, title=path.name))
     _report_skipped(report)
+
+
+# `compare` calls a judge model: the model-call limit flags every such command takes.
+from kbvqa.cli.common import CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, model_limits  # noqa: E402
+
+
+@app.command("compare")
+def compare(
+    paths: list[Path] = typer.Argument(..., help="Benchmark files (any format kbvqa reads)."),
+    from_fmt: Optional[list[str]] = typer.Option(None, "--from", help=f"Format ({_FORMATS}): once for all files or "
+                                                                      "once per file; detected when omitted."),
+    names: Optional[list[str]] = typer.Option(None, "--name", help="Row label, once per file (default: file stem)."),
+    mapping: Optional[str] = typer.Option(None, "--mapping", help="Generic formats: field=column,..."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL of the hops judge."),
+    model: Optional[str] = typer.Option(None, "--model", help="Judge model name on that server."),
+    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml with \\[models.<role>]."),
+    judge_role: str = typer.Option("judge", "--judge-role", help="The role that estimates reasoning hops."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env"),
+    hops_sample: Optional[int] = typer.Option(None, "--hops-sample", min=1, help="Judge at most N items per "
+                                                                                 "benchmark (the same N every run)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for the judge's journals and compare.json "
+                                                           "(needed with a judge)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume"),
+    concurrency: int = typer.Option(8, "--concurrency", min=1),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
+) -> None:
+    """Compare benchmarks (seed 001 Table 1): items, query and answer lengths in words, images per item,
+    category and intent coverage, and with a judge model the mean estimated reasoning hops."""
+    import json
+
+    from kbvqa.data.compare import benchmark_profile
+    from kbvqa.models.config import ConfigError, roles_from_flags
+
+    if from_fmt and len(from_fmt) not in (1, len(paths)):
+        _fail(f"--from: give one format for all files or one per file ({len(paths)}), not {len(from_fmt)}")
+    if names and len(names) != len(paths):
+        _fail(f"--name: give one per file ({len(paths)}), not {len(names)}")
+    labels = list(names) if names else [p.stem for p in paths]
+    if len(set(labels)) != len(labels):
+        _fail(f"two benchmarks would be called the same ({labels}); give --name for each")
+    try:
+        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env, fill=(judge_role,),
+                                 concurrency=concurrency,
+                                 **model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
+    except (ConfigError, ValueError) as e:
+        fail(e)
+    judge = roles.get(judge_role)
+    if judge is not None and out is None:
+        fail("the hops judge writes resumable journals: give --out DIR")
+    rows = []
+    m = _mapping(mapping)
+    for i, path in enumerate(paths):
+        report = SkipReport()
+        try:
+            fmt = (from_fmt[0] if len(from_fmt) == 1 else from_fmt[i]) if from_fmt else detect_format(path)
+            generic = fmt in ("jsonl", "csv", "parquet")
+            samples = list(read_samples(path, fmt, mapping=m if generic else None, report=report))
+        except (DataError, ValueError) as e:
+            _fail(str(e))
+            return
+        row = benchmark_profile(samples, name=labels[i], fmt=fmt)
+        row["file"] = str(path)
+        row["warnings"] = dict(report.warnings)
+        if judge is not None and out is not None:
+            from kbvqa.pipelines.curate.hops import estimate_hops, hop_records
+
+            try:
+                row["hops"] = estimate_hops(hop_records(samples, hops_sample), out / f"{labels[i]}.hops.jsonl", roles,
+                                            role=judge_role, resume=resume, concurrency=concurrency,
+                                            progress=not as_json)
+            except (ValueError, OSError) as e:
+                fail(e)
+        rows.append(row)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare.json").write_text(json.dumps(rows, indent=1, ensure_ascii=False), encoding="utf-8")
+    if as_json:
+        emit_json({"benchmarks": rows})
+        return
+    from kbvqa.report.tables import ResultTable
+
+    def num(d: Optional[dict], k: str) -> Optional[float]:
+        return None if not d or d.get(k) is None else float(d[k])
+
+    table = [{"benchmark": r["name"], "format": r["format"], "items": r["items"],
+              "query words": num(r["query_words"], "mean"), "(median)": num(r["query_words"], "median"),
+              "answer words": num(r["answer_words"], "mean"), "(median) ": num(r["answer_words"], "median"),
+              "images/item": r["images_per_item"],
+              "categories": r["categories"]["n"] if r["categories"] else None,
+              "intents": r["intents"]["n"] if r["intents"] else None,
+              "hops": num(r["hops"], "mean") if r["hops"] else None,
+              "judged/invalid": f"{r['hops']['judged']}/{r['hops']['invalid']}" if r["hops"] else "n/a"}
+             for r in rows]
+    notes = []
+    judged = [r for r in rows if r["hops"]]
+    if judged:
+        j = judged[0]["hops"]["judge"]
+        notes.append(f"hops: judge {j.get('model') or j.get('backend')} at {j.get('base_url', '-')} "
+                     f"({j['prompt']}, sha256 {j['prompt_sha256'][:12]}); invalid replies are counted, not averaged")
+    else:
+        notes.append("hops: n/a (needs a judge model: --llm URL --model M, or --config with [models.judge])")
+    for r in rows:
+        for kind, n in r["warnings"].items():
+            notes.append(f"warning: {r['name']}: {n} {kind.replace('_', ' ')}")
+    print_result(ResultTable.from_dicts(table, name="compare", title="benchmark comparison", notes=notes))

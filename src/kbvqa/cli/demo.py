@@ -39,3 +39,4 @@ def demo(
     console.print(f"  accuracy original (strict) = {o['strict'].get('accuracy')}, "
                   f"fixed (strict) = {f['strict'].get('accuracy')}")
     console.print(f"  report: {res.report}\n  manifest: {res.manifest}")
+    console.print(f"  browse it: kbvqa view {res.out}")

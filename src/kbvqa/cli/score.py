@@ -231,7 +231,8 @@ def ivr12(
     rubric: Optional[Path] = typer.Option(None, "--rubric", exists=True, dir_okay=False,
                                           help="A rubric TOML (default: the packaged IVR-12 reconstruction)."),
     image_root: Optional[Path] = typer.Option(None, "--image-root", file_okay=False,
-                                              help="Folder of relative image paths (default: each file's folder)."),
+                                              help="Folder the samples' image paths are relative to (default: the samples file's "
+                                                   "folder); answer images are under the predictions' folder."),
     concurrency: int = typer.Option(16, "--concurrency", min=1, help="Items and judge requests in flight."),
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Per-item verdict journal (default "
                                        "<predictions stem>.ivr12.jsonl); manifest and .summary.json beside it."),

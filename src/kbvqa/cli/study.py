@@ -299,3 +299,210 @@ def image_ablation(
     if not as_json:
         for table in image_ablation_tables(res)[1:]:
             print_result(table)
+
+
+# ---------------------------------------------------- seed 000's analyses (kbvqa.evaluate.analyses)
+
+_GROUNDED = typer.Option(None, "--grounded", help="Restrict to the grounded subset: items whose final evidence in "
+                                                  "these predictions is the gold entity (PATH or NAME=PATH; repeat "
+                                                  "for the subset grounded in every run).")
+_GROUNDED_STAGE = typer.Option("post", "--grounded-stage", help="Final evidence: post (reranked), initial, any stage "
+                                                                "of the retrieval trail, or pool (the evidence_used "
+                                                                "sections the answer read).")
+_GROUNDED_K = typer.Option(1, "--grounded-k", min=1, help="Top-k of a retrieval stage that counts (not for pool).")
+_GROUNDED_REFS = typer.Option(None, "--grounded-references", exists=True, dir_okay=False,
+                              help="Gold entities for --grounded (default: the study's (fixed) references).")
+_EXAMPLES = typer.Option(5, "--examples", min=0, help="Example ids per row.")
+
+
+def _subset(files: Optional[list[str]], references: Path, stage: str, k: int) -> Any:
+    """The grounded subset --grounded asks for (None without it)."""
+    if not files:
+        return None
+    from kbvqa.evaluate.analyses import grounded_subset
+
+    return grounded_subset(files, references, stage=stage, k=k)
+
+
+@app.command("fix-kinds")
+def fix_kinds(
+    unfixed: Path = typer.Option(..., "--unfixed", exists=True, dir_okay=False, help="Predictions on the unfixed split."),
+    fixed: Path = typer.Option(..., "--fixed", exists=True, dir_okay=False, help="The same method on the fixed split."),
+    references_a: Path = typer.Option(..., "--references-a", exists=True, dir_okay=False, help="Unfixed references."),
+    references_b: Path = typer.Option(..., "--references-b", exists=True, dir_okay=False, help="Fixed references."),
+    audited: Optional[Path] = typer.Option(None, "--audited", exists=True, dir_okay=False,
+                                           help="`kbvqa audit run` output: change kinds from its question_before / "
+                                                "answers_before (default: the diff of the two reference files)."),
+    scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
+    qtypes: Optional[Path] = _QTYPES,
+    name: str = typer.Option("", "--name", help="Method name shown in tables (default: the fixed file's stem)."),
+    grounded: Optional[list[str]] = _GROUNDED,
+    grounded_stage: str = _GROUNDED_STAGE,
+    grounded_k: int = _GROUNDED_K,
+    grounded_references: Optional[Path] = _GROUNDED_REFS,
+    examples: int = typer.Option(3, "--examples", min=0, help="Example ids gained / lost per fix kind."),
+    resamples: int = _RESAMPLES,
+    seed: int = _SEED,
+    semantic_threshold: float = _THRESHOLD,
+    out: Optional[Path] = _OUT,
+    no_report: bool = _NO_REPORT,
+    as_json: bool = _JSON,
+) -> None:
+    """Accuracy before -> after the fix by what the audit changed (question only / answer only / both /
+    nothing), paired on the same ids, with CIs (seed 000 §6.2, Appendix 0.D)."""
+    from kbvqa.evaluate.analyses import fix_kinds_study
+
+    try:
+        sub = _subset(grounded, grounded_references or references_b, grounded_stage, grounded_k)
+        res = fix_kinds_study(unfixed, fixed, references_a, references_b, scorer, audited=audited, subset=sub,
+                              qtypes=qtypes, label=name, examples=examples, n_resamples=resamples, seed=seed,
+                              semantic_threshold=semantic_threshold)
+    except _INPUT_ERRORS as exc:
+        fail(exc)
+    _finish(res, out, not no_report, as_json)
+
+
+@app.command("grounded")
+def grounded_cmd(
+    predictions: list[str] = typer.Option(..., "--predictions", "-p", help="PATH or NAME=PATH; repeat per run."),
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
+                                    help="Gold entities: kbvqa JSONL (entity.url) or CSV with wikipedia_url."),
+    stage: str = typer.Option("post", "--stage", help="post (reranked), initial, any trail stage, or pool "
+                                                      "(the evidence_used sections)."),
+    k: int = typer.Option(1, "--k", min=1, help="Top-k of a retrieval stage that counts (not for pool)."),
+    ids_out: Optional[Path] = typer.Option(None, "--ids-out", dir_okay=False,
+                                           help="Write the ids grounded in every run here, one per line."),
+    resamples: int = _RESAMPLES,
+    seed: int = _SEED,
+    out: Optional[Path] = _OUT,
+    no_report: bool = _NO_REPORT,
+    as_json: bool = _JSON,
+) -> None:
+    """Post-retrieval recall per run (seed 000 Table 3): items whose final evidence is the gold entity,
+    and the size of the subset grounded in every run."""
+    from kbvqa.evaluate.analyses import grounded_study, grounded_subset
+
+    try:
+        res = grounded_study(predictions, references, stage=stage, k=k, n_resamples=resamples, seed=seed)
+        if ids_out is not None:
+            ids = sorted(grounded_subset(predictions, references, stage=stage, k=k).ids)
+            ids_out.write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")
+            typer.echo(f"wrote {len(ids)} ids to {ids_out}", err=True)
+    except _INPUT_ERRORS as exc:
+        fail(exc)
+    _finish(res, out, not no_report, as_json)
+
+
+@app.command("modification-rates")
+def modification_rates(
+    a: Path = typer.Argument(..., exists=True, dir_okay=False, help="Version A (before), any input format; or one "
+                                                                    "audited file (its question_before / "
+                                                                    "answers_before) without B."),
+    b: Optional[Path] = typer.Argument(None, exists=True, dir_okay=False, help="Version B (after): the fixed split "
+                                                                               "or the audited file."),
+    fmt_a: Optional[str] = typer.Option(None, "--from-a"),
+    fmt_b: Optional[str] = typer.Option(None, "--from-b"),
+    tag_field: Optional[str] = typer.Option(None, "--tag-field", help="Tags from this meta key (e.g. "
+                                                                      "meta.final_check_tag) instead of audit.tags."),
+    resamples: int = _RESAMPLES,
+    seed: int = _SEED,
+    out: Optional[Path] = _OUT,
+    no_report: bool = _NO_REPORT,
+    as_json: bool = _JSON,
+) -> None:
+    """Share of questions and answers modified and of items dropped, per dataset and question type, with
+    tags (seed 000 Table 6 shape); the same comparison as `kbvqa audit diff`."""
+    from kbvqa.data.errors import DataError
+    from kbvqa.evaluate.analyses import modification_rates_study
+
+    try:
+        res = modification_rates_study(a, b, fmt_a=fmt_a, fmt_b=fmt_b, tag_field=tag_field, n_resamples=resamples,
+                                       seed=seed)
+    except (*_INPUT_ERRORS, DataError) as exc:
+        fail(exc)
+    _finish(res, out, not no_report, as_json)
+
+
+@app.command("variants")
+def variants(
+    predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
+                                     help="Predictions on the augmented samples (ids __anchor, __intra, ...)."),
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
+                                    help="The augmented samples (`kbvqa augment` OUT/samples.jsonl)."),
+    scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
+    stage: str = typer.Option("post", "--stage", help="Post-retrieval recall from this stage of the predictions' "
+                                                      "trails (post, initial, ..., pool), or none."),
+    k: int = typer.Option(1, "--k", min=1, help="Top-k of the stage that counts (not for pool)."),
+    by_type: Optional[bool] = typer.Option(None, "--by-type/--no-by-type",
+                                           help="Columns per question type (default: for InfoSeek's types)."),
+    qtypes: Optional[Path] = _QTYPES,
+    name: str = typer.Option("", "--name", help="Method name shown in tables (default: the file stem)."),
+    resamples: int = _RESAMPLES,
+    seed: int = _SEED,
+    semantic_threshold: float = _THRESHOLD,
+    out: Optional[Path] = _OUT,
+    no_report: bool = _NO_REPORT,
+    as_json: bool = _JSON,
+) -> None:
+    """QA accuracy per augmentation variant by question type with the change against the anchor (seed
+    000 Table 4), and post-retrieval recall per variant (Table 3), with CIs."""
+    from kbvqa.evaluate.analyses import variants_study
+    from kbvqa.report.summaries import variant_tables
+
+    try:
+        res = variants_study(predictions, references, scorer, stage=None if stage == "none" else stage, k=k,
+                             qtypes=qtypes, label=name, by_type=by_type, n_resamples=resamples, seed=seed,
+                             semantic_threshold=semantic_threshold)
+    except _INPUT_ERRORS as exc:
+        fail(exc)
+    _finish(res, out, not no_report, as_json)
+    if not as_json:
+        for table in variant_tables(res)[1:]:
+            print_result(table)
+
+
+@app.command("buckets")
+def buckets(
+    references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
+    method: list[str] = typer.Option(..., "--method", help="NAME=PRED.jsonl, or NAME=PRED_A.jsonl,PRED_B.jsonl with "
+                                                           "--references-b; repeat per method."),
+    scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
+    references_b: Optional[Path] = typer.Option(None, "--references-b", exists=True, dir_okay=False,
+                                                help="A second split (e.g. fixed): its patterns and the items whose "
+                                                     "pattern changed."),
+    names: str = typer.Option("A,B", "--split-names", help="Labels of the two splits, e.g. unfixed,fixed."),
+    by_variant: bool = typer.Option(False, "--by-variant", help="The references are augmented samples: each "
+                                                                "method's variants are the runs compared."),
+    qtypes: Optional[Path] = _QTYPES,
+    grounded: Optional[list[str]] = _GROUNDED,
+    grounded_stage: str = _GROUNDED_STAGE,
+    grounded_k: int = _GROUNDED_K,
+    grounded_references: Optional[Path] = _GROUNDED_REFS,
+    examples: int = _EXAMPLES,
+    resamples: int = _RESAMPLES,
+    seed: int = _SEED,
+    semantic_threshold: float = _THRESHOLD,
+    out: Optional[Path] = _OUT,
+    no_report: bool = _NO_REPORT,
+    as_json: bool = _JSON,
+) -> None:
+    """Correctness buckets: the 2^N patterns of which methods answer each item correctly, with counts and
+    example ids; with --references-b, where the fix changed the pattern."""
+    from kbvqa.evaluate.analyses import buckets_study
+    from kbvqa.evaluate.studies import parse_method_specs
+    from kbvqa.report.summaries import buckets_tables
+
+    split_names = tuple(x.strip() for x in names.split(","))
+    try:
+        if len(split_names) != 2 or not all(split_names):
+            raise ValueError(f"--split-names needs two non-empty names, got {names!r}")
+        sub = _subset(grounded, grounded_references or references_b or references, grounded_stage, grounded_k)
+        res = buckets_study(references, parse_method_specs(method), scorer, references_b=references_b,
+                            split_names=split_names, by_variant=by_variant, subset=sub, qtypes=qtypes,  # type: ignore[arg-type]
+                            examples=examples, n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold)
+    except _INPUT_ERRORS as exc:
+        fail(exc)
+    _finish(res, out, not no_report, as_json)
+    if not as_json:
+        for table in buckets_tables(res)[1:]:
+            print_result(table)

@@ -134,3 +134,51 @@ def build_community(bench: DemoBench) -> Path:
     out = root / "community.jsonl"
     write_notevqa(rows, out)
     return out
+
+
+POSTS = "posts.json"
+
+
+def build_posts(bench: DemoBench) -> Path:
+    """The community posts of the curation demo (posts.json): written as `posts/posts.jsonl` in the
+    posts layout (kbvqa.data.posts) with their pictures under `posts/images/`, including the posts each
+    filter should drop — no image, a re-uploaded picture, a missing and a broken file, a thumbnail, a
+    repeated id, spam, no question — and the ones only a model can drop (text-only answerable,
+    answer-revealing wording, not a visual question). Each post's `expect` says where it should end."""
+    from kbvqa.data.jsonl import write_jsonl
+
+    root = bench.root / "posts"
+    (root / "images").mkdir(parents=True, exist_ok=True)
+
+    def render(spec: str, pid: str, row: int, n: int) -> str:
+        kind, _, key = spec.partition(":")
+        rel = f"images/post{row:02d}_{n}.jpg"  # by row: a repeated id must not overwrite the first post's picture
+        target = root / rel
+        if kind == "missing":
+            return f"images/post{row:02d}_{n}_missing.jpg"
+        if kind == "broken":
+            target.write_bytes(b"this is not a JPEG file\n" * 4)
+            return rel
+        photo = Image.open(bench.root / "images" / f"kb_{key}.jpg").convert("RGB")
+        if kind == "photo":
+            community_view(photo).save(target, quality=90)
+        elif kind == "repost":
+            view = community_view(photo)
+            view.resize((view.width * 5 // 4, view.height * 5 // 4)).save(target, quality=55)
+        elif kind == "part":
+            half = photo.crop((0, 0, photo.width // 2, photo.height))
+            half.resize((320, int(320 * half.height / half.width))).save(target, quality=90)
+        elif kind == "thumb":
+            photo.resize((64, int(64 * photo.height / photo.width))).save(target, quality=85)
+        else:
+            raise ValueError(f"posts.json: unknown image spec {spec!r} in post {pid}")
+        return rel
+
+    rows = []
+    for row, post in enumerate(load_content(POSTS)["posts"], start=1):
+        rows.append({**{k: v for k, v in post.items() if k != "images"},
+                     "images": [render(spec, post["id"], row, n) for n, spec in enumerate(post["images"], start=1)],
+                     "platform": {"name": "kbvqa-demo"}})
+    out = root / "posts.jsonl"
+    write_jsonl(out, rows)
+    return out

@@ -27,10 +27,13 @@ from kbvqa.models.image_encoders import HistogramEncoder
 from kbvqa.evaluate.augmentation import augmentation_recall_table
 from kbvqa.pipelines.audit import audit_file
 from kbvqa.pipelines.augment.run import AugmentConfig, augment_samples
+from kbvqa.pipelines.curate import curate_posts
 from kbvqa.pipelines.retrieve import run_retrieval
-from kbvqa.demo.bench import DemoBench, build_bench, build_community
+from kbvqa.demo.bench import DemoBench, build_bench, build_community, build_posts
+from kbvqa.evaluate.analyses import demo_analyses
 from kbvqa.evaluate.agent import tool_usage
 from kbvqa.report.html import Figure, Interleaved, Table, write_page
+from kbvqa.report.summaries import study_tables
 from kbvqa.runner import RUNNER_FIELDS, read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import git_info
@@ -80,13 +83,13 @@ def _score(predictions: Path, references: Path) -> dict[str, Any]:
     return {"strict": {**strict.summary, "accuracy": accuracy}, "reward": reward.summary, "items": items}
 
 
-def _answer(bench: DemoBench, samples: Path, out: Path, index: ImageIndex, kb: KBStore, roles: dict[str, Any],
+def _answer(image_root: Path, samples: Path, out: Path, index: ImageIndex, kb: KBStore, roles: dict[str, Any],
             concurrency: int, progress: bool) -> Any:
     from kbvqa.data.formats import read_samples
 
     stages: list[Any] = [ImageRetrieve(), GenerateAnswer() if "answerer" in roles else ExtractiveAnswer()]
     ctx = Context(kb=kb, roles=roles, resources={"image_index": index, "image_encoder": HistogramEncoder(),
-                                                 "image_root": bench.root})
+                                                 "image_root": image_root})
     job = Job(stages, ctx, description=f"demo answers on {samples.name}",
               run_config={"samples": str(samples), "answerer": stages[-1].name})
     return job.run((s.dump() for s in read_samples(samples, "kbvqa")), out=out, concurrency=concurrency,
@@ -226,9 +229,10 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
     t0 = time.monotonic()
     answers = out / "answers"
     answers.mkdir(parents=True, exist_ok=True)
-    run_orig = _answer(bench, bench.samples, answers / "predictions_original.jsonl", index, kb, roles,
+    run_orig = _answer(bench.root, bench.samples, answers / "predictions_original.jsonl", index, kb, roles,
                        concurrency, progress)
-    run_fixed = _answer(bench, fixed, answers / "predictions_fixed.jsonl", index, kb, roles, concurrency, progress)
+    run_fixed = _answer(bench.root, fixed, answers / "predictions_fixed.jsonl", index, kb, roles, concurrency,
+                        progress)
     tick("retrieve_and_answer", t0)
 
     t0 = time.monotonic()
@@ -246,6 +250,16 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
     aug_stats, aug_recall = _augment_and_retrieve(fixed, bench.root, out / "augment", index)
     scores["augmentation_recall"] = aug_recall
     tick("augment_and_retrieve", t0)
+
+    t0 = time.monotonic()  # the same answerer on every variant (images relative to the augment folder)
+    _answer(out / "augment", out / "augment" / "samples.jsonl", answers / "predictions_augmented.jsonl", index, kb,
+            roles, concurrency, progress)
+    analyses = demo_analyses(out)
+    tick("seed000_analyses", t0)
+
+    t0 = time.monotonic()
+    curation = curate_posts(build_posts(bench), out / "curate", resume=False)
+    tick("curation", t0)
 
     t0 = time.monotonic()
     agent_run, agent_stats, community = _agent(bench, kb, index, out / "agent" / "predictions.jsonl", progress)
@@ -269,7 +283,7 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
 
     t0 = time.monotonic()
     report = _report(out, bench, audit, audited, predictions, scores, found, n_fixed, producer, aug_stats,
-                     list(read_results(out / "agent" / "predictions.jsonl")), interleaved)
+                     list(read_results(out / "agent" / "predictions.jsonl")), interleaved, analyses, curation)
     tick("report", t0)
 
     manifest = out / "manifest.json"
@@ -282,12 +296,37 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
                  "answer_fixed": str(run_fixed.manifest), "agent": str(agent_run.manifest)},
         "community_set": str(community),
         "interleaved": {k: v.get("out") if isinstance(v, dict) else None for k, v in interleaved.items()},
+        "studies": analyses["paths"], "curation": str(out / "curate" / "funnel.json"),
         "timings_s": timings, "wall_seconds": round(time.monotonic() - started, 3),
     }, indent=2), encoding="utf-8")
     kb.close()
     _mark(out, complete=True)
     return DemoResult(out=out, report=report, manifest=manifest, scores=scores, audit=audit, flaws_found=found,
                       flaws_total=len(bench.flaws), seconds=time.monotonic() - started)
+
+
+def _analysis_blocks(analyses: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Seed 000's analyses on the demo's runs: every table of every study, with its notes."""
+    blocks: list[tuple[str, Any]] = [
+        ("h2", "Seed 000 analyses: fix kinds, grounded subset, modification rates, variants, buckets"),
+        ("note", f"Each study is also saved as {analyses['studies_dir']}/*.study.json "
+                 "(kbvqa report build renders them with plots).")]
+    for res in analyses["studies"].values():
+        for t in study_tables(res):
+            blocks.append(("table", Table([{c: t.fmt(v) for c, v in zip(t.columns, r)} for r in t.rows],
+                                          list(t.columns), caption=t.caption)))
+            blocks += [("note", n) for n in t.notes]
+    blocks += [("note", f"{k} skipped: {why}") for k, why in analyses["skipped"].items()]
+    return blocks
+
+
+def _curation_blocks(curation: Any) -> list[tuple[str, Any]]:
+    """The curation funnel over the demo's community posts (offline: it stops at the first model stage)."""
+    return [("h2", "Curation: community posts to benchmark items (seed 001 §3.1)"),
+            ("p", "Posts written about the demo's photographs, including ones each filter should drop. Offline, "
+                  "the deterministic stages run and posts stop at the first model stage (needs_model); with "
+                  "--llm the funnel runs to the end."),
+            ("table", Table(curation.rows(), caption=f"funnel (accounted: {curation.accounted})"))]
 
 
 def _agent_blocks(out: Path, stats: dict[str, Any], preds: list[dict[str, Any]]) -> list[tuple[str, Any]]:
@@ -354,7 +393,8 @@ def _pct(x: float | None) -> str:
 
 def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[str, dict], predictions: dict[str, dict],
             scores: dict[str, Any], found: int, n_fixed: int, producer: dict | None,
-            aug_stats: dict[str, Any], agent_preds: list[dict[str, Any]], interleaved: dict[str, Any]) -> Path:
+            aug_stats: dict[str, Any], agent_preds: list[dict[str, Any]], interleaved: dict[str, Any],
+            analyses: dict[str, Any], curation: Any) -> Path:
     answerer = Provenance.model_validate(producer) if producer else None
     who = f"{answerer.backend}:{answerer.model}" if answerer else "none"
     blocks: list[tuple[str, Any]] = [
@@ -399,8 +439,10 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
         ("figures", [Figure(str(p.relative_to(out)), _VARIANT_DIRS.get(p.parent.name, p.parent.name)) for p in
                      (next(iter(sorted(d.glob("*.jpg"))), None)
                       for d in sorted((out / "augment" / "composites").iterdir())) if p is not None]),
+        *_analysis_blocks(analyses),
         *_agent_blocks(out, scores["agent"], agent_preds),
         *_interleaved_blocks(interleaved),
+        *_curation_blocks(curation),
         ("h2", "Items"),
         ("table", Table([{"image": f"bench/{(audited.get(sid) or {}).get('images', [''])[0]}", "id": sid,
                           "question": p.get("meta", {}).get("question"),

@@ -412,13 +412,14 @@ def build_records(predictions: str | Path, samples: Iterable[Any], *, source: st
     report, the query images and the short reference. A sample without a usable answer is a record
     with `no_answer` = why (missing line, null answer, a failed prediction line, no reference): it is
     counted, never dropped. Relative image paths: query images under `image_root` (default: the
-    samples file's folder), answer and reference images under the predictions file's folder."""
+    samples file's folder), answer and reference images under the predictions file's folder, where
+    kbvqa keeps them (the agent's `OUT.artifacts/`)."""
     predictions = Path(predictions)
     src = detect_source(predictions) if source == "auto" else source
     if src not in ("predictions", "references"):
         raise ValueError(f"source must be one of {SOURCES}, not {source!r}")
     qroot = Path(image_root) if image_root is not None else (Path(samples_path).parent if samples_path else None)
-    aroot = Path(image_root) if image_root is not None else predictions.parent
+    aroot = predictions.parent
     lines: dict[str, tuple[int, dict[str, Any]]] = {}
     dup = 0
     for ln, obj in read_jsonl(predictions):

@@ -473,6 +473,18 @@ def study_name(result: Mapping[str, Any]) -> str:
         return f"by-{_slug(str(result['by']))}-{_slug(str(result.get('method') or 'predictions'))}"
     if kind in ("compare", "retrieval-2x2", "agent-tools", "agent-failures", "image-ablation"):
         return str(kind)
+    # kbvqa.evaluate.analyses: a restricted (grounded) run is saved beside the full one, not over it
+    sub = "-grounded" if result.get("subset") else ""
+    if kind == "fix-kinds":
+        return f"fix-kinds-{_slug(str(result.get('method') or 'predictions'))}{sub}"
+    if kind == "variant-accuracy":
+        return f"variants-{_slug(str(result.get('method') or 'predictions'))}"
+    if kind == "grounded":
+        return f"grounded-{_slug(str(result.get('stage')))}"
+    if kind == "correctness-buckets":
+        return f"buckets{sub}"
+    if kind == "modification-rates":
+        return str(kind)
     raise ValueError(f"not a study result (kind {kind!r})")
 
 

@@ -21,6 +21,8 @@ holds one (otherwise the client falls back to KBVQA_API_KEY / OPENAI_API_KEY).
 
     [cache]
     path = ".kbvqa/cache.sqlite"  # relative paths are relative to the config file
+    # the response cache is on by default: ~/.cache/kbvqa/responses.sqlite (XDG_CACHE_HOME);
+    # `kbvqa --no-cache` / KBVQA_CACHE=off turn it off, `kbvqa --cache PATH` / KBVQA_CACHE=PATH move it
 
 Precedence for a role's field, highest first: flag for that role (`overrides["roles"][role]`),
 global flag (`overrides["model"]`, `overrides["base_url"]`, … for every openai role), env for that
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -271,12 +274,49 @@ def _build_one(role: str, rc: RoleConfig, cache: ResponseCache | None, env: dict
     return ReplayClient(rc.cassette or "", mode=rc.replay_mode, inner=inner)
 
 
-def build_roles(cfg: ModelsConfig, env: dict[str, str] | None = None) -> dict[str, ModelClient | list[ModelClient]]:
-    """Clients for every configured role (lists stay lists); openai roles share one cache."""
+CACHE_ENV = "KBVQA_CACHE"
+_OFF = ("0", "off", "false", "no", "none")
+
+
+def cache_path(cfg: ModelsConfig | None = None, env: dict[str, str] | None = None) -> Path | None:
+    """Where deterministic model replies are cached, or None for no cache. Highest first:
+    KBVQA_CACHE (`kbvqa --no-cache` sets "off", `kbvqa --cache PATH` a path), the file's `[cache]`
+    (`enabled = false` turns it off), then the user cache folder: re-running a judge or an audit
+    costs nothing for the calls it already made, without a config file."""
     env = dict(os.environ if env is None else env)
-    cache = None
-    if cfg.cache.enabled and cfg.cache.path is not None:
-        cache = ResponseCache(cfg.cache.path)
+    flag = env.get(CACHE_ENV, os.environ.get(CACHE_ENV, "")).strip()  # a process setting (the root flags)
+    if flag.lower() in _OFF:
+        return None
+    if flag:
+        return Path(flag).expanduser()
+    if cfg is not None and not cfg.cache.enabled:
+        return None
+    if cfg is not None and cfg.cache.path is not None:
+        return cfg.cache.path
+    base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base / "kbvqa" / "responses.sqlite"
+
+
+def open_cache(where: Path | None) -> ResponseCache | None:
+    """The ResponseCache at `where` (None: none); one that cannot be opened is a ConfigError."""
+    if where is None:
+        return None
+    try:
+        return ResponseCache(where)
+    except (OSError, sqlite3.Error) as exc:
+        raise ConfigError(f"{where}: cannot open the response cache ({exc}); "
+                          "give kbvqa --cache PATH or --no-cache") from None
+
+
+def build_roles(cfg: ModelsConfig, env: dict[str, str] | None = None, *,
+                cache: ResponseCache | None | bool = True) -> dict[str, ModelClient | list[ModelClient]]:
+    """Clients for every configured role (lists stay lists); openai roles share one cache (`cache`
+    True: the one `cache_path` names; a ResponseCache: that one; None/False: none)."""
+    env = dict(os.environ if env is None else env)
+    if cache is True:
+        cache = open_cache(cache_path(cfg, env))
+    elif cache is False:
+        cache = None
     out: dict[str, ModelClient | list[ModelClient]] = {}
     for role, rc in cfg.roles.items():
         if isinstance(rc, list):
@@ -383,8 +423,13 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
                                 ("deadline", deadline), ("structured_output", structured_output),
                                 ("max_retries", max_retries)) if v is not None}
     roles: dict[str, ModelClient | list[ModelClient]] = {}
+    cache: ResponseCache | None = None
     if config is not None or any(env.get(f"KBVQA_{r.upper()}_MODEL") for r in ROLES):
-        roles.update(build_roles(load_model_config(config, overrides=limits, env=env), env=env))
+        cfg = load_model_config(config, overrides=limits, env=env)
+        cache = open_cache(cache_path(cfg, env))
+        roles.update(build_roles(cfg, env=env, cache=cache))
+    elif llm and model:
+        cache = open_cache(cache_path(None, env))
     if replay is not None:
         if llm or model:
             raise ConfigError("choose either --replay or --llm/--model")
@@ -397,7 +442,7 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
                             concurrency=concurrency, **limits)
         except ValidationError as err:
             raise ConfigError(_fmt_loc("flags", err)) from None
-        client = _build_one("flags", rc, None, env)
+        client = _build_one("flags", rc, cache, env)
     else:
         return roles
     for role in fill:

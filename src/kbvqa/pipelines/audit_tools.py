@@ -27,63 +27,15 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kbvqa.data.schema import Sample
-
-# ------------------------------------------------------------------------------------------ loading
-
-
-def norm_text(s: str | None) -> str:
-    """Lower case, punctuation to spaces, spaces collapsed (the ARA comparison rule)."""
-    return " ".join(re.sub(r"[^\w\s]", " ", (s or "").lower()).split())
-
-
-def answer_set(sample: Sample) -> frozenset[str]:
-    out = set()
-    for a in sample.answers:
-        for alt in a.text.split("|"):
-            if norm_text(alt):
-                out.add(norm_text(alt))
-    return frozenset(out)
-
-
-def _is_records_file(path: Path) -> bool:
-    if path.suffix.lower() not in (".jsonl", ".ndjson"):
-        return False
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                obj = json.loads(line)
-                return isinstance(obj, dict) and ("audit" in obj or "status" in obj)
-    return False
-
-
-def load_records(path: str | Path, fmt: str | None = None) -> list[tuple[Sample, dict[str, Any], dict[str, Any]]]:
-    """(Sample, audit dict or {}, raw record) per row. Audited/runner JSONL keeps its `audit` object;
-    any other file goes through read_samples (format detected unless `fmt`)."""
-    path = Path(path)
-    out = []
-    if fmt in (None, "kbvqa") and _is_records_file(path):
-        from kbvqa.runner import read_results
-
-        for raw in read_results(path):
-            obj = {k: v for k, v in raw.items() if k not in ("audit", "status", "reason", "attempts", "stage", "error")}
-            try:
-                s = Sample.model_validate(obj)
-            except Exception as exc:
-                raise ValueError(f"{path}: record {raw.get('id')!r} is not a valid sample: {exc}") from exc
-            out.append((s, dict(raw.get("audit") or {}), raw))
-        return out
-    from kbvqa.data.formats import read_samples
-
-    return [(s, {}, s.dump()) for s in read_samples(path, fmt)]
-
-
-def _qtype(s: Sample) -> str:
-    return str(s.question_type or s.answer_type or "unknown")
-
+# The per-item comparison of two versions (and the record loader) lives in kbvqa.evaluate.analyses:
+# its studies need it and evaluate sits below pipelines. `audit diff` counts the same rows, so the
+# diff table and the fix-kind / modification-rate studies always agree.
+from kbvqa.evaluate.analyses import (CHANGE_KINDS, answer_set, load_records, norm_text,
+                                     question_type_of as _qtype, version_changes)
 
 # --------------------------------------------------------------------------------------------- diff
 
-_CATS = ("question_only", "answer_only", "both", "neither")
+_CATS = CHANGE_KINDS
 
 
 def _pct(counts: Counter, n: int) -> dict[str, Any]:
@@ -96,37 +48,27 @@ def _pct(counts: Counter, n: int) -> dict[str, Any]:
 def diff_versions(a: str | Path, b: str | Path, *, fmt_a: str | None = None, fmt_b: str | None = None,
                   examples: int = 5) -> dict[str, Any]:
     """Compare version A (before) with version B (after), joined on id. See the module docstring."""
-    ra = load_records(a, fmt_a)
-    rb = load_records(b, fmt_b)
-    ib = {s.id: (s, au) for s, au, _ in rb}
-    ia = {s.id for s, _, _ in ra}
+    ch = version_changes(a, b, fmt_a=fmt_a, fmt_b=fmt_b)
     total: Counter = Counter()
     by_type: dict[str, Counter] = defaultdict(Counter)
     by_tag: dict[str, Counter] = defaultdict(Counter)
     ex: dict[str, list[dict[str, Any]]] = {c: [] for c in _CATS[:3]}
-    n = 0
-    for sa, aud_a, _ in ra:
-        if sa.id not in ib:
-            continue
-        sb, aud_b = ib[sa.id]
-        n += 1
-        qc = norm_text(sa.question) != norm_text(sb.question)
-        ac = answer_set(sa) != answer_set(sb)
-        cat = "both" if qc and ac else "question_only" if qc else "answer_only" if ac else "neither"
+    for it in ch.items:
+        cat = it.kind
         total[cat] += 1
-        by_type[_qtype(sa)][cat] += 1
-        for tag in (aud_b or aud_a).get("tags", []) or ["(none)"] if (aud_b or aud_a) else []:
+        by_type[it.question_type][cat] += 1
+        for tag in (it.tags or ("(none)",)) if it.tags is not None else ():
             by_tag[tag][cat] += 1
         if cat in ex and len(ex[cat]) < examples:
-            ex[cat].append({"id": sa.id, "question_type": _qtype(sa), "question_a": sa.question,
-                            "question_b": sb.question, "answers_a": sa.answer_texts, "answers_b": sb.answer_texts})
-    only_a = sorted(ia - set(ib))
-    only_b = sorted(set(ib) - ia)
+            ex[cat].append({"id": it.id, "question_type": it.question_type, "question_a": it.question_a,
+                            "question_b": it.question_b, "answers_a": it.answers_a, "answers_b": it.answers_b})
+    only_a = sorted(it.id for it in ch.only_in_a)
+    n = len(ch.items)
     return {"a": str(a), "b": str(b), "joined": n, **_pct(total, n),
             "by_question_type": {k: _pct(v, sum(v.values())) for k, v in sorted(by_type.items())},
             "by_tag": {k: _pct(v, sum(v.values())) for k, v in sorted(by_tag.items(), key=lambda kv: -sum(kv[1].values()))},
             "only_in_a": {"count": len(only_a), "ids": only_a[:examples]},
-            "only_in_b": {"count": len(only_b), "ids": only_b[:examples]},
+            "only_in_b": {"count": len(ch.only_in_b), "ids": ch.only_in_b[:examples]},
             "examples": ex}
 
 

@@ -3,7 +3,8 @@
 Inputs are the JSON files kbvqa writes:
 
 * ``*.study.json`` from ``kbvqa study`` (kind ``by-group``, ``compare``, ``retrieval-2x2``, ``agent-tools``
-  , ``agent-failures`` or ``image-ablation``); IVR-12 summaries (``*.summary.json``, kind ``ivr12``) and
+  , ``agent-failures``, ``image-ablation``, ``fix-kinds``, ``grounded``, ``modification-rates``,
+  ``variant-accuracy`` or ``correctness-buckets``); IVR-12 summaries (``*.summary.json``, kind ``ivr12``) and
   comparisons (kind ``ivr12-compare``);
 * ``*.retrieval.json``: the ``kbvqa score retrieval --json`` output (Recall@K per stage);
 * any other ``kbvqa score ... --json`` summary passed explicitly (one row per file in a scores table).
@@ -15,6 +16,7 @@ title names the scorer.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -23,9 +25,10 @@ from typing import Any
 
 from kbvqa.report import plots
 from kbvqa.report.html import Figure, Table, render_page
-from kbvqa.report.summaries import (agent_failures_table, agent_tools_tables, image_ablation_tables, ivr12_compare_table,
-                                     ivr12_tables)
-from kbvqa.report.tables import ResultTable, to_markdown, write_table
+from kbvqa.report.summaries import (agent_failures_table, agent_tools_tables, buckets_tables, fix_kinds_tables,
+                                     grounded_table, image_ablation_tables, ivr12_compare_table, ivr12_tables,
+                                     modification_rates_table, variant_tables)
+from kbvqa.report.tables import ResultTable, md_escape, to_markdown, write_table
 
 __all__ = ["ReportOutput", "collect_inputs", "build_report"]
 
@@ -193,7 +196,69 @@ def _agent_failures(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
     return _Section("Search agent: failure categories", [], [agent_failures_table(obj)], [])
 
 
-_BUILDERS = {"by-group": _by_group, "compare": _compare, "retrieval-2x2": _two_by_two, "agent-tools": _agent_tools,
+def _under(stem: str, tables: list[ResultTable]) -> list[ResultTable]:
+    """Tables named after their study file (`fix-kinds-m-grounded`, `fix-kinds-m-grounded-by-type`), so
+    two studies of one kind (two methods, a run and its grounded subset) never overwrite each other."""
+    base = tables[0].name
+    return [dataclasses.replace(t, name=stem if i == 0 else stem + t.name.removeprefix(base)
+                                if t.name.startswith(base) else f"{stem}-{t.name}") for i, t in enumerate(tables)]
+
+
+def _ci3(c: dict[str, float] | None) -> tuple[float, float, float]:
+    return (c["estimate"], c["low"], c["high"]) if c else (float("nan"),) * 3
+
+
+def _fix_kinds(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    groups = [g for g in obj["groups"] if g["n"]]
+    png = plots.plot_group_bars([f"{g['kind'].replace('_', ' ')} (n={g['n']})" for g in groups],
+                                {"before the fix": [_ci3(g["before"]) for g in groups],
+                                 "after the fix": [_ci3(g["after"]) for g in groups]},
+                                plot_dir / f"{stem}.png", title=f"Accuracy by fix kind – {obj['method']}",
+                                scorer=obj["scorer"])
+    where = " (grounded subset)" if obj.get("subset") else ""
+    return _Section(f"Accuracy by fix kind: {obj['method']}{where}", [], _under(stem, fix_kinds_tables(obj)),
+                    [(png.name, f"accuracy before and after the fix per change kind, {obj['scorer']}")])
+
+
+def _grounded(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    png = plots.plot_group_bars([r["run"] for r in obj["runs"]], {"recall": [_ci3(r["recall"]) for r in obj["runs"]]},
+                                plot_dir / f"{stem}.png", title="Post-retrieval recall", scorer=obj["scorer"],
+                                ylabel="grounded items (%)")
+    return _Section(f"Post-retrieval recall (stage {obj['stage']})", [], _under(stem, [grounded_table(obj)]),
+                    [(png.name, f"share of items whose final evidence is the gold entity, {obj['scorer']}")])
+
+
+def _modification_rates(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    rows = obj["rows"]
+    png = plots.plot_group_bars([r["dataset"] if r["question_type"] == "all" else f"{r['dataset']} {r['question_type']}"
+                                 for r in rows],
+                                {"questions modified": [_ci3(r["question_pct"]) for r in rows],
+                                 "answers modified": [_ci3(r["answer_pct"]) for r in rows],
+                                 "dropped": [_ci3(r["dropped_pct"]) for r in rows]},
+                                plot_dir / f"{stem}.png", title="Modification rates", scorer=obj["scorer"],
+                                ylabel="% of items")
+    return _Section("Modification rates (Table 6 shape)", [], _under(stem, [modification_rates_table(obj)]),
+                    [(png.name, "questions / answers modified (% of kept items) and dropped (% of items)")])
+
+
+def _variants(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    names = [v["variant"] for v in obj["variants"]]
+    series = {"QA accuracy": [_ci3(v["accuracy"]) for v in obj["variants"]]}
+    if obj.get("recall"):
+        series["post-retrieval recall"] = [_ci3(r["recall"]) for r in obj["recall"]]
+    png = plots.plot_group_bars(names, series, plot_dir / f"{stem}.png",
+                                title=f"Augmentation variants – {obj['method']}", scorer=obj["scorer"],
+                                ylabel="%")
+    return _Section(f"Augmentation variants: {obj['method']} (Tables 3-4 shape)", [], _under(stem, variant_tables(obj)),
+                    [(png.name, f"QA accuracy and post-retrieval recall per variant, {obj['scorer']}")])
+
+
+def _buckets(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    return _Section(f"Correctness buckets: {', '.join(obj['methods'])}", [], _under(stem, buckets_tables(obj)), [])
+
+
+_BUILDERS = {"fix-kinds": _fix_kinds, "grounded": _grounded, "modification-rates": _modification_rates,
+             "variant-accuracy": _variants, "correctness-buckets": _buckets, "by-group": _by_group, "compare": _compare, "retrieval-2x2": _two_by_two, "agent-tools": _agent_tools,
              "agent-failures": _agent_failures, "image-ablation": _image_ablation, "ivr12": _ivr12,
              "ivr12-compare": _ivr12_compare}
 
@@ -207,7 +272,10 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = 
     sections: list[_Section] = []
     used: set[str] = set()
     for f in map(Path, inputs):
-        obj = json.loads(f.read_text(encoding="utf-8"))
+        try:
+            obj = json.loads(f.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{f}: not valid JSON ({exc})") from None
         stem = _slug(f.name.removesuffix(".json").removesuffix(".study").removesuffix(".retrieval"))
         while stem in used:
             stem += "-2"
@@ -221,11 +289,13 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = 
     if scores:
         sections.append(_Section("Score summaries", [], [_scores_table([Path(s) for s in scores])], []))
     if not sections:
-        raise ValueError("nothing to report: no *.study.json / *.retrieval.json inputs and no --scores")
-    md: list[str] = [f"# {title}", ""]
+        raise ValueError("nothing to report: no *.study.json / *.retrieval.json inputs and no --scores"
+                         + "".join(f"; {s}" for s in res.skipped))
+    # untrusted text (method, split and group names from the data) never becomes live markdown
+    md: list[str] = [f"# {md_escape(title)}", ""]
     blocks: list[tuple[str, Any]] = []
     for sec in sections:
-        md += [f"## {sec.heading}", ""]
+        md += [f"## {md_escape(sec.heading)}", ""]
         blocks.append(("h2", sec.heading))
         for t in sec.tables:
             if len(set(t.columns)) != len(t.columns):
@@ -242,7 +312,7 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = 
             figs = []
             for src, cap in sec.figures:
                 res.plots.append(pdir / src)
-                md.append(f"![{cap}](plots/{src})\n")
+                md.append(f"![{md_escape(cap)}](plots/{src})\n")
                 figs.append(Figure(f"plots/{src}", cap))
             blocks.append(("figures", figs))
     for s in res.skipped:

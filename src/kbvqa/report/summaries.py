@@ -54,6 +54,16 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
         return agent_failures_table(res)
     if kind == "image-ablation":
         return image_ablation_tables(res)[0]
+    if kind == "fix-kinds":
+        return fix_kinds_tables(res)[0]
+    if kind == "grounded":
+        return grounded_table(res)
+    if kind == "modification-rates":
+        return modification_rates_table(res)
+    if kind == "variant-accuracy":
+        return variant_tables(res)[0]
+    if kind == "correctness-buckets":
+        return buckets_tables(res)[0]
     raise ValueError(f"not a study result (kind {kind!r})")
 
 
@@ -335,3 +345,174 @@ def accuracy_by_group_matrix_table(results: Sequence[Mapping[str, Any]]) -> Resu
     return ResultTable(f"accuracy-by-{bys.pop()}", f"accuracy % by {results[0]['by']}", results[0]["scorer"],
                        ["method", f"overall (n={results[0]['overall']['n']})", *(f"{n} (n={n_of[n]})" for n in names)],
                        rows)
+
+
+# ------------------------------------------------------- seed 000 analyses (kbvqa.evaluate.analyses)
+
+
+def _est(c: Mapping[str, float] | None) -> float | None:
+    return None if c is None else c["estimate"]
+
+
+def _cic(c: Mapping[str, float] | None) -> str:
+    return "n/a" if c is None else _ci(c["low"], c["high"])
+
+
+def _boot_note(res: Mapping[str, Any]) -> str:
+    b = res["bootstrap"]
+    return f"{b['method']}, {b['n_resamples']} resamples, seed {b['seed']}; percentages"
+
+
+def _subset_note(sub: Mapping[str, Any] | None) -> list[str]:
+    """The grounded subset's size and how it was made, under every table restricted to it."""
+    if not sub:
+        return []
+    files = "; ".join(f"{n}: {f['grounded']} of {f['n']} grounded (missing {f['missing']}, failed {f['failed']}, "
+                      f"no stage {f['no_stage']})" for n, f in sub["files"].items())
+    return [f"grounded subset: {sub['n_items_in_subset']} of {sub['n_items_before']} items ({sub['rule']}, "
+            f"grounded in every run of {len(sub['files'])}; gold from {Path(sub['references']).name}): {files}"]
+
+
+_KIND_NAMES = {"all": "all", "question_only": "question only", "answer_only": "answer only",
+               "both": "question and answer", "neither": "nothing", "(unknown)": "(no kind)"}
+
+
+def fix_kinds_tables(res: Mapping[str, Any]) -> list[ResultTable]:
+    """`kbvqa study fix-kinds` (seed 000 §6.2 / Appendix 0.D): one method's accuracy before -> after
+    the fix per change kind with paired deltas, then per kind x question type; the pairing counts
+    (items the audit dropped, items without a kind) and the grounded subset in the notes."""
+    p = res["pairing"]
+    notes = [f"paired {p['n_paired']} ids of {p['n_unfixed']} unfixed / {p['n_fixed']} fixed items; only in the "
+             f"unfixed run (dropped by the audit or absent from the fixed split): {p['n_only_unfixed']}; only in the "
+             f"fixed run: {p['n_only_fixed']}; paired without a change kind: {p['n_without_kind']}; analysed "
+             f"{p['n_analysed']}", *_subset_note(res.get("subset")),
+             f"change kinds from {res.get('kinds_from', 'the caller')}; delta = {res['delta']}", _boot_note(res)]
+    title = f"{res['method']}: accuracy before -> after the fix, by what the audit changed"
+    main = ResultTable("fix-kinds", title + (" (grounded subset)" if res.get("subset") else ""), res["scorer"],
+                       ["fix kind", "n", "acc before %", "95% CI before", "acc after %", "95% CI after", "delta",
+                        "delta 95% CI", "gained", "lost", "McNemar p"],
+                       [[_KIND_NAMES.get(g["kind"], g["kind"]), g["n"], _est(g["before"]), _cic(g["before"]),
+                         _est(g["after"]), _cic(g["after"]), _est(g["delta"]), _cic(g["delta"]), g["gained"], g["lost"],
+                         f"{g['mcnemar_p']:.3g}"] for g in res["groups"]], notes)
+    by_type = ResultTable("fix-kinds-by-type", f"{res['method']}: by fix kind and question type", res["scorer"],
+                          ["fix kind", "question type", "n", "acc before %", "acc after %", "delta", "delta 95% CI"],
+                          [[_KIND_NAMES.get(g["kind"], g["kind"]), g["question_type"], g["n"], _est(g["before"]),
+                            _est(g["after"]), _est(g["delta"]), _cic(g["delta"])] for g in res["by_question_type"]],
+                          _subset_note(res.get("subset")))
+    return [main, by_type]
+
+
+def grounded_table(res: Mapping[str, Any]) -> ResultTable:
+    """`kbvqa study grounded` (seed 000 Table 3's unfixed / fixed columns): per run, the items whose
+    final evidence is the gold entity, with every item that could not count spelled out."""
+    rows = [[r["run"], r["n"], r["grounded"], _est(r["recall"]), _cic(r["recall"]), r["missing"], r["failed"],
+             r["no_stage"], r["unknown_ids"]] for r in res["runs"]]
+    notes = [f"denominator: the {res['n_references']} reference ids of {Path(res['references']).name}; a missing "
+             "or failed prediction, or one without the stage, counts as not grounded",
+             f"grounded in every run: {res['n_grounded_in_all']} items (the shared grounded subset)", _boot_note(res)]
+    return ResultTable("grounded", f"post-retrieval recall (stage {res['stage']})", res["scorer"],
+                       ["run", "n", "grounded", "recall %", "95% CI", "missing", "failed", "no stage",
+                        "unknown ids"], rows, notes)
+
+
+def modification_rates_table(res: Mapping[str, Any]) -> ResultTable:
+    """`kbvqa study modification-rates` (seed 000 Table 6 shape): per dataset and question type, the
+    share dropped, and of the kept items the share whose question / answer the audit modified; the
+    change kinds and tags as counts."""
+
+    def tags(t: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k} {v['n']} ({v['pct']:.1f}%)" for k, v in t.items()) or "-"
+
+    rows = [[r["dataset"], r["question_type"], r["n"], r["dropped"], _est(r["dropped_pct"]), _cic(r["dropped_pct"]),
+             r["not_finished"], r["kept"], _est(r["question_pct"]), _cic(r["question_pct"]), _est(r["answer_pct"]),
+             _cic(r["answer_pct"]), f"{r['question_only']} / {r['answer_only']} / {r['both']} / {r['neither']}",
+             tags(r["tags"])] for r in res["rows"]]
+    b = Path(res["b"]).name if res.get("b") else "(audit.question_before / answers_before)"
+    notes = [f"denominators: {res['denominators']}", f"tags from {res.get('tags_from', 'audit.tags')}",
+             f"{res['n_a']} items in A, {res['n_joined']} joined with B; only in B (added): {res['only_in_b']['count']}",
+             _boot_note(res)]
+    return ResultTable("modification-rates", f"modification rates: {Path(res['a']).name} → {b}", res["scorer"],
+                       ["dataset", "question type", "n", "dropped", "dropped %", "95% CI dropped", "not finished",
+                        "kept", "questions modified %", "95% CI questions", "answers modified %", "95% CI answers",
+                        "Q only / A only / both / neither", "tags"], rows, notes)
+
+
+def variant_tables(res: Mapping[str, Any]) -> list[ResultTable]:
+    """`kbvqa study variants`: QA accuracy per augmentation variant and question type with the paired
+    change against the anchor (seed 000 Table 4 shape), then post-retrieval recall per variant from
+    the same predictions' trails (Table 3 shape)."""
+    types = res["types"]
+
+    def typed(r: Mapping[str, Any], t: str) -> str:
+        c = r["by_type"][t]
+        return f"{c['accuracy']['estimate']:.1f} (n={c['n']})" if c["accuracy"] else f"n/a (n={c['n']})"
+
+    def vs(r: Mapping[str, Any]) -> list[Any]:
+        v = r.get("vs_anchor")
+        return [None, "", None] if not v else [_est(v["delta"]), _cic(v["delta"]), v["n"]]
+
+    acc = res["accounting"]
+    notes = [f"{acc['n']} reference items; missing predictions count as wrong ({acc['n_missing']}); unknown "
+             f"prediction ids ignored: {acc['n_unknown_ids']}", f"delta = {res['delta']}", _boot_note(res)]
+    main = ResultTable("variant-accuracy", f"{res['method']}: QA accuracy per augmentation variant", res["scorer"],
+                       ["variant", "n", "correct", "accuracy %", "95% CI", *(f"{t} %" for t in types),
+                        "Δ vs anchor", "Δ 95% CI", "paired n"],
+                       [[r["variant"], r["n"], r["correct"], _est(r["accuracy"]), _cic(r["accuracy"]),
+                         *(typed(r, t) for t in types), *vs(r)] for r in res["variants"]], notes)
+    tables = [main]
+    if res.get("recall"):
+        ri = res["recall_info"]
+        tables.append(ResultTable(
+            "variant-recall", f"{res['method']}: post-retrieval recall per variant",
+            f"post-retrieval recall: {ri['rule']} (canonical URLs)",
+            ["variant", "n", "grounded", "recall %", "95% CI", "Δ vs anchor", "Δ 95% CI", "paired n"],
+            [[r["variant"], r["n"], r["grounded"], _est(r["recall"]), _cic(r["recall"]), *vs(r)] for r in res["recall"]],
+            [f"of {ri['n']} reference items: missing {ri['missing']}, failed {ri['failed']}, without the stage "
+             f"{ri['no_stage']} (all counted as not grounded)", _boot_note(res)]))
+    return tables
+
+
+def buckets_tables(res: Mapping[str, Any]) -> list[ResultTable]:
+    """`kbvqa study buckets`: the patterns of which runs answer an item correctly, with counts,
+    shares and example ids; with a second split its patterns and the items whose pattern changed."""
+    names = res["methods"]
+    acc = {a["method"]: a for a in res["accuracy"]}
+
+    def table(name: str, split: str, buckets: Sequence[Mapping[str, Any]], n: int,
+              accuracy: Mapping[str, Any]) -> ResultTable:
+        listed = "every pattern" if res["all_patterns_listed"] else \
+            f"the patterns that occur ({sum(b['count'] > 0 for b in buckets)} of {res['n_patterns']})"
+        notes = [f"{n} items (denominator of %); {listed}",
+                 "accuracy: " + "; ".join(f"{m} {_est(a['accuracy']) or 0:.1f}% [{a['correct']}/{n}]"
+                                          for m, a in accuracy.items()), *_subset_note(res.get("subset")),
+                 _boot_note(res)]
+        what = f"across the variants of {', '.join(res['variants_of'])}" if res.get("variants_of") else \
+            f"across {len(names)} runs"
+        return ResultTable(name, f"correctness buckets {what}" + (f" on {split}" if len(res["splits"]) > 1 else ""),
+                           res["scorer"],
+                           [*names, "count", "%", "95% CI", "by type", "examples"],
+                           [[*("✓" if x else "✗" for x in b["pattern"]), b["count"], _est(b["share"]),
+                             _cic(b["share"]), ", ".join(f"{k} {v}" for k, v in b["by_type"].items()),
+                             " ".join(b["examples"])] for b in buckets], notes)
+
+    tables = [table("buckets", res["splits"][0], res["buckets"], res["n"], acc)]
+    if res.get("buckets_b") is not None:
+        a, b = res["splits"]
+        tables.append(table("buckets-b", b, res["buckets_b"], res["n_b"], {x["method"]: x for x in res["accuracy_b"]}))
+        p = res["pairing"]
+        tables.append(ResultTable(
+            "buckets-transitions", f"items whose pattern changed from {a} to {b}", res["scorer"],
+            ["on " + a, "on " + b, "count", "examples"],
+            [[t["from"], t["to"], t["count"], " ".join(t["examples"])] for t in res["transitions"]],
+            [f"{p['n_changed']} of {p['n_paired']} paired items changed pattern; only on {a}: {p['n_only_a']}, only "
+             f"on {b}: {p['n_only_b']}"]))
+    return tables
+
+
+def study_tables(res: Mapping[str, Any]) -> list[ResultTable]:
+    """Every table of a study result, headline first (`study_table` gives the headline alone): what
+    a page embedding a study (the demo's report) shows."""
+    multi = {"fix-kinds": fix_kinds_tables, "variant-accuracy": variant_tables, "correctness-buckets": buckets_tables,
+             "agent-tools": agent_tools_tables, "image-ablation": image_ablation_tables}
+    kind = res.get("kind")
+    return multi[kind](res) if kind in multi else [study_table(res)]

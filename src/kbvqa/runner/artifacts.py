@@ -43,7 +43,11 @@ class ArtifactStore:
         return str(path.relative_to(self.root.parent))
 
     def put_file(self, record_id: str, name: str, source: str | Path) -> str:
-        """A copy of `source` (a hard link where the file system allows)."""
+        """A copy of `source` (a hard link where the file system allows), named `name` made safe
+        with its image suffix kept (viewers and servers go by it)."""
+        stem, dot, ext = name.rpartition(".")
+        if dot and stem and re.fullmatch(r"[A-Za-z0-9]{1,8}", ext):
+            name = f"{_safe(stem)}.{ext.lower()}"
         path, tmp = self._target(record_id, name)
         tmp.unlink(missing_ok=True)
         try:

@@ -79,7 +79,8 @@ PROMPTS: Registry[Prompt] = Registry("prompt", modules=("kbvqa.models.prompts.au
                                                         "kbvqa.models.prompts.augment", "kbvqa.models.prompts.agent",
                                                         "kbvqa.models.prompts.judge", "kbvqa.models.prompts.ivr12",
                                                         "kbvqa.models.prompts.reference",
-                                                        "kbvqa.models.prompts.ablation"))
+                                                        "kbvqa.models.prompts.ablation",
+                                                        "kbvqa.models.prompts.curate"))
 
 
 def register(p: Prompt) -> Prompt:

@@ -1,0 +1,263 @@
+"""Step 3 of the funnel, refinement and balancing (seed 001 §3.1 step 3): query and answer style
+standardisation, the answer-revealing rewrite with its check, the difficulty probe (N runs of an
+answerer; response consistency and accuracy), the category × intent labels, and balancing the cells
+to a target size.
+
+The rewrite is checked twice, because a rewrite that still gives the answer away is worse than none:
+a rule (the normalised answer, or a term the rewriter said it removed, still in the question) and a
+second model asked whether the rewrite asks the same thing and whether it still reveals the answer.
+Either failing drops the post with the evidence; the rewriter's word is never taken alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import Field, StrictBool
+
+from kbvqa.evaluate.normalize import contains_word_bounded, infoseek_normalize
+from kbvqa.models.prompts.curate import ANSWER_PROBE, CLASSIFY, REWRITE, REWRITE_CHECK, STANDARDIZE
+from kbvqa.models.replies import NonBlank, Reply
+from kbvqa.pipelines.curate.common import (CorpusStage, CurateStage, CurateStageConfig, ModelStageConfig, Verdict,
+                                           comment_list, consult, item, post_fields, post_text, stage_payload)
+from kbvqa.pipelines.curate.corpus import balance
+from kbvqa.pipelines.reference.common import gather_all
+from kbvqa.runner.stage import Context, Invalid
+from kbvqa.stages import register_stage
+
+#: kbvqa's default cells: the seven intents of the demo's community set and twelve topical categories.
+DEFAULT_CATEGORIES = ("Science & Space", "Travel & Architecture", "Nature & Plants", "Animals & Pets", "Food & Drink",
+                      "History & People", "Health & Medicine", "Collectibles", "Fashion & Beauty", "Home & Living",
+                      "Vehicles & Tech", "Art & Culture")
+DEFAULT_INTENTS = ("Identification", "Factual lookup", "Explanation", "Comparison", "Advice", "Verification",
+                   "How-to")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+
+def reveals(question: str, answer: str | None) -> bool:
+    """Does `question` contain `answer` (normalised; at word boundaries, or as a substring for CJK)?"""
+    if not answer:
+        return False
+    q, a = infoseek_normalize(question), infoseek_normalize(answer)
+    if not a:
+        return False
+    return a in q if _CJK.search(a) else contains_word_bounded(q, a)
+
+
+def same_answer(response: str, answer: str | None) -> bool:
+    """A probe response agrees with the reference: one contains the other (normalised, bounded)."""
+    if not answer:
+        return False
+    return reveals(response, answer) or reveals(answer, response)
+
+
+class QuestionReply(Reply):
+    question: NonBlank
+    answer: NonBlank
+
+
+class RewriteReply(Reply):
+    question: NonBlank
+    removed_terms: list[NonBlank] = Field(max_length=20)
+
+
+class RewriteCheckReply(Reply):
+    same_intent: StrictBool
+    reveals_answer: StrictBool
+    reason: NonBlank
+
+
+class ProbeReply(Reply):
+    answer: NonBlank
+
+
+class LabelReply(Reply):
+    category: NonBlank
+    intent: NonBlank
+
+
+class StandardizeConfig(ModelStageConfig):
+    role: str = "repairer"
+    max_images: int = Field(0, ge=0, le=16)
+    comments: int = Field(10, ge=0)
+
+
+@register_stage
+class Standardize(CurateStage):
+    """Writes the item's question (plain, self-contained, in the post's language) and its short answer
+    from the comment the plausibility check chose."""
+
+    name = "curate-standardize"
+    version = "1"
+    key = "standardize"
+    config_model = StandardizeConfig
+    prompts = (STANDARDIZE,)
+
+    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
+        c: StandardizeConfig = self.config  # type: ignore[assignment]
+        chosen = stage_payload(record, "plausibility").get("comment_text") or record.get("answer") or "(none)"
+        reply, prov = await consult(ctx, c, STANDARDIZE, QuestionReply, record, what="style standardisation",
+                                    answer_comment=chosen, comments=comment_list(record, c.comments),
+                                    **post_fields(record))
+        return Verdict({"question": reply.question, "answer": reply.answer, "judge": prov},
+                       item={"question": reply.question, "answer": reply.answer, "answer_source": "standardized",
+                             "original_question": post_text(record)})
+
+
+class RewriteConfig(ModelStageConfig):
+    role: str = "repairer"
+    check_role: str = "checker"
+    max_images: int = Field(0, ge=0, le=16)
+
+
+@register_stage
+class Rewrite(CurateStage):
+    """Removes answer-revealing terms from the question, then checks the rewrite (rule + a second model)."""
+
+    name = "curate-rewrite"
+    version = "1"
+    key = "rewrite"
+    config_model = RewriteConfig
+    prompts = (REWRITE, REWRITE_CHECK)
+
+    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
+        c: RewriteConfig = self.config  # type: ignore[assignment]
+        it = item(record)
+        question, answer = it["question"], it.get("answer")
+        if not answer:
+            return Verdict({"question": question}, "no_short_answer",
+                           "no short answer to check the question against (standardisation disabled and the post "
+                           "has no answer)")
+        reply, prov = await consult(ctx, c, REWRITE, RewriteReply, record, what="answer-revealing rewrite",
+                                    question=question, answer=answer)
+        rewritten = reply.question
+        still = [t for t in reply.removed_terms if reveals(rewritten, t)]
+        rule = reveals(rewritten, answer)
+        checker = c.model_copy(update={"role": c.check_role})
+        verdict, prov2 = await consult(ctx, checker, REWRITE_CHECK, RewriteCheckReply, record, images=False,
+                                       what="rewrite check", original=question, rewritten=rewritten, answer=answer)
+        payload = {"original": question, "question": rewritten, "removed_terms": reply.removed_terms,
+                   "revealed_before": reveals(question, answer), "rule_reveals": rule, "terms_left": still,
+                   "same_intent": verdict.same_intent, "checker_reveals": verdict.reveals_answer,
+                   "reason": verdict.reason, "rewriter": prov, "checker": prov2}
+        if not verdict.same_intent:
+            return Verdict(payload, "rewrite_changed_intent", verdict.reason)
+        if rule or still or verdict.reveals_answer:
+            why = ("the rewritten question still contains the answer" if rule else
+                   f"removed term(s) still there: {still}" if still else verdict.reason)
+            return Verdict(payload, "answer_revealing", f"{why} — {rewritten!r}")
+        return Verdict(payload, item={"question": rewritten})
+
+
+class DifficultyConfig(ModelStageConfig):
+    role: str = "answerer"
+    max_images: int = Field(1, ge=0, le=16)
+    runs: int = Field(10, ge=1, le=50)
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    max_accuracy: float = Field(0.9, ge=0.0, le=1.0)  # above it the item is too easy
+
+
+@register_stage
+class Difficulty(CurateStage):
+    """N runs of an answerer on the image and the refined question: consistency (share of the most
+    common answer) and accuracy (share agreeing with the short answer); too easy items are dropped."""
+
+    name = "curate-difficulty"
+    version = "1"
+    key = "difficulty"
+    config_model = DifficultyConfig
+    prompts = (ANSWER_PROBE,)
+
+    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
+        c: DifficultyConfig = self.config  # type: ignore[assignment]
+        it = item(record)
+        replies = await gather_all((consult(ctx, c, ANSWER_PROBE, ProbeReply, record, what=f"difficulty probe run {k + 1}",
+                                            params={"temperature": c.temperature}, question=it["question"])
+                                    for k in range(c.runs)), "difficulty probe runs")
+        answers = [r.answer for r, _ in replies]
+        modal = Counter(infoseek_normalize(a) for a in answers).most_common(1)[0][1]
+        correct = sum(same_answer(a, it.get("answer")) for a in answers)
+        consistency, accuracy = modal / len(answers), correct / len(answers)
+        label = "easy" if accuracy >= 0.8 else "hard" if accuracy <= 0.2 else "medium"
+        payload = {"runs": len(answers), "answers": answers, "consistency": round(consistency, 3),
+                   "accuracy": round(accuracy, 3), "difficulty": label, "judge": replies[0][1]}
+        if accuracy > c.max_accuracy:
+            return Verdict(payload, "too_easy", f"answered correctly in {correct} of {len(answers)} runs "
+                                                f"(over {c.max_accuracy:.0%})")
+        return Verdict(payload)
+
+
+class LabelConfig(ModelStageConfig):
+    role: str = "checker"
+    max_images: int = Field(0, ge=0, le=16)
+    categories: list[str] = Field(default_factory=lambda: list(DEFAULT_CATEGORIES), min_length=1)
+    intents: list[str] = Field(default_factory=lambda: list(DEFAULT_INTENTS), min_length=1)
+    trust_post_labels: bool = True  # a post that carries both labels (from the list) is not asked about
+
+
+@register_stage
+class Classify(CurateStage):
+    """The item's category and intent cell, from a closed list (a label off the list is `invalid`)."""
+
+    name = "curate-classify"
+    version = "1"
+    key = "classify"
+    config_model = LabelConfig
+    prompts = (CLASSIFY,)
+
+    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
+        c: LabelConfig = self.config  # type: ignore[assignment]
+        it = item(record)
+        given = (it.get("category") or record.get("category"), it.get("intent") or record.get("intent"))
+        if c.trust_post_labels and given[0] in c.categories and given[1] in c.intents:
+            return Verdict({"category": given[0], "intent": given[1], "source": "post"},
+                           item={"category": given[0], "intent": given[1]})
+        reply, prov = await consult(ctx, c, CLASSIFY, LabelReply, record, what=f"{self.key} labels",
+                                    question=it["question"], answer=it.get("answer") or "(none)",
+                                    categories=c.categories, intents=c.intents)
+        if reply.category not in c.categories or reply.intent not in c.intents:
+            raise Invalid(f"{self.key} labels ({record['id']}): ({reply.category!r}, {reply.intent!r}) is not a cell of "
+                          "the configured lists")
+        payload = {"category": reply.category, "intent": reply.intent, "source": "model", "judge": prov}
+        if given[0] is not None or given[1] is not None:
+            payload["before"] = {"category": given[0], "intent": given[1]}
+            payload["agrees"] = given == (reply.category, reply.intent)
+        return Verdict(payload, item={"category": reply.category, "intent": reply.intent})
+
+
+class BalanceConfig(CurateStageConfig):
+    target: int | None = Field(None, ge=1)  # items kept over all cells; None keeps every item
+
+
+@register_stage
+class Balance(CorpusStage):
+    """Balances category × intent cells to `target` items by water-filling; within a cell the hardest
+    items (lowest probe accuracy, then highest rubric total) are kept first."""
+
+    name = "curate-balance"
+    version = "1"
+    key = "balance"
+    config_model = BalanceConfig
+
+    def decide(self, records: Iterable[dict[str, Any]]) -> dict[str, Verdict]:
+        target = self.config.target  # type: ignore[attr-defined]
+
+        def cell(r: dict[str, Any]) -> tuple[str, str]:
+            it = item(r)
+            return (it.get("category") or "(none)", it.get("intent") or "(none)")
+
+        def priority(r: dict[str, Any]) -> float:
+            acc = stage_payload(r, "difficulty").get("accuracy")
+            return (1.0 - (acc if acc is not None else 0.5)) * 1000 + float(stage_payload(r, "rubric").get("total") or 0)
+
+        rows = [(r["id"], cell(r), priority(r)) for r in records]
+        kept, quotas = balance(rows, target if target is not None else len(rows))
+        out = {}
+        for rid, cl, _ in rows:
+            payload = {"cell": list(cl), "quota": quotas[cl], "rank": kept.get(rid)}
+            out[rid] = Verdict(payload) if rid in kept else Verdict(
+                payload, "over_cell_quota", f"cell {cl[0]} × {cl[1]} keeps {quotas[cl]} (target {target})")
+        return out
