@@ -72,8 +72,8 @@ def run(record, roles, config=None, kb=KB):
 
 def test_prompt_registry_is_versioned_and_pinned():
     pinned = {  # a wording change must bump the version and update this table
-        "audit.verify_section@1": "d491097d4d87b3ea6cdd7155309f4d70a1346d07b534e6cbbe99dea0dc4bd6a9",
-        "audit.correct_answer@1": "ffe342cad3bcb06ef5a82e7391864a84b7b4cf604eec03dae525df0e5c395cb8",
+        "audit.verify_section@2": "098dd43ea7d4a489f09f5c5368648a42b6967839f3e5d2e044ad5f1ecfa52482",
+        "audit.correct_answer@2": "4de7046c0c89579bc001d363c684594435084a9ef2ecb127df34c667a517ac1d",
         "audit.posedness@1": "0e60f0118499d1a21245b887738581ab1ce13778b127ab65007b0f8cd1945a83",
         "audit.final_check@1": "cede14d400eb385d60a9c701491f85ac2b67a1e254cf7f2abf9af59e0d29bacc",
     }
@@ -105,7 +105,7 @@ def test_consensus_of_disagreeing_model_verifiers(labels, policy, expected):
     assert v["label"] == expected and v["settled_by"] == "consensus"
     assert [r["verifier"] for r in v["verifiers"]] == [f"verifier#{i + 1}" for i in range(len(labels))]
     assert [r["model"] for r in v["verifiers"]] == [f"m{i}" for i in range(len(labels))]
-    assert all(r["prompt"] == "audit.verify_section@1" and r["prompt_sha256"] for r in v["verifiers"])
+    assert all(r["prompt"] == "audit.verify_section@2" and r["prompt_sha256"] for r in v["verifiers"])
     support = out["audit"]["answer_support"]
     assert (support == "supported") == (expected == "entailed")  # never supported without consensus
 
@@ -172,7 +172,7 @@ def test_correction_accepted_only_when_the_evidence_states_it():
     a = out["audit"]
     assert out["answers"] == ["McLaren Group"] and a["answer_support"] == "mismatched" and a["action"] == "repair"
     d = a["stages"]["derive"]
-    assert d["settled_by"] == "llm" and d["backend"] == "fake" and d["version"] == "audit.correct_answer@1"
+    assert d["settled_by"] == "llm" and d["backend"] == "fake" and d["version"] == "audit.correct_answer@2"
     assert d["llm"]["accepted"] is True and any(h["stage"] == "derive" for h in out["history"])
 
     bad = FakeClient(verify_section=verdict("not_supported"),
@@ -270,7 +270,7 @@ def test_invalid_replies_end_invalid_and_are_retried_on_resume(tmp_path):
         rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
         assert rows["b"]["attempts"] == 2 and rows["b"]["audit"]["stages"]["verify"]["verifiers"][1]["model"] == "m"
         manifest = json.loads((tmp_path / "out.manifest.json").read_text())
-        assert "audit.verify_section@1" in json.dumps(manifest)
+        assert "audit.verify_section@2" in json.dumps(manifest)
 
 
 def test_api_error_ends_record_error(tmp_path):

@@ -83,9 +83,14 @@ def test_machine_date_rewritten_in_evidence_form():
 
 
 def test_string_correction_only_to_an_evidence_span():
-    kb = InMemoryKB([Article(url=URL, title="t", sections=[Section(index=0, text="A fine Victorian house.")])])
+    kb = InMemoryKB([Article(url=URL, title="t", sections=[Section(index=0, text="The house is Victorian.")])])
     out = run_all(rec("What is the architectural style of this building?", ["Victorian architecture"]), kb=kb)
     assert out["audit"]["answer_support"] == "mismatched" and out["answers"] == ["Victorian"]
+    # the evidence calls the building Victorian: the answer stands, no rewrite (head_noun match)
+    kb = InMemoryKB([Article(url=URL, title="t", sections=[Section(index=0, text="A fine Victorian house.")])])
+    out = run_all(rec("What is the architectural style of this building?", ["Victorian architecture"]), kb=kb)
+    assert out["audit"]["answer_support"] == "supported" and out["answers"] == ["Victorian architecture"]
+    assert out["audit"]["stages"]["derive"]["match"] == "head_noun" and not out["audit"]["flagged"]
 
 
 def test_sample_evidence_used_before_kb_and_alternatives_pruned():

@@ -42,7 +42,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kbvqa.runner.job import Job
 from kbvqa.runner.stage import Context, Stage
@@ -68,9 +68,18 @@ class AuditConfig(BaseModel):
     def from_toml(cls, path: str | Path) -> "AuditConfig":
         """Stage tables from `[audit]` (or the top level). `[models.*]` and `[cache]` in the same file
         are the model roles (see `load_audit_roles`), not stage settings."""
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: not valid TOML ({exc})") from None
         data = data.get("audit", {k: v for k, v in data.items() if k not in ("models", "cache")})
-        return cls.model_validate(data)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise ValueError(f"{path}: audit.{where}: {first['msg']}"
+                             + (f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else "")) from None
 
 
 LLM_ROLES = ("verifier", "repairer", "checker")
@@ -120,33 +129,94 @@ def _label(rec: dict[str, Any]) -> tuple[str, str]:
     return audit.get("answer_support", "invalid"), audit.get("action", "keep")
 
 
+def verifier_agreement(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The model verifiers' labels per verifier, the verify consensus on the samples they judged (a
+    sample the rules settled asks no model), and Cohen's kappa between every pair of model verifiers
+    over the samples both judged (3 labels, and supported vs not). `both_unsupported` is how many
+    samples both failed to support: what the paper's two-verifier rule removes."""
+    from kbvqa.pipelines.audit_tools import cohen_kappa
+
+    per: dict[str, Counter[str]] = {}
+    cons: Counter[str] = Counter()
+    joint: dict[str, dict[str, str]] = {}  # sample -> verifier -> label
+    for rec in records:
+        v = ((rec.get("audit") or {}).get("stages") or {}).get("verify") or {}
+        results = [r for r in v.get("verifiers", []) if r.get("backend") != "rules"]
+        if not results:
+            continue
+        cons[v.get("label", "?")] += 1
+        for r in results:
+            per.setdefault(r["verifier"], Counter())[r["label"]] += 1
+            joint.setdefault(str(rec.get("id")), {})[r["verifier"]] = r["label"]
+    names = list(per)
+    pairs = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            both = [(x[a], x[b]) for x in joint.values() if a in x and b in x]
+            if not both:
+                continue
+            la, lb = [x for x, _ in both], [y for _, y in both]
+            k3 = cohen_kappa(la, lb)
+            k2 = cohen_kappa([x == "entailed" for x in la], [y == "entailed" for y in lb])
+            pairs.append({"a": a, "b": b, "n": len(both), "agreement": round(sum(x == y for x, y in both) / len(both), 4),
+                          "kappa": None if k3 is None else round(k3, 4),
+                          "kappa_supported": None if k2 is None else round(k2, 4),
+                          "both_unsupported": sum(x != "entailed" and y != "entailed" for x, y in both)})
+    return {"per_verifier": {k: dict(v) for k, v in per.items()}, "consensus": dict(cons), "agreement": pairs}
+
+
 def audit_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Counts per answer_support label, action and tag, overall and by question type."""
+    """Counts per answer_support label, action and tag, overall and by question type; the flags
+    (`flagged`: samples whose answer the audit questions, every rewrite included; by reason, with
+    the inconclusive `truncated_evidence` apart), the unsupported reasons, which path decided each
+    sample (rules / llm / undecided: the rules could not decide and no model was configured), and
+    the verifiers' labels, consensus and Cohen's kappa when model verifiers ran."""
     total = 0
     support: Counter[str] = Counter()
     action: Counter[str] = Counter()
     tags: Counter[str] = Counter()
     status: Counter[str] = Counter()
+    flags: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    decided: Counter[str] = Counter()
+    flagged = 0
     by_type: dict[str, dict[str, Counter[str]]] = {}
+    kept: list[dict[str, Any]] = []
     for rec in records:
         total += 1
         lab, act = _label(rec)
+        audit = rec.get("audit") or {}
         qt = str(rec.get("answer_type") or rec.get("question_type") or "unknown")
         support[lab] += 1
         action[act] += 1
         status[rec.get("status", "ok")] += 1
-        rec_tags = (rec.get("audit") or {}).get("tags", [])
+        rec_tags = audit.get("tags", [])
         tags.update(rec_tags)
-        t = by_type.setdefault(qt, {"answer_support": Counter(), "action": Counter(), "tags": Counter()})
+        if lab != "invalid":
+            flags.update(audit.get("flags", []))
+            flagged += bool(audit.get("flagged"))
+            decided[audit.get("decided_by", "rules")] += 1
+            if lab == "unsupported":
+                reasons[(audit.get("stages", {}).get("derive") or {}).get("reason") or "unknown"] += 1
+            kept.append({"id": rec.get("id"), "audit": {"stages": {"verify": (audit.get("stages") or {}).get("verify")}}})
+        t = by_type.setdefault(qt, {"answer_support": Counter(), "action": Counter(), "tags": Counter(),
+                                    "flags": Counter()})
         t["answer_support"][lab] += 1
         t["action"][act] += 1
         t["tags"].update(rec_tags)
-    return {
+        t["flags"].update(audit.get("flags", []) if lab != "invalid" else [])
+    out = {
         "total": total, "status": dict(status), "answer_support": dict(support), "action": dict(action),
+        "flagged": flagged, "flags": dict(flags.most_common()), "unsupported_reasons": dict(reasons.most_common()),
+        "decided_by": dict(decided.most_common()),
         "tags": dict(tags.most_common()),
         "by_question_type": {k: {"total": sum(v["answer_support"].values()),
                                  **{n: dict(c) for n, c in v.items()}} for k, v in sorted(by_type.items())},
     }
+    agreement = verifier_agreement(kept)
+    if agreement["per_verifier"]:
+        out["verifiers"] = agreement
+    return out
 
 
 def summary_path(out: str | Path) -> Path:

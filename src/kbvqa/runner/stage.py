@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from kbvqa.data.images import resolve_image
 from kbvqa.data.jsonl import dumps_line
@@ -61,7 +61,10 @@ _MISSING = object()
 
 
 class StageConfig(BaseModel):
-    """Base for stage configs; subclasses add typed fields."""
+    """Base for stage configs; subclasses add typed fields. An unknown key is an error, so a
+    misspelt setting in a config file is refused rather than silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass

@@ -7,7 +7,7 @@ from kbvqa.models.prompts import JSON_ONLY as _JSON_ONLY
 from kbvqa.models.prompts import Prompt, register
 
 VERIFY_SECTION = register(Prompt(
-    name="audit.verify_section", version="1",
+    name="audit.verify_section", version="2",
     system=("You check benchmark annotations against an encyclopedia. You read ONE section of the "
             "article about the entity in an image and decide whether that section, on its own, "
             "establishes the annotated answer to the question. " + _JSON_ONLY),
@@ -20,6 +20,11 @@ VERIFY_SECTION = register(Prompt(
           "unit spelling, a country for its adjective, a full date for the same day).\n"
           "- contradicted: the section states a DIFFERENT value for exactly what the question asks.\n"
           "- not_supported: the section does not settle the question either way.\n"
+          "The answer must be stated as what the question asks for, in the same role: a name that "
+          "appears in the section as something else (the entity's own name given as what it is named "
+          "after, the thing itself given as its operator or owner, a section heading) is not support. "
+          "For a taxonomy question the answer must be the rank the question asks for (the closest "
+          "parent taxon of the entity), not another rank the section names.\n"
           "Judge only from this section, not from your own knowledge.\n"
           'Return {{"label": "entailed" | "contradicted" | "not_supported", "rationale": "<one sentence, '
           'quoting the decisive words>"}}'),
@@ -27,7 +32,7 @@ VERIFY_SECTION = register(Prompt(
 ))
 
 CORRECT_ANSWER = register(Prompt(
-    name="audit.correct_answer", version="1",
+    name="audit.correct_answer", version="2",
     system=("You repair benchmark answers using only the evidence given. You never use outside "
             "knowledge and never invent a value the evidence does not contain. " + _JSON_ONLY),
     user=("Question: {question}\n"
@@ -38,11 +43,14 @@ CORRECT_ANSWER = register(Prompt(
           "- matched: the evidence states the annotated answer.\n"
           "- mismatched: the evidence states a different answer; give it in `answer`.\n"
           "- not_answerable: the evidence does not answer the question.\n"
-          "Rules for `answer`: copy it from the evidence as written (numbers with the evidence's digits, "
-          "no unit conversion, unit left out when the question already names it); a single value when "
-          "the question asks for one, a range such as \"6 - 7\" only when the question asks for a range "
-          "or the evidence gives only a range; the shortest phrase that answers a text question; "
-          "`evidence_quote` is the sentence you took it from.\n"
+          "Rules for `answer`: copy it from the evidence as written (numbers with the evidence's digits "
+          "and separators, no unit conversion, number words as digits when the question asks for a "
+          "number); a single value keeps the evidence's unit unless the question already names it, a "
+          "range always keeps it (\"65–75 cm\"); a single value when the question asks for one, the "
+          "evidence's range when the evidence gives a range containing the annotated value; an answer "
+          "built from several numbers is corrected part by part, never collapsed to one of them; the "
+          "shortest phrase that answers a text question; `evidence_quote` is the sentence you took it "
+          "from.\n"
           'Return {{"status": "matched" | "mismatched" | "not_answerable", "answer": "<string or null>", '
           '"evidence_quote": "<string>", "rationale": "<one sentence>"}}'),
     fields=("question", "answer_type", "answers", "evidence"),

@@ -3,11 +3,22 @@
 Labels (the paper's Supported & Matched / Supported but Mismatched / Unsupported):
 - supported: stage 1's consensus found the answer stated in the evidence;
 - mismatched: the evidence states a different value for what the question asks (a number for the
-  same quantity, a date at another precision, a shorter/longer form of the same name). The corrector
-  rewrites the answer only to a span copied from the evidence; numbers as the evidence writes them,
-  single value vs range as the question asks. Without such a span the sample is dropped with a reason;
-- unsupported: nothing in the evidence bears on the answer (reason missing_kb when there was no
-  article to read).
+  same quantity, a range containing a single number, a date at another precision, a shorter form of
+  the same name). The corrector rewrites the answer only to a span copied from the evidence: numbers
+  as the evidence writes them, with the evidence's unit unless the question already names it, number
+  words as digits when the question asks for a number, single value vs range as the question asks.
+  Without such a span the sample is dropped with a reason;
+- unsupported: nothing in the evidence bears on the answer (reason `not_in_evidence`; `missing_kb` when
+  there was no article to read; `truncated_evidence` when the answer is missing from evidence that
+  was cut off and no full section was available: inconclusive, kept by default).
+
+Rewrites of a supported answer are repairs too, each tagged: alternatives the evidence does not
+support pruned (only alternatives that are different answers, not rewordings of a supported one),
+InfoSeek's machine dates and numbers ("1989 10 27", "28.0-30.0", "4.10") written as the evidence
+writes them, a bare count written with the evidence's thousands separator, and an official long name
+("United States of America") written as the shorter name the evidence uses. Several supported alternatives
+that are different answers (share no word) are tagged `distinct_alternatives`: the answer is not
+unique. Every rewrite and every label other than supported is a flag (`audit.flags`).
 
 The filter policy (what to do with each label) is part of this stage's config.
 """
@@ -17,51 +28,52 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from pydantic import field_validator
+
 from kbvqa.data.schema import Answer, Sample
 from kbvqa.data import matching as mt
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import CORRECT_ANSWER
-from kbvqa.stages.audit.evidence import (_MAX_WORDS, _MIN_WORDS, EvidenceUnit, evidence_for, match_answer,
-                                         numeric_candidates, undecidable)
+from kbvqa.stages.audit.evidence import (EvidenceUnit, end_asked, evidence_for, match_answer, numeric_candidates,
+                                         range_wanted, supporting_spans, undecidable)
 from kbvqa.stages.audit.llm import llm_correct, resolve_role, validate_correction
-from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record
+from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record, update_flags
 
 _GENERIC_TAILS = ("architecture", "style", "municipality", "company", "corporation", "inc", "ltd", "limited",
                   "plc", "co")
+_GENERIC_HEADS = ("municipality of",)
 _RANK_HEADS = ("genus", "family", "subfamily", "order", "suborder", "tribe", "class", "superfamily",
                "kingdom", "subkingdom", "phylum")
-_RANGE_WORDS = ("range", "between", "from", "typical", "typically", "usually", "generally")
 _MACHINE_DATE = re.compile(r"\d{4}(\s+\d{1,2}){1,2}")
+_MACHINE_NUMBER = re.compile(r"\d+\.\d*0\b")  # "28.0-30.0", "4.10": trailing zeros of a number dump
+_BARE_DIGITS = re.compile(r"\d{4,}")
 
 
 class DeriveConfig(StageConfig):
     """Correction switches and the filter policy."""
 
     correct: bool = True
-    keep_units: bool = False  # corrected numbers without their unit (the unit belongs in the question)
+    # the evidence's unit on a corrected number: auto = on a range always, on a single value unless the
+    # question already names that unit
+    keep_units: Literal["auto", "always", "never"] = "auto"
     prune_unsupported_alternatives: bool = True
+    flag_distinct_alternatives: bool = True
     rewrite_machine_dates: bool = True  # "1989 10 27" -> the evidence's "27 October 1989"
+    rewrite_number_format: bool = True  # "28.0-30.0" -> "28 to 30 days"; a bare "1010" -> the evidence's "1,010"
+    rewrite_long_names: bool = True  # an official long name -> the shorter name the evidence writes
     on_mismatched: Literal["repair", "drop", "keep"] = "repair"
     on_unsupported: Literal["drop", "keep"] = "drop"
     on_missing_kb: Literal["drop", "keep"] = "keep"
+    on_truncated: Literal["drop", "keep"] = "keep"  # answer missing from cut-off evidence: inconclusive
     llm: Literal["auto", "on", "off"] = "auto"  # ask role `llm_role` to correct what the rules cannot
     llm_role: str = "repairer"
     max_section_chars: int = 0  # 0 = whole sections go to the model
 
-
-def _range_wanted(question: str) -> bool:
-    q = f" {mt.norm(question)} "
-    return any(f" {w} " in q for w in _RANGE_WORDS)
-
-
-def _end_of(question: str) -> str | None:
-    q = f" {mt.norm(question)} "
-    if any(f" {mt.norm(w)} " in q for w in _MAX_WORDS):
-        return "high"
-    if any(f" {mt.norm(w)} " in q for w in _MIN_WORDS):
-        return "low"
-    return None
+    @field_validator("keep_units", mode="before")
+    @classmethod
+    def _bool_units(cls, v: Any) -> Any:  # older configs: keep_units = true | false
+        return {True: "always", False: "never"}.get(v, v) if isinstance(v, bool) else v
 
 
 def _range_end_text(number_text: str, which: str) -> str:
@@ -69,9 +81,27 @@ def _range_end_text(number_text: str, which: str) -> str:
     return bits[-1] if which == "high" else bits[0]
 
 
-def correct_numeric(question: str, answer: Answer, text: str, keep_units: bool) -> tuple[str, str] | None:
+def evidence_number(question: str, q: mt.Quantity, keep_units: str = "auto", end: str | None = None) -> str:
+    """A quantity from the evidence written as an answer: the evidence's digits and wording; its
+    unit (keep_units auto) on a range always ("65–75 cm", not "65–75") and on a single value unless
+    the question already names that unit ("How tall ... in metres?" - "41"); one end of a range when
+    `end` is given; number words as digits when the question asks for a number ("four months" ->
+    "4 months")."""
+    unit_text = q.text[len(q.number_text):] if q.unit else ""
+    single = not q.is_range or bool(end)
+    keep = bool(q.unit) and (keep_units == "always" or (keep_units == "auto" and not (
+        single and mt.question_names_unit(question, q.unit))))
+    number = _range_end_text(q.number_text, end) if end and q.is_range else q.number_text
+    out = (number + unit_text) if keep else number
+    return mt.number_words_to_digits(out).strip() if mt.asks_number(question) else out.strip()
+
+
+def correct_numeric(question: str, answer: Answer, text: str, keep_units: str | bool = "auto") -> tuple[str, str] | None:
     """(corrected answer, rationale) from the closest evidence quantity, or None when there is none or
-    two different values are equally close (ambiguous)."""
+    two different values are equally close (ambiguous). A range containing the answer's single value
+    wins (distance 0): the answer becomes the range, unless the question asks one end of it."""
+    if isinstance(keep_units, bool):
+        keep_units = "always" if keep_units else "never"
     cands = numeric_candidates(question, answer, text)
     if not cands:
         return None
@@ -80,12 +110,11 @@ def correct_numeric(question: str, answer: Answer, text: str, keep_units: bool) 
     rivals = {(c.low, c.high) for c, d in cands if d - dist < 0.02}
     if len(rivals) > 1:
         return None
-    out = best.text if keep_units and best.unit else best.number_text
-    if best.is_range:
-        which = _end_of(question)
-        if which and not _range_wanted(question):
-            out = _range_end_text(best.number_text, which)
-    return out, f"evidence states {best.text!r} for this quantity"
+    which = end_asked(question) if best.is_range and not range_wanted(question) else None
+    out = evidence_number(question, best, keep_units, which)
+    why = (f"evidence states the range {best.text!r}, which contains {answer.text!r}" if dist == 0 and best.is_range
+           and not which else f"evidence states {best.text!r} for this quantity")
+    return out, why
 
 
 def correct_date(answer: Answer, text: str) -> tuple[str, str] | None:
@@ -108,14 +137,19 @@ def _variants(ans: str) -> list[str]:
     toks = base.split()
     if len(toks) > 1 and toks[-1].lower().strip(".,") in _GENERIC_TAILS:
         out.append(" ".join(toks[:-1]))
+    for head in _GENERIC_HEADS:
+        if base.lower().startswith(head + " ") and len(base) > len(head) + 1:
+            out.append(base[len(head) + 1:])
     if len(toks) > 1 and toks[0].lower() in _RANK_HEADS:
         out.append(" ".join(toks[1:]))
     return [v for v in out if mt.content_words(v) or any(t.norm.isdigit() for t in mt.tokenize(v))]
 
 
 def correct_string(answer: Answer, text: str) -> tuple[str, str] | None:
-    """A stripped form of the answer (no parenthetical, no generic head such as 'architecture' or
-    'Company') stated word-bounded in the evidence."""
+    """A stripped form of the answer (no parenthetical, no generic head such as 'architecture',
+    'Municipality' or 'Company') stated word-bounded in the evidence. (Where the evidence uses the
+    stripped form to describe a building - "a Gothic hall church" - the answer is supported as it
+    stands: `head_noun` match, no rewrite.)"""
     if answer.parts:
         return None
     for v in _variants(answer.text):
@@ -125,10 +159,28 @@ def correct_string(answer: Answer, text: str) -> tuple[str, str] | None:
     return None
 
 
+def _content(a: Answer) -> set[str]:
+    return {mt.stem(t.norm) for p in (a.parts or [a.text]) for t in mt.tokenize(p)
+            if t.norm not in mt.STOPWORDS and (len(t.norm) > 1 or t.norm.isdigit())}
+
+
+def distinct_answers(a: Answer, b: Answer) -> bool:
+    """Two single-part alternatives that are different answers, not rewordings of one: no word in
+    common and not equivalent names ("Paris" / "Invalides", not "Europe and Asia" / "Europe, Asia").
+    Alternatives of a multi-part answer are partial lists of one answer: never distinct."""
+    if a.parts or b.parts:
+        return False
+    wa, wb = _content(a), _content(b)
+    if not wa or not wb or wa & wb:
+        return False
+    na, nb = mt.norm(a.text), mt.norm(b.text)
+    return na not in mt.equivalent_forms(b.text) and nb not in mt.equivalent_forms(a.text)
+
+
 @register_stage
 class DeriveStage(Stage):
     name = "derive"
-    version = "1"
+    version = "2"
     config_model = DeriveConfig
     prompts = (CORRECT_ANSWER,)
 
@@ -142,31 +194,67 @@ class DeriveStage(Stage):
         sample.record_change(self.name, "answers", before, [a.model_dump(mode="json") for a in new], reason,
                              f"{self.name}@{self.version}")
 
+    def _format_rewrite(self, sample: Sample, answer: Answer, m: list, unit: EvidenceUnit) -> str | None:
+        """The evidence's own writing of a supported answer whose text is a machine format (dates
+        "1989 10 27", numbers "28.0-30.0"), a bare count missing the evidence's separator ("1010" ->
+        "1,010") or a country's official long name where the evidence writes a shorter one."""
+        cfg = self.config
+        if len(m) != 1 or answer.parts:
+            return None
+        text = answer.text.strip()
+        if cfg.rewrite_machine_dates and m[0].kind == "date" and _MACHINE_DATE.fullmatch(text) and m[0].span != text:
+            return m[0].span
+        if cfg.rewrite_long_names and m[0].kind == "equivalent":
+            short, long = mt.norm(m[0].span), mt.norm(text)
+            if short != long and short in mt.COUNTRY_NAME_FORMS and long in mt.COUNTRY_NAME_FORMS and \
+                    f" {long} ".startswith(f" {short} "):
+                return m[0].span  # "United States of America" where the evidence says "United States"
+        if not cfg.rewrite_number_format or m[0].kind != "number":
+            return None
+        q = mt.parse_quantity(text)
+        f = next((f for f in mt.find_quantities(unit.text) if q is not None and mt.same_value(q, f)
+                  and mt.units_compatible(q.unit, f.unit)), None)
+        if q is None or f is None:
+            return None
+        if _MACHINE_NUMBER.search(text):
+            return evidence_number(sample.question, f, cfg.keep_units)
+        if f.unit is None and _BARE_DIGITS.fullmatch(text) and "," in f.number_text:
+            return f.number_text
+        return None
+
     def _supported(self, sample: Sample, units: list[EvidenceUnit], audit: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
         verdict: dict[str, Any] = {"label": "supported"}
-        matched: list[tuple[Answer, list]] = []
+        matched: list[tuple[Answer, list, EvidenceUnit]] = []
         for a in sample.answers:
             for u in units:
-                m = match_answer(a, u.text)
+                m = match_answer(a, u.text, sample.question, u.title)
                 if m:
-                    matched.append((a, m))
+                    matched.append((a, m, u))
                     break
         if not matched:  # a model verifier found support the rules cannot show: trust the consensus
             verdict["rationale"] = "supported by the verifier consensus"
             return verdict
         verdict["rationale"] = f"evidence states {matched[0][1][0].span!r}"
-        new = [a for a, _ in matched]
-        if cfg.prune_unsupported_alternatives and len(new) < len(sample.answers):
-            dropped = [a.text for a in sample.answers if all(a is not b for b, _ in matched)]
-            self._set_answers(sample, new, f"alternatives not stated in the evidence removed: {dropped}")
+        verdict["match"] = matched[0][1][0].kind
+        supported = [a for a, _, _ in matched]
+        unsupported = [a for a in sample.answers if all(a is not b for b in supported)]
+        # only alternatives that are different answers are pruned; rewordings of a supported one stay
+        prune = [a for a in unsupported if all(distinct_answers(a, b) for b in supported)]
+        if cfg.prune_unsupported_alternatives and prune:
+            keep = [a for a in sample.answers if all(a is not b for b in prune)]
+            self._set_answers(sample, keep, f"alternatives not stated in the evidence removed: {[a.text for a in prune]}")
             add_tag(audit, "alternatives_pruned")
             escalate(audit, "repair", "alternatives_pruned")
-        first, m = matched[0]
-        if (cfg.rewrite_machine_dates and len(m) == 1 and m[0].kind == "date"
-                and _MACHINE_DATE.fullmatch(first.text.strip()) and m[0].span != first.text):
-            self._set_answers(sample, [Answer(text=m[0].span)] + [a for a in sample.answers if a is not first],
-                              f"date written as the evidence writes it ({m[0].span!r})")
+        if cfg.flag_distinct_alternatives and any(distinct_answers(a, b) for i, a in enumerate(supported)
+                                                  for b in supported[i + 1:]):
+            add_tag(audit, "distinct_alternatives")
+            verdict["rationale"] += "; the evidence supports several different answers"
+        first, m, unit = matched[0]
+        new = self._format_rewrite(sample, first, m, unit)
+        if new is not None and new != first.text:
+            self._set_answers(sample, [Answer(text=new)] + [a for a in sample.answers if a is not first],
+                              f"answer written as the evidence writes it ({new!r})")
             add_tag(audit, "answer_format")
             escalate(audit, "repair", "answer_format")
         return verdict
@@ -186,6 +274,11 @@ class DeriveStage(Stage):
 
     def _unsupported(self, audit: dict[str, Any], reason: str, rationale: str) -> dict[str, Any]:
         audit["answer_support"] = "unsupported"
+        if reason == "truncated_evidence":
+            add_tag(audit, "truncated_evidence")
+            if self.config.on_truncated == "drop":
+                escalate(audit, "drop", "truncated_evidence")
+            return {"label": "unsupported", "reason": reason, "rationale": rationale}
         add_tag(audit, "unsupported")
         if self.config.on_unsupported == "drop":
             escalate(audit, "drop", "unsupported")
@@ -246,15 +339,19 @@ class DeriveStage(Stage):
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         """Rules settle: missing KB article; verifier consensus entailed (supported); yes/no answers no
         model verifier judged (unchecked, kept); a single correction value the rules find in the
-        evidence (numbers, coarser dates, stripped names). Only the rest (unsupported, or contradicted
-        without one value) goes to the repairer role when configured."""
+        evidence (numbers, ranges, coarser dates, stripped names); an answer missing from truncated
+        evidence (inconclusive). Only the rest (unsupported, or contradicted without one value) goes
+        to the repairer role when configured."""
         sample, audit = split_record(record)
         cfg = self.config
         v = audit["stages"].get("verify", {})
         units = evidence_for(sample, audit, ctx.kb)
-        vlabel = v.get("label") or ("entailed" if any(any(match_answer(a, u.text) for a in sample.answers)
-                                                      for u in units) else "not_supported")
+        vlabel = v.get("label") or ("entailed" if any(any(match_answer(a, u.text, sample.question, u.title)
+                                                          for a in sample.answers) for u in units)
+                                    else "not_supported")
         model_judged = any(r.get("backend") != "rules" for r in v.get("verifiers", []))
+        needs = list(v.get("needs_model", []))
+        truncated = any(u.truncated for u in units)
         if v.get("reason") in ("missing_kb", "no_kb") or (not units and not v):
             verdict = {"label": "unsupported", "reason": "missing_kb",
                        "rationale": "the entity's KB article is not available"}
@@ -268,25 +365,48 @@ class DeriveStage(Stage):
                        "rationale": "yes/no answers cannot be checked by matching; not flagged"}
             audit["answer_support"] = "supported"
             add_tag(audit, "unchecked_by_rules")
+            needs.append("yes_no")
         elif vlabel == "entailed":
             verdict = self._supported(sample, units, audit)
             audit["answer_support"] = "supported"
         else:
             fix = self._correct(sample, units) if cfg.correct else None
             client = resolve_role(ctx, cfg.llm, cfg.llm_role) if cfg.correct and units else None
+            reason = v.get("reason") or ("truncated_evidence" if truncated else "not_in_evidence")
             if fix is not None:
                 verdict = self._mismatched(sample, audit, fix[0], fix[1])
             elif client is not None:
-                verdict = await self._llm_correct(client, sample, units, audit, ctx, vlabel,
-                                                  v.get("reason") or "not_in_evidence")
+                verdict = await self._llm_correct(client, sample, units, audit, ctx, vlabel, reason)
             elif vlabel == "contradicted":
                 verdict = self._mismatched(sample, audit, None, "evidence states a different value but no "
                                            "single one to correct to")
+            elif reason == "truncated_evidence":
+                verdict = self._unsupported(audit, reason, "no answer alternative is stated in the evidence, "
+                                                           "which is cut off: inconclusive")
             else:
-                verdict = self._unsupported(audit, v.get("reason") or "not_in_evidence",
-                                            "no answer alternative is stated in the evidence")
+                verdict = self._unsupported(audit, reason, "no answer alternative is stated in the evidence")
+            if verdict.get("reason") == "truncated_evidence":
+                needs.append("truncated_evidence")
         verdict.setdefault("settled_by", "rules")
         audit["stages"][self.name] = {**provenance(self), **verdict}
         if "llm" in verdict:  # the model made the call: its provenance is the stage's
             audit["stages"][self.name].update({k: verdict["llm"][k] for k in ("backend", "model", "version")})
+        if verdict["settled_by"] == "llm" or v.get("decided_by") == "llm" or (model_judged and "yes_no" in needs):
+            decided = "llm"
+        else:
+            decided = "undecided" if needs else "rules"
+        audit["decided_by"] = decided
+        if needs:
+            audit["needs_model"] = needs
+            for n in needs:
+                add_tag(audit, f"needs_model:{n}")
+        if audit["answer_support"] in ("supported", "mismatched") and units:
+            spans = supporting_spans(sample, units)
+            if not spans:  # support only a model verifier saw: its entailed sections and why
+                spans = [{k: s.get(k) for k in ("section_id", "title", "source")} | {
+                    "kind": "model", "verifier": r["verifier"], "span": None, "rationale": s.get("rationale")}
+                    for r in v.get("verifiers", []) if r.get("backend") != "rules"
+                    for s in r.get("sections", []) if s.get("label") == "entailed"]
+            audit["evidence"] = spans
+        update_flags(sample, audit)
         return join_record(sample, audit)

@@ -18,7 +18,7 @@ from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import FINAL_CHECK
 from kbvqa.stages.audit.evidence import evidence_for, match_answer
 from kbvqa.stages.audit.llm import llm_final_check, resolve_role
-from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record
+from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record, update_flags
 
 
 class LeakageConfig(StageConfig):
@@ -65,7 +65,7 @@ def _distinct_answers(answers: list[Answer]) -> list[str]:
 @register_stage
 class LeakageStage(Stage):
     name = "leakage"
-    version = "1"
+    version = "2"
     config_model = LeakageConfig
     prompts = (FINAL_CHECK,)
 
@@ -112,7 +112,7 @@ class LeakageStage(Stage):
                 and derive.get("label") != "unchecked"
                 and audit.get("action") != "drop"):
             units = evidence_for(sample, audit, ctx.kb)
-            ok = any(match_answer(a, u.text) for a in sample.answers for u in units)
+            ok = any(match_answer(a, u.text, sample.question, u.title) for a in sample.answers for u in units)
             checks["final_answer_supported"] = ok
             if not ok:
                 add_tag(audit, "final_unsupported")
@@ -166,5 +166,6 @@ class LeakageStage(Stage):
         audit["stages"][self.name] = {"label": "ok" if not notes else "issues", **checks,
                                       "rationale": "; ".join(notes) or "no leak; answer supported and unique",
                                       **provenance(self), **extra}
+        update_flags(sample, audit)
         return join_record(sample, audit)
 

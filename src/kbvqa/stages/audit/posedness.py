@@ -9,6 +9,9 @@ Tags (the paper's three ambiguity patterns):
 A repair is made only when the evidence makes the missing constraint explicit (the unit the evidence
 writes next to the answer; the one dimension word in the sentence stating the answer; the answer
 itself being a year / month / season / country / continent), and only as a minimal template edit.
+A repaired question (the rules' or a model's) must stay coherent with the answer: one that names a
+unit of the answer's dimension other than the answer's own ("in months" for an answer in days) is
+not applied (`repair_unit_conflict` / the model's suggestion rejected).
 Everything else is tagged and left to a model repairer or a human.
 """
 
@@ -87,6 +90,26 @@ def _evidence_unit(sample: Sample, units: list[EvidenceUnit]) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
+def unit_conflict(question: str, sample: Sample, units: list[EvidenceUnit]) -> str | None:
+    """Why `question` asks for a different unit than the answer is in, or None: the question names a
+    unit of the answer's dimension but not the answer's own ("... in months?" for "28 to 30 days").
+    The answer's unit is the one it writes, or for a bare number the one the evidence writes next to
+    it; no unit known, no conflict."""
+    if not sample.answers:
+        return None
+    q = mt.parse_quantity(sample.answers[0].text)
+    if q is None:
+        return None
+    unit = q.unit or _evidence_unit(sample, units)
+    dim = mt.unit_dim(unit)
+    if unit is None or dim is None:
+        return None
+    same_dim = [u for u, d in mt.units_named(question) if d == dim]
+    if same_dim and unit not in same_dim:
+        return f"the question asks in {same_dim[0]!r} but the answer is in {unit!r}"
+    return None
+
+
 def tag_question(sample: Sample, units: list[EvidenceUnit]) -> list[dict[str, Any]]:
     """Tags with a rationale and, where the evidence makes it explicit, a proposed question."""
     q = sample.question
@@ -144,7 +167,7 @@ def tag_question(sample: Sample, units: list[EvidenceUnit]) -> list[dict[str, An
 @register_stage
 class PosednessStage(Stage):
     name = "posedness"
-    version = "1"
+    version = "2"
     config_model = PosednessConfig
     prompts = (POSEDNESS,)
 
@@ -169,6 +192,8 @@ class PosednessStage(Stage):
             why = "suggestion states the answer"
         else:
             why = minimal_edit(sample.question, sug, self.config.min_similarity)
+        if why is None and unit_conflict(sug, sample, units) and not unit_conflict(sample.question, sample, units):
+            why = f"unit: {unit_conflict(sug, sample, units)}"
         if why is None and not may_repair:
             why = "repairs disabled for this sample"
         if why is not None:
@@ -197,6 +222,11 @@ class PosednessStage(Stage):
                     # repairs are computed on the original wording; apply them one after another
                     new = tag_question(sample.model_copy(update={}), units)
                     cand = next((n.get("repair") for n in new if n["tag"] == item["tag"]), None)
+                    conflict = unit_conflict(cand, sample, units) if cand else None
+                    if conflict and not unit_conflict(sample.question, sample, units):
+                        item["rationale"] += f"; repair not applied ({conflict})"
+                        add_tag(audit, "repair_unit_conflict")
+                        continue
                     if cand and cand != sample.question:
                         sample.record_change(self.name, "question", sample.question, cand,
                                              f"{item['tag']}: {item['rationale']}", f"{self.name}@{self.version}")

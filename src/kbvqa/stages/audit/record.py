@@ -55,3 +55,44 @@ def add_tag(audit: dict[str, Any], tag: str) -> None:
 
 def provenance(stage: Any) -> dict[str, Any]:
     return {"backend": "rules", "model": None, "version": f"{stage.name}@{stage.version}"}
+
+
+# Flags: every reason the audit questions a sample's answer. `truncated_evidence` is inconclusive (the
+# answer may be in the part of the evidence that was cut off): listed, but not a decided flag.
+INCONCLUSIVE_FLAGS = frozenset({"truncated_evidence"})
+_FLAG_TAGS = ("distinct_alternatives", "final_unsupported", "not_answerable")
+
+
+def _answer_key(answers: list[Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """(text, parts) of each answer, whether an Answer, its dump (a bare string or a dict) or a number."""
+    out = []
+    for a in answers:
+        if isinstance(a, str):
+            text, parts = a, []
+        elif isinstance(a, dict):
+            text, parts = str(a.get("text", "")), a.get("parts") or []
+        elif hasattr(a, "text"):
+            text, parts = a.text, a.parts
+        else:
+            text, parts = str(a), []
+        out.append((text.strip(), tuple(p.strip() for p in parts)))
+    return out
+
+
+def update_flags(sample: Sample, audit: dict[str, Any]) -> list[str]:
+    """Set `audit.flags` (why the answer is questioned: answer_mismatch, the unsupported reason
+    (not_in_evidence / missing_kb / truncated_evidence ...), answer_rewritten for any change to the
+    answers, distinct_alternatives, final_unsupported, not_answerable) and `audit.flagged` (any flag
+    that is not inconclusive)."""
+    flags: list[str] = []
+    support = audit.get("answer_support")
+    if support == "mismatched":
+        flags.append("answer_mismatch")
+    elif support == "unsupported":
+        flags.append(audit.get("stages", {}).get("derive", {}).get("reason") or "unsupported")
+    if "answers_before" in audit and _answer_key(audit["answers_before"]) != _answer_key(sample.answers):
+        flags.append("answer_rewritten")
+    flags += [t for t in _FLAG_TAGS if t in audit.get("tags", [])]
+    audit["flags"] = flags
+    audit["flagged"] = any(f not in INCONCLUSIVE_FLAGS for f in flags)
+    return flags

@@ -8,7 +8,10 @@ unsupported only when every verifier fails to find support), `any` (unsupported 
 verifier fails to find support) or `majority`.
 
 The rules verifier is always available; other verifiers are model roles from `ctx.roles` that
-implement `SectionVerifier`.
+implement `SectionVerifier`. Model verifiers run only where the rules cannot decide: a rules match
+settles a sample (no model call) unless the sample belongs to a class the rules cannot judge
+(`classes.model_classes`: taxonomy rank, answer role), in which case the rules' match abstains and the
+model verifiers decide. `decided_by` (rules / llm / undecided) says which path made the call.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from kbvqa.data.schema import Sample
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import VERIFY_SECTION
-from kbvqa.stages.audit.evidence import EvidenceUnit, kb_evidence, rules_section_label, sample_evidence
+from kbvqa.stages.audit.classes import model_classes
+from kbvqa.stages.audit.evidence import (EvidenceUnit, expand_truncated, kb_evidence, rules_section_label,
+                                         sample_evidence)
 from kbvqa.stages.audit.llm import expand, gather_strict, llm_verifier_label, resolve_role
 from kbvqa.stages.audit.record import join_record, provenance, split_record
 
@@ -40,6 +45,12 @@ def _combine(labels: list[str]) -> str:
     if "contradicted" in labels:
         return "contradicted"
     return "not_supported"
+
+
+def counted(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The verifier results that vote: a rules match on a sample the rules cannot judge abstains
+    when model verifiers are present (`counted: false`)."""
+    return [r for r in results if r.get("counted", True)] or results
 
 
 def consensus(verdicts: list[str], policy: str) -> str:
@@ -78,7 +89,7 @@ class VerifyStage(Stage):
     `rules_settle = false` to let the models overrule a rules match."""
 
     name = "verify"
-    version = "2"
+    version = "3"
     config_model = VerifyConfig
     prompts = (VERIFY_SECTION,)
 
@@ -104,10 +115,17 @@ class VerifyStage(Stage):
     def _rules_label(self, sample: Sample, units: list[EvidenceUnit]) -> dict[str, Any]:
         sections = []
         for u in units:
-            label, why = rules_section_label(sample.question, sample.answers, u.text)
-            sections.append({**u.dump(), "label": label, "rationale": why})
-        return {"verifier": "rules", "backend": "rules", "model": None, "version": f"{self.name}@{self.version}",
-                "label": _combine([s["label"] for s in sections]), "sections": sections}
+            label, why, kind = rules_section_label(sample.question, sample.answers, u.text, u.title)
+            sections.append({**u.dump(), "label": label, "rationale": why, **({"match": kind} if kind else {})})
+        label = _combine([s["label"] for s in sections])
+        out = {"verifier": "rules", "backend": "rules", "model": None, "version": f"{self.name}@{self.version}",
+               "label": label, "sections": sections}
+        if label == "entailed":
+            needs = model_classes(sample, [u.text for u in units],
+                                  [s.get("match") for s in sections if s["label"] == "entailed"])
+            if needs:
+                out["needs_model"] = needs
+        return out
 
     async def _model_label(self, vname: str, role: Any, sample: Sample, units: list[EvidenceUnit],
                            ctx: Context) -> dict[str, Any]:
@@ -135,20 +153,24 @@ class VerifyStage(Stage):
         for i, (name, client) in enumerate(verifiers):
             if client is None:
                 results[i] = self._rules_label(sample, units)
-        rules_entailed = any(r is not None and r["label"] == "entailed" for r in results)
+        decisive = [r for r in results if r is not None and r["label"] == "entailed" and not r.get("needs_model")]
         models = [(i, n, c) for i, (n, c) in enumerate(verifiers) if c is not None]
-        if models and rules_entailed and self.config.rules_settle:
+        if models and decisive and self.config.rules_settle:
             return [r for r in results if r is not None], True
         got = await gather_strict([self._model_label(n, c, sample, units, ctx) for _, n, c in models])
         for (i, _, _), r in zip(models, got):
             results[i] = r
+        for r in results:  # a rules match the rules cannot judge does not vote against the models
+            if models and r is not None and r.get("needs_model") and r["label"] == "entailed":
+                r["counted"] = False
         return [r for r in results if r is not None], False
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         sample, audit = split_record(record)
         cfg = self.config
         verifiers = self._verifiers(ctx)
-        units: list[EvidenceUnit] = sample_evidence(sample) if cfg.use_sample_evidence else []
+        units: list[EvidenceUnit] = expand_truncated(sample_evidence(sample), sample, ctx.kb) \
+            if cfg.use_sample_evidence else []
         source, missing = "sample", None
         if not units:
             units, missing = kb_evidence(sample, ctx.kb)
@@ -158,11 +180,11 @@ class VerifyStage(Stage):
         if not units:
             verdict = {"label": "not_supported", "reason": missing or "no_evidence", "evidence_source": None,
                        "rationale": "no evidence text to verify against", "verifiers": [],
-                       "settled_by": "rules", **provenance(self)}
+                       "settled_by": "rules", "decided_by": "rules", **provenance(self)}
             audit["stages"][self.name] = verdict
             return join_record(sample, audit)
         results, settled = await self._verify_units(sample, units, ctx, verifiers)
-        label = consensus([r["label"] for r in results], cfg.consensus)
+        label = consensus([r["label"] for r in counted(results)], cfg.consensus)
         if label != "entailed" and source == "sample" and cfg.fallback_to_kb:
             kb_units, _ = kb_evidence(sample, ctx.kb)
             if cfg.max_sections:
@@ -175,17 +197,25 @@ class VerifyStage(Stage):
                     if k is not None:
                         r["sections"] += k["sections"]
                         r["label"] = _combine([s["label"] for s in r["sections"]])
-                label = "entailed" if settled else consensus([r["label"] for r in results], cfg.consensus)
+                        for key in ("needs_model", "counted", "sections_total"):
+                            if key in k:
+                                r[key] = k[key]
+                label = "entailed" if settled else consensus([r["label"] for r in counted(results)], cfg.consensus)
                 source = "sample+kb"
         entailed = sorted({(s["source"], s["section_id"]) for r in results for s in r["sections"]
                            if s["label"] == "entailed"}, key=str)
         models = [n for n, c in verifiers if c is not None]
+        needs = next((r["needs_model"] for r in results if r.get("needs_model")), [])
+        voting = counted(results)
         audit["stages"][self.name] = {
             "label": label, "consensus": cfg.consensus, "evidence_source": source,
             "entailed_sections": [list(e) for e in entailed],
-            "rationale": f"{sum(r['label'] == 'entailed' for r in results)}/{len(results)} verifiers found support"
-                         + (f"; rules match settled it, model verifiers {models} not asked" if settled else ""),
+            "rationale": f"{sum(r['label'] == 'entailed' for r in voting)}/{len(voting)} verifiers found support"
+                         + (f"; rules match settled it, model verifiers {models} not asked" if settled else "")
+                         + (f"; the rules cannot judge {needs}" if needs else ""),
             "settled_by": "rules" if settled or not models else "consensus",
+            "decided_by": "rules" if settled or (not models and not needs) else "llm" if models else "undecided",
+            **({"needs_model": needs} if needs else {}),
             "verifiers": results, **provenance(self),
         }
         return join_record(sample, audit)
