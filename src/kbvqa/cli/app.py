@@ -36,6 +36,7 @@ app = typer.Typer(
     help="Audit, repair, augment and evaluate knowledge-seeking VQA benchmarks and the MM-RAG "
          "pipelines and search agents that answer them.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # help texts carry [brackets] (TOML tables, extras): never read them as markup
     pretty_exceptions_enable=False,
     add_completion=False,
 )
@@ -80,7 +81,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
           executor: ExecutorName = typer.Option(  # type: ignore[valid-type]
               os.environ.get("KBVQA_EXECUTOR") or "local", "--executor",
               help="Where every per-record job of the command runs: local (asyncio, this process) or ray "
-                   "(actors; the kbvqa\\[ray] extra). Env: KBVQA_EXECUTOR."),
+                   "(actors; the kbvqa[ray] extra). Env: KBVQA_EXECUTOR."),
           ray_address: Optional[str] = typer.Option(None, "--ray-address",
                                                     help="A running Ray cluster (default: RAY_ADDRESS, else a "
                                                          "local cluster started for the run)."),

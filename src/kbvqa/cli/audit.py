@@ -10,7 +10,7 @@ import typer
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
                               fail, model_limits, print_result)
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 
 
 def _input_errors() -> tuple[type[BaseException], ...]:

@@ -22,7 +22,7 @@ from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED
                               fail, model_limits, print_result)
 from kbvqa.cli.retrieve import job_errors
 
-app = typer.Typer(no_args_is_help=True, help="Curate benchmark items from community posts; proofreading sheets.")
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Curate benchmark items from community posts; proofreading sheets.")
 
 
 def _errors() -> tuple[type[BaseException], ...]:
@@ -36,8 +36,8 @@ def run(
     posts: Path = typer.Argument(..., help="Posts: JSONL (see kbvqa.data.posts), CSV or Parquet with --mapping."),
     out: Path = typer.Option(..., "--out", help="Run folder: stages/ journals, items.jsonl, dropped.jsonl, "
                                                 "stopped.jsonl, funnel.json, images/."),
-    config: Optional[Path] = typer.Option(None, "--config", help="TOML with \\[curate.<stage>] settings and "
-                                                                 "\\[models.*] roles."),
+    config: Optional[Path] = typer.Option(None, "--config", help="TOML with [curate.<stage>] settings and "
+                                                                 "[models.*] roles."),
     llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL for every model role used."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name on that server (a VLM)."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env"),

@@ -16,7 +16,7 @@ from kbvqa.data.generic import parse_mapping
 from kbvqa.data.stats import dataset_stats
 
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 _FORMATS = ", ".join(sorted(FORMATS))
 _SHOW_SKIPPED = 50
 
@@ -157,7 +157,7 @@ def compare(
     mapping: Optional[str] = typer.Option(None, "--mapping", help="Generic formats: field=column,..."),
     llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL of the hops judge."),
     model: Optional[str] = typer.Option(None, "--model", help="Judge model name on that server."),
-    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml with \\[models.<role>]."),
+    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml with [models.<role>]."),
     judge_role: str = typer.Option("judge", "--judge-role", help="The role that estimates reasoning hops."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env"),
     hops_sample: Optional[int] = typer.Option(None, "--hops-sample", min=1, help="Judge at most N items per "

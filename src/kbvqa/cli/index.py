@@ -13,7 +13,7 @@ from rich.console import Console
 from kbvqa.cli.common import fail
 from kbvqa.models.image_encoders import encoder_choices, resolve_encoder
 
-app = typer.Typer(no_args_is_help=True, help="Build FAISS image indexes and dense section indexes over a KB.")
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Build FAISS image indexes and dense section indexes over a KB.")
 
 
 class Kind(str, Enum):

@@ -10,7 +10,7 @@ import typer
 
 from kbvqa.cli.common import emit_json, fail, print_table
 
-app = typer.Typer(no_args_is_help=True, help="Inspect or repair a job's output journal.")
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Inspect or repair a job's output journal.")
 
 
 @app.command("status")

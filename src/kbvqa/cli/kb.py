@@ -12,7 +12,7 @@ import typer
 from kbvqa.cli.common import emit_json, fail, print_result
 
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 
 
 _fail = partial(fail, code=1)  # data and kb errors exit 1 (their documented code)

@@ -25,7 +25,7 @@ from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED
                               fail, model_limits, print_table)
 from kbvqa.cli.retrieve import job_errors
 
-app = typer.Typer(no_args_is_help=True, help="Interleaved reference construction and its human audit.")
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Interleaved reference construction and its human audit.")
 
 
 def _errors() -> tuple[type[BaseException], ...]:
@@ -48,8 +48,8 @@ def build(
                               "Default: the backend the trajectories used."),
     llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL for the model roles."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name on that server (a VLM)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml: \\[models.*] roles and "
-                                                                 "\\[reference.*] stage settings."),
+    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml: [models.*] roles and "
+                                                                 "[reference.*] stage settings."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env"),
     fmt: Optional[str] = typer.Option(None, "--format", help="Samples format (default: detected)."),
     concurrency: int = typer.Option(8, "--concurrency", min=1),
@@ -86,7 +86,7 @@ def build(
                     [[s["stage"], s["in"], s["ok"], json.dumps(s["stopped"]) if s["stopped"] else "-"]
                      for s in result.stages])
         for w in result.warnings:
-            console.print(f"note: {w}")
+            console.print(f"note: {w}", markup=False)
     emit_json(result.as_dict())
     stopped: dict[str, int] = {}
     for s in result.stages:

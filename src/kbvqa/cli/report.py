@@ -9,7 +9,7 @@ import typer
 
 from kbvqa.cli.common import fail
 
-app = typer.Typer(no_args_is_help=True, help="Render study / score JSON files into tables, plots and an HTML page.")
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Render study / score JSON files into tables, plots and an HTML page.")
 
 
 @app.callback()

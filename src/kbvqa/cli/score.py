@@ -18,7 +18,7 @@ from kbvqa.evaluate.retrieval import TWO_HOP_POLICIES, parse_ks
 if TYPE_CHECKING:
     from kbvqa.pipelines.score import ScoreReport
 
-app = typer.Typer(no_args_is_help=True, help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
 
 # Literal types built from the registries: typer lists them in --help and refuses anything else.
 InfoSeekMode = Literal[tuple(infoseek_modes())]  # type: ignore[valid-type]
@@ -59,7 +59,7 @@ _JUDGE_MODEL = typer.Option(None, "--judge-model", help="Judge model name.")
 _JUDGE_REPLAY = typer.Option(None, "--judge-replay", exists=True, dir_okay=False,
                              help="Answer judge calls from a recorded cassette.")
 _CONFIG = typer.Option(None, "--config", exists=True, dir_okay=False,
-                       help="kbvqa.toml: the judge is built from its \\[models.<role>] entry.")
+                       help="kbvqa.toml: the judge is built from its [models.<role>] entry.")
 _ROLE = typer.Option(None, "--judge-role", help="Model role used as the judge (default 'judge' with --config).")
 
 

@@ -21,7 +21,7 @@ from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED
                               model_limits, print_result)
 from kbvqa.evaluate.scorers import SCORERS
 
-app = typer.Typer(no_args_is_help=True,
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="Studies: accuracy by group with bootstrap CIs, split comparisons and ranking "
                        "reversals, with/without-retrieval 2x2.")
 
