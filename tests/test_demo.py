@@ -46,7 +46,19 @@ def test_demo_offline_chain(tmp_path, monkeypatch):
                                       "--index", str(out / "bench/image_index"), "--ks", "1,3,5",
                                       "--out", str(tmp_path / "aug_recall.json")])
     assert result.exit_code == 0, result.output
-    assert json.loads((tmp_path / "aug_recall.json").read_text()) == res.scores["augmentation_recall"]
+    study = json.loads((tmp_path / "aug_recall.json").read_text())
+    assert study["kind"] == "augmentation-recall" and study["rows"] == res.scores["augmentation_recall"]
+    # what a study writes, `report build` renders; `score retrieval --json` too, as a Recall@K section
+    ret = tmp_path / "ret.json"
+    scored = CliRunner().invoke(app, ["score", "retrieval", "--records", str(out / "augment/retrieval.jsonl"),
+                                      "-r", str(out / "augment/samples.jsonl"), "--json"])
+    assert scored.exit_code == 0, scored.output
+    ret.write_text(scored.stdout, encoding="utf-8")
+    built = CliRunner().invoke(app, ["report", "build", "--input", str(tmp_path / "aug_recall.json"),
+                                     "--scores", str(ret), "--out", str(tmp_path / "rep")])
+    assert built.exit_code == 0, built.output
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert "Augmentation: Recall@K per variant" in md and "Retrieval: ret" in md and "unknown" not in md
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["n_samples"] == 38 and manifest["llm"] is None and manifest["image_encoder"]
     html = (out / "report.html").read_text()

@@ -100,7 +100,7 @@ def test_index_text_and_study(bench, tmp_path):
                               "--out", str(tmp_path / "study.json")])
     assert res.exit_code == 0, res.output
     assert "| anchor | 1 | 1.0 |" in res.output and "| intra | 1 | 0.0 |" in res.output
-    assert json.loads((tmp_path / "study.json").read_text())[1]["dR@1"] == -1.0
+    assert json.loads((tmp_path / "study.json").read_text())["rows"][1]["dR@1"] == -1.0
 
 
 def test_batch_retrieve_keeps_order_and_reports_bad_images(bench, tmp_path):

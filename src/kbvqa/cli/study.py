@@ -155,8 +155,10 @@ def augmentation_recall(
                                                                           "wikipedia_url (default: --samples)."),
     ks: str = typer.Option("1,5,10,20", "--ks", help="Comma-separated K values."),
     stage: str = typer.Option("initial", "--stage", help="Which retrieval stage to tabulate."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the rows as JSON here (and, when this "
-                                                           "command retrieved, the records beside it)."),
+    out: Optional[Path] = typer.Option(None, "--out", dir_okay=False,
+                                       help="Also write the study JSON here, e.g. study/augmentation-recall.study.json "
+                                            "for `kbvqa report build study/` (and, when this command retrieved, "
+                                            "the records beside it)."),
     as_json: bool = _JSON,
 ) -> None:
     """Augmentation study (seed 000's Table 2): Recall@K per variant side by side, deltas against the anchor."""
@@ -172,7 +174,10 @@ def augmentation_recall(
     except (OSError, ValueError, KeyError) as exc:
         fail(exc)
     if out:
-        out.write_text(json.dumps(rows, indent=2), encoding="utf-8")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        study = {"kind": "augmentation-recall", "scorer": "kbvqa retrieval metrics (canonical URLs, de-duplicated)",
+                 "stage": stage, "ks": k_values, "rows": rows}
+        out.write_text(json.dumps(study, indent=2), encoding="utf-8")
     if as_json:
         emit_json(rows)
     else:

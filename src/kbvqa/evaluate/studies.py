@@ -471,7 +471,7 @@ def study_name(result: Mapping[str, Any]) -> str:
     kind = result.get("kind")
     if kind == "by-group":
         return f"by-{_slug(str(result['by']))}-{_slug(str(result.get('method') or 'predictions'))}"
-    if kind in ("compare", "retrieval-2x2", "agent-tools", "agent-failures", "image-ablation"):
+    if kind in ("compare", "retrieval-2x2", "agent-tools", "agent-failures", "image-ablation", "augmentation-recall"):
         return str(kind)
     # kbvqa.evaluate.analyses: a restricted (grounded) run is saved beside the full one, not over it
     sub = "-grounded" if result.get("subset") else ""

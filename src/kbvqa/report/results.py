@@ -27,7 +27,7 @@ from kbvqa.report import plots
 from kbvqa.report.html import Figure, Table, render_page
 from kbvqa.report.summaries import (agent_failures_table, agent_tools_tables, buckets_tables, fix_kinds_tables,
                                      grounded_table, image_ablation_tables, ivr12_compare_table, ivr12_tables,
-                                     modification_rates_table, variant_tables)
+                                     modification_rates_table, recall_by_variant_table, variant_tables)
 from kbvqa.report.tables import ResultTable, md_escape, to_markdown, write_table
 
 __all__ = ["ReportOutput", "collect_inputs", "build_report"]
@@ -158,6 +158,12 @@ def _retrieval(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
     return _Section(f"Retrieval: {stem}", [], [t], [(png.name, "Recall@K per stage")])
 
 
+def _augmentation_recall(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    t = recall_by_variant_table(obj["rows"], stage=obj.get("stage", "initial"))
+    t.name = stem
+    return _Section("Augmentation: Recall@K per variant", [], [t], [])
+
+
 def _scores_table(files: list[Path]) -> ResultTable:
     rows = []
     for f in files:
@@ -260,7 +266,14 @@ def _buckets(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
 _BUILDERS = {"fix-kinds": _fix_kinds, "grounded": _grounded, "modification-rates": _modification_rates,
              "variant-accuracy": _variants, "correctness-buckets": _buckets, "by-group": _by_group, "compare": _compare, "retrieval-2x2": _two_by_two, "agent-tools": _agent_tools,
              "agent-failures": _agent_failures, "image-ablation": _image_ablation, "ivr12": _ivr12,
-             "ivr12-compare": _ivr12_compare}
+             "ivr12-compare": _ivr12_compare, "augmentation-recall": _augmentation_recall}
+
+
+def _load(f: Path) -> Any:
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{f}: not valid JSON ({exc})") from None
 
 
 def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = "kbvqa results",
@@ -272,10 +285,7 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = 
     sections: list[_Section] = []
     used: set[str] = set()
     for f in map(Path, inputs):
-        try:
-            obj = json.loads(f.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{f}: not valid JSON ({exc})") from None
+        obj = _load(f)
         stem = _slug(f.name.removesuffix(".json").removesuffix(".study").removesuffix(".retrieval"))
         while stem in used:
             stem += "-2"
@@ -286,8 +296,17 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = 
             sections.append(_retrieval(obj, stem, pdir))
         else:
             res.skipped.append(f"{f}: not a kbvqa study or retrieval JSON")
-    if scores:
-        sections.append(_Section("Score summaries", [], [_scores_table([Path(s) for s in scores])], []))
+    flat = []
+    for f in map(Path, scores or []):  # `score retrieval --json` is a Recall@K table, not one accuracy
+        obj = _load(f)
+        if isinstance(obj, dict) and isinstance(obj.get("stages"), dict):
+            sections.append(_retrieval(obj, _slug(f.stem), pdir))
+        elif isinstance(obj, dict):
+            flat.append(f)
+        else:
+            res.skipped.append(f"{f}: not a kbvqa score summary")
+    if flat:
+        sections.append(_Section("Score summaries", [], [_scores_table(flat)], []))
     if not sections:
         raise ValueError("nothing to report: no *.study.json / *.retrieval.json inputs and no --scores"
                          + "".join(f"; {s}" for s in res.skipped))
