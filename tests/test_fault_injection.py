@@ -1,5 +1,6 @@
 """Fault injection: the audit (two model verifiers, repairer, checker), the SimpleQA judge, the IBA
-answer pipeline (vision, LLM rerank, answerer) and the search agent (agent + page extractor) against a
+answer pipeline (vision, LLM rerank, answerer), the search agent (agent + page extractor) and the
+IVR-12 rubric judge against a
 local OpenAI-compatible server that injects ~20% seeded faults — 429, 500, replies slower than the
 client's read timeout, malformed bodies, JSON cut off at max_tokens. Every run must show:
 
@@ -298,6 +299,63 @@ def test_agent_episodes(bench):
     for x in faulty:
         if x["status"] == "ok" and x["answer"] is not None:
             assert x["answer"] == clean[x["id"]]["answer"]
+
+
+# -------------------------------------------------------------------------------------------- IVR-12
+
+_IVR12_DIMS = {"content": ["accuracy", "completeness", "intent_understanding", "source_fidelity"],
+               "presentation": ["formatting", "clarity", "coherence_structure", "conciseness"],
+               "image": ["relevance", "necessity_placement", "visual_quality", "non_redundancy"],
+               "gate": ["addresses_subject"]}
+
+
+def _ivr12_handler(req: dict) -> Reply:
+    """A deterministic judge: each item's score comes from its id, each group from the prompt."""
+    import re
+
+    content = req["messages"][-1]["content"]
+    text = content if isinstance(content, str) else content[0]["text"]
+    group = {"CONTENT": "content", "PRESENTATION": "presentation", "IMAGES": "image", "GATE": "gate"}[
+        re.match(r"(?:Grade the|Decide a pass/fail) (\w+)", text).group(1)]
+    score = 1 + int(re.search(r"\[v(\d+)\]", text).group(1)) % 5
+    return ok(json.dumps({k: ({"pass": True} if group == "gate" else {"score": score}) | {"rationale": "r"}
+                          for k in _IVR12_DIMS[group]}))
+
+
+def test_ivr12_judge(tmp_path):
+    """IVR-12 (several calls per item, all of which must parse for the item to be ok) under faults."""
+    from types import SimpleNamespace
+
+    from PIL import Image
+
+    from kbvqa.pipelines.score import ivr12_files
+
+    (tmp_path / "images").mkdir()
+    samples, preds = [], []
+    for i in range(10):
+        Image.new("RGB", (64, 48), (20 * i, 90, 200 - 10 * i)).save(tmp_path / "images" / f"v{i}.jpg")
+        samples.append({"id": f"v{i}", "question": f"[v{i}] What is pictured?", "answers": [f"thing {i}"],
+                        "images": [f"images/v{i}.jpg"]})
+        preds.append({"id": f"v{i}", "answer": f"It is thing {i}. " + "word " * 20, "status": "ok"})
+    for name, rows in (("samples", samples), ("preds", preds)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    def run_once(faults, name):
+        with FakeLLMServer(handler=_ivr12_handler, faults=faults) as srv:
+            out = tmp_path / f"{name}.ivr12.jsonl"
+            s = ivr12_files(tmp_path / "preds.jsonl", tmp_path / "samples.jsonl",
+                            [_client(srv, "judge", bool(faults))], out=out, resume=False, concurrency=8)
+            run = SimpleNamespace(**{k: s["run"][k] for k in ("ok", "error", "invalid", "skipped")},
+                                  manifest=s["manifest"], usage=SimpleNamespace(calls=s["run"]["calls"]))
+            lines = check_run(out, [r["id"] for r in samples], srv, run)
+            for x in lines:  # a score only on ok lines
+                assert (x.get("ivr12") is not None) == (x["status"] == "ok")
+        return lines
+
+    clean, faulty = _twice(run_once)
+    for x in faulty:
+        if x["status"] == "ok":
+            assert x["ivr12"]["dimensions"] == clean[x["id"]]["ivr12"]["dimensions"]
 
 
 def test_every_fault_kind_was_exercised():
