@@ -113,3 +113,14 @@ def test_augmented_bad_qtype(tmp_path):
     with pytest.raises(DataError) as ei:
         list(read_samples(p))
     assert (ei.value.row, ei.value.field) == (3, "anchor_question_type")
+
+
+def test_augmented_conversion_says_why_rows_become_three_samples(tmp_path):
+    from typer.testing import CliRunner
+
+    from kbvqa.cli.app import app
+
+    res = CliRunner().invoke(app, ["data", "convert", str(_need(AUG)), str(tmp_path / "a.jsonl"), "--from", "ara",
+                                   "--to", "kbvqa"])
+    assert res.exit_code == 0, res.output
+    assert "wrote 2514 sample(s)" in res.output and "note: each row of an ARA augmented CSV gives 3 samples" in res.output

@@ -33,6 +33,8 @@ def _mapping(text: Optional[str]) -> Optional[dict[str, str]]:
 
 
 def _report_skipped(report: SkipReport) -> None:
+    for text in report.notes.values():
+        typer.echo(f"note: {text}", err=True)
     for kind, n in report.warnings.items():
         typer.echo(f"warning: {n} {kind.replace('_', ' ')} (e.g. {'; '.join(report.examples[kind])})", err=True)
     if not report.count:
@@ -135,6 +137,7 @@ def stats(
         return
     result["skipped"] = report.count
     result["warnings"] = dict(report.warnings)  # duplicate ids, samples without answers: counted, not silent
+    result["notes"] = dict(report.notes)
     if as_json:
         emit_json(result)
         return

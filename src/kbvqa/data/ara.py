@@ -145,6 +145,8 @@ def augmented_samples(path: str | Path, *, with_position: bool = False,
     """Anchor, intra and inter Samples for each manifest row (inter keeps the question unless
     `with_position`, as the paper describes; the release's `method2_query` has the position cue)."""
     policy = policy or ErrorPolicy()
+    policy.report.note("augmented_rows", "each row of an ARA augmented CSV gives 3 samples: <anchor>__anchor, "
+                                         "__intra (method1) and __inter (method2)")
     for num, header, row in iter_csv(path, policy):
         if num == 2:
             missing = [c for c in AUGMENTED_REQUIRED if c not in header]

@@ -66,6 +66,7 @@ class SkipReport:
     skipped: list[tuple[int | None, str]] = field(default_factory=list)
     warnings: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # how rows became samples, said once (not problems)
 
     @property
     def count(self) -> int:
@@ -73,6 +74,9 @@ class SkipReport:
 
     def add(self, err: DataError) -> None:
         self.skipped.append((err.row, str(err)))
+
+    def note(self, kind: str, text: str) -> None:
+        self.notes.setdefault(kind, text)
 
     def warn(self, kind: str, example: str, keep: int = 5) -> None:
         self.warnings[kind] = self.warnings.get(kind, 0) + 1
