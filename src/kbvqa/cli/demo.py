@@ -20,7 +20,7 @@ def demo(
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Records in flight per stage."),
 ) -> None:
     """Build the demo benchmark, audit it, answer it, score it and write a report."""
-    from kbvqa.demo.run import run_demo
+    from kbvqa.demo.run import counts_text, run_demo
 
     console = Console()
     try:
@@ -31,11 +31,11 @@ def demo(
     o, f = res.scores["original"], res.scores["fixed"]
     r1 = (res.scores["retrieval"].get("stages", {}).get("initial", {}).get("recall", {}) or {}).get("@1")
     console.print(f"[bold]kbvqa demo[/bold] finished in {res.seconds:.1f} s -> {res.out}")
-    console.print(f"  audit: {res.audit.get('answer_support')} actions {res.audit.get('action')}; "
+    console.print(f"  audit: {counts_text(res.audit.get('answer_support'))}; actions {counts_text(res.audit.get('action'))}; "
                   f"planted flaws flagged {res.flaws_found}/{res.flaws_total}")
     console.print(f"  retrieval R@1 = {r1}")
     aug = {row["variant"]: row.get("R@1") for row in res.scores.get("augmentation_recall", [])}
-    console.print(f"  augmentation R@1 by variant: {aug}")
+    console.print(f"  augmentation R@1 by variant: {counts_text(aug)}")
     console.print(f"  accuracy original (strict) = {o['strict'].get('accuracy')}, "
                   f"fixed (strict) = {f['strict'].get('accuracy')}")
     console.print(f"  report: {res.report}\n  manifest: {res.manifest}")

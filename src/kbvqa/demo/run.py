@@ -33,6 +33,7 @@ from kbvqa.demo.bench import DemoBench, build_bench, build_community, build_post
 from kbvqa.evaluate.analyses import demo_analyses
 from kbvqa.evaluate.agent import tool_usage
 from kbvqa.report.html import Figure, Interleaved, Table, write_page
+from kbvqa.report.results import build_report, collect_inputs
 from kbvqa.report.summaries import study_tables
 from kbvqa.runner import RUNNER_FIELDS, read_results
 from kbvqa.runner.job import Job
@@ -255,6 +256,8 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
     _answer(out / "augment", out / "augment" / "samples.jsonl", answers / "predictions_augmented.jsonl", index, kb,
             roles, concurrency, progress)
     analyses = demo_analyses(out)
+    studies_report = build_report(collect_inputs(out / "studies"), out / "studies", title="kbvqa demo: studies")
+    analyses["plots"] = [str(p.relative_to(out)) for p in studies_report.plots]
     tick("seed000_analyses", t0)
 
     t0 = time.monotonic()
@@ -305,6 +308,11 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
                       flaws_total=len(bench.flaws), seconds=time.monotonic() - started)
 
 
+def counts_text(counts: dict[str, Any] | None) -> str:
+    """{'a': 2, 'b': 1} as 'a 2, b 1' (for prose; 'none' when empty)."""
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (counts or {}).items()) or "none"
+
+
 def _analysis_blocks(analyses: dict[str, Any]) -> list[tuple[str, Any]]:
     """Seed 000's analyses on the demo's runs: every table of every study, with its notes."""
     blocks: list[tuple[str, Any]] = [
@@ -317,6 +325,9 @@ def _analysis_blocks(analyses: dict[str, Any]) -> list[tuple[str, Any]]:
                                           list(t.columns), caption=t.caption)))
             blocks += [("note", n) for n in t.notes]
     blocks += [("note", f"{k} skipped: {why}") for k, why in analyses["skipped"].items()]
+    if analyses.get("plots"):
+        blocks.append(("figures", [Figure(p, Path(p).stem.replace("-", " ")) for p in analyses["plots"]]))
+        blocks.append(("note", "All studies with their tables as md/csv/tex: studies/index.html."))
     return blocks
 
 
@@ -431,7 +442,7 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
                          for st, m in (scores["retrieval"].get("stages") or {}).items()])),
         ("h2", "Augmentation: retrieval on multi-entity composites"),
         ("p", f"{aug_stats.get('augmented_anchors', 0)} anchors of the repaired split augmented "
-              f"(excluded: {aug_stats.get('exclusions', {})}); each variant's image is the query. The anchor "
+              f"(excluded: {counts_text(aug_stats.get('exclusions'))}); each variant's image is the query. The anchor "
               "is the original photograph; intra/inter put a same-kind / different-kind distractor beside it, "
               "blank an empty panel, double the anchor twice."),
         ("table", Table([{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}
