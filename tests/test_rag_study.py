@@ -56,7 +56,8 @@ def test_table_rows_side_by_side():
                             "n_paired": 1, "dR@1": -1.0, "dR@2": -1.0}
     assert by["original"]["n"] == 1
     md = markdown_table(rows)
-    assert md.splitlines()[0].startswith("| variant | n | R@1 | R@2 |") and "| intra | 4 | 0.5 |" in md
+    # tables show percentages (the rows keep fractions)
+    assert md.splitlines()[0].startswith(r"| variant | n | R@1 \(%\) | R@2 \(%\) |") and "| intra | 4 | 50.00 |" in md
     # references may also be plain url lists, and the post stage can be tabulated on its own
     post = augmentation_recall_table(_records(), {"q0": [f"{G}E0"]}, ks=(1,), stage="post")
     assert post == [{"variant": "double", "n": 1, "R@1": 1.0, "MRR": 1.0, "n_no_reference": 0}]

@@ -99,7 +99,7 @@ def test_index_text_and_study(bench, tmp_path):
     res = runner.invoke(app, ["study", "augmentation-recall", "--records", str(recs), "--references", str(b.samples), "--ks", "1",
                               "--out", str(tmp_path / "study.json")])
     assert res.exit_code == 0, res.output
-    assert "| anchor | 1 | 1.0 |" in res.output and "| intra | 1 | 0.0 |" in res.output
+    assert "| anchor | 1 | 100.00 |" in res.output and "| intra | 1 | 0.00 |" in res.output  # tables: %
     assert json.loads((tmp_path / "study.json").read_text())["rows"][1]["dR@1"] == -1.0
 
 

@@ -33,10 +33,11 @@ def demo(
     console.print(f"[bold]kbvqa demo[/bold] finished in {res.seconds:.1f} s -> {res.out}")
     console.print(f"  audit: {counts_text(res.audit.get('answer_support'))}; actions {counts_text(res.audit.get('action'))}; "
                   f"planted flaws flagged {res.flaws_found}/{res.flaws_total}")
-    console.print(f"  retrieval R@1 = {r1}")
-    aug = {row["variant"]: row.get("R@1") for row in res.scores.get("augmentation_recall", [])}
+    console.print(f"  retrieval R@1 = {'n/a' if r1 is None else f'{100 * r1:.1f}%'}")
+    aug = {row["variant"]: f"{100 * row['R@1']:.1f}%" for row in res.scores.get("augmentation_recall", [])
+           if row.get("R@1") is not None}
     console.print(f"  augmentation R@1 by variant: {counts_text(aug)}")
-    console.print(f"  accuracy original (strict) = {o['strict'].get('accuracy')}, "
-                  f"fixed (strict) = {f['strict'].get('accuracy')}")
+    console.print(f"  accuracy original (strict) = {o['strict'].get('accuracy')}%, "
+                  f"fixed (strict) = {f['strict'].get('accuracy')}%")
     console.print(f"  report: {res.report}\n  manifest: {res.manifest}")
     console.print(f"  browse it: kbvqa view {res.out}")

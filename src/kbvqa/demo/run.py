@@ -34,7 +34,7 @@ from kbvqa.evaluate.analyses import demo_analyses
 from kbvqa.evaluate.agent import tool_usage
 from kbvqa.report.html import Figure, Interleaved, Table, write_page
 from kbvqa.report.results import build_report, collect_inputs
-from kbvqa.report.summaries import study_tables
+from kbvqa.report.summaries import recall_by_variant_table, study_tables
 from kbvqa.runner import RUNNER_FIELDS, read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import git_info
@@ -308,6 +308,11 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
                       flaws_total=len(bench.flaws), seconds=time.monotonic() - started)
 
 
+def _rows(t: Any) -> list[dict[str, str]]:
+    """A ResultTable's rows as the page's table rows, cells formatted as the table formats them."""
+    return [{c: t.fmt(v) for c, v in zip(t.columns, r)} for r in t.rows]
+
+
 def counts_text(counts: dict[str, Any] | None) -> str:
     """{'a': 2, 'b': 1} as 'a 2, b 1' (for prose; 'none' when empty)."""
     return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (counts or {}).items()) or "none"
@@ -321,8 +326,7 @@ def _analysis_blocks(analyses: dict[str, Any]) -> list[tuple[str, Any]]:
                  "(kbvqa report build renders them with plots).")]
     for res in analyses["studies"].values():
         for t in study_tables(res):
-            blocks.append(("table", Table([{c: t.fmt(v) for c, v in zip(t.columns, r)} for r in t.rows],
-                                          list(t.columns), caption=t.caption)))
+            blocks.append(("table", Table(_rows(t), list(t.columns), caption=t.caption)))
             blocks += [("note", n) for n in t.notes]
     blocks += [("note", f"{k} skipped: {why}") for k, why in analyses["skipped"].items()]
     if analyses.get("plots"):
@@ -437,7 +441,7 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
                           "scorers": "infoseek-strict, ara-reward"}
                          for split, s in (("original", scores["original"]), ("fixed", scores["fixed"]))])),
         ("h2", "Retrieval"),
-        ("table", Table([{"stage": st, **{f"R{k}": round(v, 3) for k, v in m.get("recall", {}).items()},
+        ("table", Table([{"stage": st, **{f"R{k} (%)": round(100 * v, 2) for k, v in m.get("recall", {}).items()},
                           "MRR": round(m.get("mrr", 0.0), 3)}
                          for st, m in (scores["retrieval"].get("stages") or {}).items()])),
         ("h2", "Augmentation: retrieval on multi-entity composites"),
@@ -445,8 +449,7 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
               f"(excluded: {counts_text(aug_stats.get('exclusions'))}); each variant's image is the query. The anchor "
               "is the original photograph; intra/inter put a same-kind / different-kind distractor beside it, "
               "blank an empty panel, double the anchor twice."),
-        ("table", Table([{k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}
-                         for row in scores.get("augmentation_recall", [])])),
+        ("table", Table(_rows(recall_by_variant_table(scores.get("augmentation_recall", []))))),
         ("figures", [Figure(str(p.relative_to(out)), _VARIANT_DIRS.get(p.parent.name, p.parent.name)) for p in
                      (next(iter(sorted(d.glob("*.jpg"))), None)
                       for d in sorted((out / "augment" / "composites").iterdir())) if p is not None]),

@@ -100,10 +100,16 @@ def agent_failures_table(res: Mapping[str, Any]) -> ResultTable:
 
 
 def recall_by_variant_table(rows: Sequence[dict[str, Any]], *, stage: str = "initial") -> ResultTable:
-    """Recall@K per augmentation variant (the rows of evaluate.augmentation), numbers as computed."""
-    return ResultTable.from_dicts(rows, name="augmentation-recall",
+    """Recall@K per augmentation variant (the rows of evaluate.augmentation). Tables show percentages
+    (the JSON keeps fractions): R@K and its delta in %, MRR as a fraction, as everywhere in kbvqa."""
+    def pct(k: str, v: Any) -> tuple[str, Any]:
+        if (k.startswith("R@") or k.startswith("dR@")) and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return f"{k} (%)", round(100.0 * v, 2)
+        return k, v
+
+    return ResultTable.from_dicts([dict(pct(k, v) for k, v in r.items()) for r in rows], name="augmentation-recall",
                                   title=f"Recall@K per augmentation variant (retrieval stage {stage!r})",
-                                  scorer="kbvqa retrieval metrics (canonical URLs, de-duplicated)")
+                                  scorer="kbvqa retrieval metrics (canonical URLs, de-duplicated)", float_digits=2)
 
 
 _SUPPORT = ("supported", "mismatched", "unsupported", "invalid")
