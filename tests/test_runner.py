@@ -552,3 +552,18 @@ def test_record_deadline_ends_a_stuck_record_and_the_rest_run(tmp_path):
     assert s2.ok == 1 and s2.error == 1
     with pytest.raises(ValueError):
         set_record_deadline(0)
+
+
+def test_manifest_records_each_role_s_limits(tmp_path):
+    """Concurrency, timeouts, retries and the cache a run was made under are in its manifest."""
+    from kbvqa.models.cache import ResponseCache
+    from kbvqa.models.client import OpenAIChatClient
+
+    client = OpenAIChatClient("http://127.0.0.1:9/v1", "m", concurrency=5, timeout=12, connect_timeout=3,
+                              deadline=40, max_retries=2, cache=ResponseCache(tmp_path / "c.sqlite"))
+    s = run(recs(1), [Double()], Context(roles={"judge": client}), out=tmp_path / "o.jsonl", progress=False)
+    judge = json.loads(s.manifest.read_text())["roles"]["judge"]
+    assert judge["limits"] == {"concurrency": 5, "read_timeout": 12.0, "connect_timeout": 3.0, "deadline": 40.0,
+                               "max_retries": 2, "structured_output": "auto", "temperature": 0.0} | \
+        ({"max_tokens": client.max_tokens} if client.max_tokens is not None else {})
+    assert judge["cache"] == str(tmp_path / "c.sqlite") and judge["model"] == "m"

@@ -118,7 +118,20 @@ def describe_client(client: Any) -> dict[str, Any]:
     if not isinstance(prov, Mapping):
         return {"backend": str(prov), "class": type(client).__name__}
     keep = ("backend", "model", "base_url", "prompt_version")
-    return redact({k: prov[k] for k in keep if k in prov and prov[k] is not None})
+    out = {k: prov[k] for k in keep if k in prov and prov[k] is not None}
+    # the limits a run was made under (they shape its results and its speed): recorded, never guessed
+    limits = {k: getattr(client, attr) for k, attr in _LIMITS if getattr(client, attr, None) is not None}
+    cache = getattr(client, "cache", None)
+    if limits:
+        out["limits"] = limits
+    if cache is not None and getattr(cache, "path", None) is not None:
+        out["cache"] = str(cache.path)
+    return redact(out)
+
+
+_LIMITS = (("concurrency", "concurrency"), ("read_timeout", "timeout"), ("connect_timeout", "connect_timeout"),
+           ("deadline", "deadline"), ("max_retries", "max_retries"), ("structured_output", "structured_output"),
+           ("temperature", "temperature"), ("max_tokens", "max_tokens"))
 
 
 def describe_roles(roles: Mapping[str, Any]) -> dict[str, Any]:
