@@ -567,3 +567,5 @@ def test_manifest_records_each_role_s_limits(tmp_path):
                                "max_retries": 2, "structured_output": "auto", "temperature": 0.0} | \
         ({"max_tokens": client.max_tokens} if client.max_tokens is not None else {})
     assert judge["cache"] == str(tmp_path / "c.sqlite") and judge["model"] == "m"
+    timing = json.loads(s.manifest.read_text())["timing"]  # wall time and summed model time, named apart
+    assert timing["wall_seconds"] >= 0 and timing["model_seconds_summed"] == 0 and timing["mean_seconds_per_call"] is None

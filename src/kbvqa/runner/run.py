@@ -283,9 +283,16 @@ class _Run:
         return _usage_delta(self.ctx.usage, self.usage_start).add(self.remote_usage)
 
     def finish_manifest(self, state: str, total: int, error: str | None = None, **extra: Any) -> None:
-        self.manifest.update(state=state, finished=mf.now_iso(), wall_seconds=round(time.monotonic() - self.started, 3),
+        usage = self.usage()
+        wall = round(time.monotonic() - self.started, 3)
+        # two different clocks, named apart: the run's wall time, and model time summed over calls
+        # that overlap (concurrency), which may exceed the wall time many times over
+        timing = {"wall_seconds": wall, "model_seconds_summed": round(usage.seconds, 3),
+                  "mean_seconds_per_call": round(usage.seconds / usage.calls, 3) if usage.calls else None,
+                  "mean_calls_in_flight": round(usage.seconds / wall, 2) if wall > 0 and usage.calls else None}
+        self.manifest.update(state=state, finished=mf.now_iso(), wall_seconds=wall, timing=timing,
                              total=total, counts={k: self.counts[k] for k in STATUSES}, skipped=self.counts["skipped"],
-                             usage=self.usage().model_dump(), error=error, **extra)
+                             usage=usage.model_dump(), error=error, **extra)
         mf.write_manifest(self.paths["manifest"], self.manifest)
 
     def complete(self, order: list[str]) -> tuple[Path | None, dict[str, int]]:
