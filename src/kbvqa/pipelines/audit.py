@@ -37,13 +37,13 @@ uniqueness check). An `audit.toml`:
 from __future__ import annotations
 
 import json
-import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from kbvqa.runner.config import load_table
 from kbvqa.runner.job import Job
 from kbvqa.runner.stage import Context, Stage
 from kbvqa.stages import STAGES
@@ -68,18 +68,8 @@ class AuditConfig(BaseModel):
     def from_toml(cls, path: str | Path) -> "AuditConfig":
         """Stage tables from `[audit]` (or the top level). `[models.*]` and `[cache]` in the same file
         are the model roles (see `load_audit_roles`), not stage settings."""
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: not valid TOML ({exc})") from None
-        data = data.get("audit", {k: v for k, v in data.items() if k not in ("models", "cache")})
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(x) for x in first["loc"])
-            raise ValueError(f"{path}: audit.{where}: {first['msg']}"
-                             + (f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else "")) from None
+        return load_table(path, "audit", cls,
+                          whole_file=lambda doc: {k: v for k, v in doc.items() if k not in ("models", "cache")})
 
 
 LLM_ROLES = ("verifier", "repairer", "checker")

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import json
 import time
-import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
 from kbvqa.data.jsonl import dumps_line, read_jsonl, write_jsonl
@@ -48,6 +47,7 @@ from kbvqa.pipelines.curate.items import build_item
 from kbvqa.pipelines.curate.quality import Aesthetic, InterleavedFit, Plausibility, Rubric, TopK
 from kbvqa.pipelines.curate.refine import Balance, Classify, Difficulty, Rewrite, Standardize
 from kbvqa.pipelines.curate.typecheck import Consistency, TextOnlyGate, VqaCandidate
+from kbvqa.runner.config import load_table
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import manifest_path, redact
 from kbvqa.runner.stage import Context
@@ -118,21 +118,7 @@ CurateConfig.__doc__ = "The `[curate]` table of a curate.toml: one sub-table per
 def load_curate_config(path: str | Path | None) -> Any:
     """`[curate]` of a TOML file (defaults when there is no file or no table); a bad key or value is an
     error naming the file and the dotted key."""
-    if path is None:
-        return CurateConfig()
-    try:
-        with open(path, "rb") as fh:
-            table = tomllib.load(fh).get("curate") or {}
-    except FileNotFoundError:
-        raise CurateSetupError(f"{path}: config file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CurateSetupError(f"{path}: not valid TOML ({exc})") from None
-    try:
-        return CurateConfig.model_validate(table)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(["curate", *(str(p) for p in first.get("loc", ()))])
-        raise CurateSetupError(f"{path}: {key}: {first.get('msg')}") from None
+    return load_table(path, "curate", CurateConfig, error=CurateSetupError)
 
 
 def curate_context(roles: Mapping[str, Any] | None = None, *, image_root: Path | None = None,

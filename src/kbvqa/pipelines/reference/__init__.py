@@ -24,14 +24,13 @@ model is configured. Nothing is guessed in place of a model's verdict.
 from __future__ import annotations
 
 import json
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from kbvqa.pipelines.reference.audit import export_sheet, import_sheet
 from kbvqa.pipelines.reference.candidates import CandidateConfig, CandidateScoring
@@ -43,6 +42,7 @@ from kbvqa.pipelines.reference.harvest import Harvest, HarvestConfig, ImageStore
 from kbvqa.pipelines.reference.records import intake
 from kbvqa.pipelines.reference.synthesis import Synthesis, SynthesisConfig
 from kbvqa.pipelines.reference.urls import UrlConfig, UrlScoring
+from kbvqa.runner.config import load_table
 from kbvqa.runner.job import Job
 from kbvqa.runner.stage import Context, Stage
 
@@ -103,21 +103,7 @@ class ReferenceConfig(BaseModel):
 def load_reference_config(path: str | Path | None) -> ReferenceConfig:
     """`[reference]` of a kbvqa.toml (defaults when there is no file or no table); a bad key or value
     is an error naming the file and the dotted key."""
-    if path is None:
-        return ReferenceConfig()
-    try:
-        with open(path, "rb") as fh:
-            table = tomllib.load(fh).get("reference") or {}
-    except FileNotFoundError:
-        raise ReferenceSetupError(f"{path}: config file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ReferenceSetupError(f"{path}: not valid TOML ({exc})") from None
-    try:
-        return ReferenceConfig.model_validate(table)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(["reference", *(str(p) for p in first.get("loc", ()))])
-        raise ReferenceSetupError(f"{path}: {key}: {first.get('msg')}") from None
+    return load_table(path, "reference", ReferenceConfig, error=ReferenceSetupError)
 
 
 def reference_context(out_dir: Path, config: ReferenceConfig, *, roles: Mapping[str, Any] | None = None,

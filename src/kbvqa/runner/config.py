@@ -1,0 +1,43 @@
+"""A job's settings table from a TOML file: the one loader behind `[audit]`, `[reference]` and `[curate]`.
+
+Every such table is a pydantic model whose stage configs forbid unknown keys, so a misspelt setting is
+an error; every error names the file and the dotted key (`curate.rubric.min_score: ...`)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+__all__ = ["load_table"]
+
+
+def load_table(path: str | Path | None, section: str, model: type[M], *,
+               error: Callable[[str], Exception] = ValueError,
+               whole_file: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> M:
+    """`[section]` of the TOML file at `path` validated as `model` (its defaults when `path` is None
+    or the file has no such table). `whole_file`, when given, makes the table from the whole document
+    when `[section]` is absent (the audit's older top-level layout). Problems raise `error(message)`."""
+    if path is None:
+        return model()
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise error(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: not valid TOML ({exc})") from None
+    table = doc.get(section)
+    if table is None:
+        table = whole_file(doc) if whole_file is not None else {}
+    try:
+        return model.model_validate(table or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join([section, *(str(p) for p in first.get("loc", ()))])
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise error(f"{path}: {key}: {first.get('msg')}{more}") from None
