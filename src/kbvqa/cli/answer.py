@@ -83,38 +83,25 @@ def answer(
 ) -> None:
     """Answer a benchmark with a registered pipeline (an MM-RAG preset or the search agent); predictions
     carry retrieval, evidence, trajectories and usage."""
-    from kbvqa.data.formats import read_samples
-    from kbvqa.kb.store import open_kb
-    from kbvqa.kb.text_index import TextIndex
-    from kbvqa.models.config import roles_from_flags
-    from kbvqa.pipelines.answer import build_answer_job, pipeline_roles, pipeline_settings, write_retrieval_records
-    from kbvqa.pipelines.index import load_image_index
+    from kbvqa.pipelines.answer.run import AnswerSpec, prepare_answer, run_answer
 
     console = Console(stderr=True)
+    spec = AnswerSpec(samples=samples, kb=kb, pipeline=pipeline, index=index, images=images, model_dir=model_dir,
+                      reranker=reranker, rerank_model_dir=rerank_model_dir, text_index=text_index, k=k,
+                      articles=articles, sections=sections, alpha=alpha, llm=llm, model=model, config=config,
+                      api_key_env=api_key_env, fmt=fmt, concurrency=concurrency, limit=limit, resume=resume,
+                      tools=tools, cassette=cassette, protocol=protocol, max_turns=max_turns, max_tokens=max_tokens,
+                      max_cost=max_cost, max_seconds=max_seconds, kb_images=kb_images, blocked_domain=blocked_domain,
+                      today=today, guided=guided,
+                      limits=model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
     try:
-        settings = pipeline_settings(
-            pipeline, {"k": k, "articles": articles, "sections": sections, "alpha": alpha},
-            {"tools": tools, "cassette": cassette, "protocol": protocol, "max_turns": max_turns,
-             "max_tokens": max_tokens, "max_cost": max_cost, "max_seconds": max_seconds, "kb_images": kb_images,
-             "blocked_domains": tuple(blocked_domain), "today": today, "guided": guided})
-        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env,
-                                 fill=pipeline_roles(pipeline, reranker), concurrency=concurrency,
-                                 **model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
-        idx, enc = load_image_index(index, model_dir) if index is not None else (None, None)
-        job = build_answer_job(pipeline, kb=open_kb(kb), roles=roles, index=idx, encoder=enc,
-                               image_root=images or samples.parent, reranker=reranker,
-                               text_index=TextIndex.load(text_index) if text_index is not None else None,
-                               rerank_model_dir=rerank_model_dir, **settings)
-        if pipeline != "extractive" and job.stage_names[-1] == "answer-extractive":
-            console.print("note: no `answerer` role configured (--llm/--model or --config), so the embedded "
-                          "extractive answerer answers; predictions name it as their producer")
-        summary = job.run((s.dump() for s in read_samples(samples, fmt)), out=out, concurrency=concurrency,
-                          limit=limit, progress=console.is_terminal, resume=resume,
-                          run_config={"index": str(index) if index else None})
-        rr = write_retrieval_records(out, out.with_suffix(".retrieval.jsonl"))
+        prepared = prepare_answer(spec)
+        for note in prepared.notes:
+            console.print(note, markup=False)
+        summary, rr = run_answer(prepared, spec, out, progress=console.is_terminal)
     except job_errors() as e:
         fail(e)
     typer.echo(json.dumps({"out": str(out), "retrieval_records": str(rr), "ok": summary.ok, "error": summary.error,
-                           "invalid": summary.invalid, "pipeline": pipeline, "stages": job.stage_names,
+                           "invalid": summary.invalid, "pipeline": pipeline, "stages": prepared.job.stage_names,
                            "usage": summary.usage.model_dump(), "seconds": round(summary.seconds, 3)}))
     end_job(summary.ok, {"error": summary.error, "invalid": summary.invalid}, skipped=summary.skipped, what="sample(s)")

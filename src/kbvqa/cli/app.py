@@ -19,6 +19,7 @@ from kbvqa.cli import augment as augment_cmd
 from kbvqa.cli import curate as curate_cmd
 from kbvqa.cli import data as data_cmd
 from kbvqa.cli import demo as demo_cmd
+from kbvqa.cli import eval as eval_cmd
 from kbvqa.cli import index as index_cmd
 from kbvqa.cli import journal as journal_cmd
 from kbvqa.cli import kb as kb_cmd
@@ -53,6 +54,8 @@ app.command("retrieve", help="Image-to-image KB retrieval: ranked, entity-dedupl
 app.command("answer", help="Answer with a reference MM-RAG pipeline (a registered preset: --pipeline).")(
     answer_cmd.answer)
 app.add_typer(score_cmd.app, name="score", help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
+app.command("eval", help="Answer + score in one run: predictions as `kbvqa answer` writes them, every --metric "
+                        "as `kbvqa score` scores it, one results.json.")(eval_cmd.evaluate)
 app.add_typer(study_cmd.app, name="study", help="Studies: per-type bootstrap CIs, fixed-vs-unfixed comparisons and "
                                                 "ranking reversals, retrieval 2x2, augmentation recall.")
 app.add_typer(reference_cmd.app, name="reference", help="Interleaved reference construction from agent "

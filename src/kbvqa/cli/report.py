@@ -45,3 +45,38 @@ def build(
     for s in res.skipped:
         typer.echo(f"skipped: {s}", err=True)
     typer.echo(f"{res.html}: {len(res.tables)} table files, {len(res.plots)} plots")
+
+
+@app.command("compare")
+def compare(
+    runs: list[Path] = typer.Argument(..., exists=True,
+                                      help="`kbvqa eval` results.json files or their folders, or `kbvqa score ... "
+                                           "--json` summaries."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", dir_okay=False, help="Also write the table as markdown."),
+    names: Optional[str] = typer.Option(None, "--names", help="Run labels, comma-separated, one per RUN "
+                                                              "(default: the folder or file name)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as one JSON object."),
+) -> None:
+    """One table across runs: rows = runs, columns = each metric's headline values and n, every scorer named;
+    a metric scored with different scorers (another judge model, other options) is flagged, not compared."""
+    from kbvqa.cli.common import emit_json, print_result
+    from kbvqa.report.compare import compare_markdown, compare_runs, compare_table
+
+    labels = [x.strip() for x in names.split(",")] if names else None
+    if labels is not None and (len(labels) != len(runs) or not all(labels)):
+        fail(f"--names takes {len(runs)} non-empty labels separated by commas, got {names!r}")
+    try:
+        doc = compare_runs(runs, names=labels)
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(compare_markdown(doc), encoding="utf-8")
+    except (ValueError, OSError) as exc:
+        fail(exc)
+    for w in doc["warnings"]:
+        typer.echo(f"warning: {w}", err=True)
+    if as_json:
+        emit_json(doc)
+    else:
+        print_result(compare_table(doc))
+        if out is not None:
+            typer.echo(f"markdown {out}")

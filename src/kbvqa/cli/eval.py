@@ -1,0 +1,112 @@
+"""`kbvqa eval`: answer + score in one command, one results file (`kbvqa.pipelines.evaluation`).
+
+The answer flags are `kbvqa answer`'s own: this command's signature is built from `answer`'s (every
+parameter but `--out`, which here is the results folder, and `--resume`, which here covers the judge's
+journal too), so the two can never drift apart, and they reach the pipeline as an `AnswerSpec`. The
+judge flags are `kbvqa score judge`'s.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from kbvqa.cli import answer as answer_cmd
+from kbvqa.cli.common import emit_json, end_job, fail, model_limits, print_result
+from kbvqa.cli.retrieve import job_errors
+from kbvqa.cli.score import _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_URL, _ROLE, TwoHop
+
+#: `kbvqa answer`'s flags that eval takes as they are (its --out is the predictions file; eval's is a folder)
+_NOT_SHARED = ("out",)
+#: the model-call limits, which reach the pipeline as one `limits` mapping (kbvqa.cli.common.model_limits)
+_LIMITS = ("timeout", "connect_timeout", "deadline", "structured_output", "max_retries")
+
+
+def answer_parameters() -> list[inspect.Parameter]:
+    """`kbvqa answer`'s parameters (typer options as defaults, annotations resolved) minus --out."""
+    sig = inspect.signature(answer_cmd.answer, eval_str=True)
+    return [p for name, p in sig.parameters.items() if name not in _NOT_SHARED]
+
+
+def _with_answer_flags(fn: Callable[..., None]) -> Callable[..., None]:
+    """Give `fn` (own parameters + `**answer_flags`) a signature that typer reads as answer's flags
+    after its own; one of its own parameters with the same name as an answer flag replaces it."""
+    own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    names = {p.name for p in own}
+    params = own + [p for p in answer_parameters() if p.name not in names]
+    fn.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    fn.__annotations__ = {p.name: p.annotation for p in params}
+    return fn
+
+
+def _metric_help() -> str:
+    from kbvqa.pipelines.evaluation import eval_metrics
+
+    return "Metric to score (repeat). " + "; ".join(f"{k}: {v}" for k, v in eval_metrics().items())
+
+
+@_with_answer_flags
+def evaluate(
+    out: Path = typer.Option(..., "--out", file_okay=False,
+                             help="Results folder: predictions.jsonl (as `kbvqa answer` writes it), its manifest and "
+                                  "retrieval records, per-metric files, results.json."),
+    metric: list[str] = typer.Option(..., "--metric", "-m", help=_metric_help()),
+    references: Optional[Path] = typer.Option(None, "--references", "-r", exists=True, dir_okay=False,
+                                              help="Reference file the scorers read (default: --samples)."),
+    qtypes: Optional[Path] = typer.Option(None, "--qtypes", exists=True, dir_okay=False,
+                                          help="InfoSeek question-type JSONL {data_id, question_type}."),
+    recall_k: str = typer.Option("1,3,5,10,20", "--recall-k", help="retrieval: comma-separated K values."),
+    two_hop: TwoHop = typer.Option("any", "--two-hop",  # type: ignore[valid-type]
+                                   help="retrieval: several gold urls, any one in top K, or all of them."),
+    judge_base_url: Optional[str] = _JUDGE_URL,
+    judge_model: Optional[str] = _JUDGE_MODEL,
+    judge_replay: Optional[Path] = _JUDGE_REPLAY,
+    judge_role: Optional[str] = _ROLE,
+    judge_concurrency: int = typer.Option(16, "--judge-concurrency", min=1, help="Judge requests in flight."),
+    resume: bool = typer.Option(True, "--resume/--no-resume",
+                                help="Keep what DIR holds: samples answered ok and verdicts of unchanged predictions; "
+                                     "re-run errored and invalid ones (--no-resume moves the old files aside)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results document (results.json) on stdout."),
+    **answer_flags: Any,
+) -> None:
+    """Answer a benchmark and score it in one run: predictions exactly as `kbvqa answer` writes them,
+    every --metric through the code `kbvqa score` runs, and DIR/results.json with the config, the kbvqa
+    version and commit, the answer run's counts and, per metric, its scorer, values and counts."""
+    from rich.console import Console
+
+    from kbvqa.evaluate.retrieval import parse_ks
+    from kbvqa.pipelines.evaluation import AnswerSpec, EvalRequest, JudgeSpec, prepare_eval, run_eval
+    from kbvqa.report.compare import results_table
+
+    console = Console(stderr=True)
+    limits = model_limits(*(answer_flags.pop(k) for k in _LIMITS))
+    try:
+        spec = AnswerSpec(**answer_flags, resume=resume, limits=limits)
+        req = EvalRequest(answer=spec, out=out, metrics=metric, references=references, qtypes=qtypes,
+                          recall_ks=parse_ks(recall_k), two_hop=two_hop,
+                          judge=JudgeSpec(base_url=judge_base_url, model=judge_model, replay=judge_replay,
+                                          role=judge_role, concurrency=judge_concurrency))
+        plan = prepare_eval(req)
+    except job_errors() as exc:
+        fail(exc)
+    try:
+        res = run_eval(plan, progress=console.is_terminal and not as_json)
+    except job_errors() as exc:
+        fail(exc)
+    for line in res.notes:
+        typer.echo(line, err=True)
+    if as_json:
+        emit_json(res.results)
+    else:
+        print_result(results_table(res.results))
+        typer.echo(f"results {res.path}")
+    for m, reason in res.metric_errors.items():
+        typer.echo(f"error: metric {m}: {reason}", err=True)
+    if res.metric_errors:
+        fail(f"{len(res.metric_errors)} metric(s) could not be scored (recorded in {res.path}); the predictions are "
+             f"kept: run again with --resume to score them without answering again")
+    a = res.answer
+    end_job(a.ok, res.failed, skipped=a.skipped, what="record(s)")

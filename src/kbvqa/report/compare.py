@@ -1,0 +1,275 @@
+"""`kbvqa report compare RUN...`: one table across runs, every number with the scorer that made it.
+
+A RUN is a `kbvqa eval` results file (`results.json`, kind `kbvqa-eval`), a folder holding one, or a
+`kbvqa score ... --json` summary (InfoSeek official / strict / reward, E-VQA, the SimpleQA-style judge,
+retrieval), which is read as a run with one metric. Rows are runs; each metric contributes its headline
+values and its n. A metric's scorer is named in the notes under the table; where runs scored a metric
+with different scorers (another judge model, another prompt, strict without its Time leniency, E-VQA
+with and without an equivalence backend) the metric's columns are flagged in their header and the
+notes say which run used which — never compared silently. Runs scored against different reference
+files are flagged the same way.
+
+Reads JSON only (report may import data, runner and report): the metric entries of a results file
+are taken as `kbvqa eval` wrote them; a bare summary is interpreted here by its shape.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from kbvqa.report.tables import ResultTable, md_escape, to_markdown
+
+__all__ = ["Run", "load_run", "summary_metric", "scorer_identity", "compare_runs", "compare_table",
+           "compare_markdown", "results_table", "RESULTS_FILE", "FLAG"]
+
+RESULTS_FILE = "results.json"
+RESULTS_KIND = "kbvqa-eval"
+FLAG = "(!) scorer differs"
+
+
+@dataclass
+class Run:
+    label: str
+    path: Path
+    source: str  # "eval" | "score-summary"
+    metrics: dict[str, dict[str, Any]]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------------
+# reading runs
+
+
+def _pred_counts(s: Mapping[str, Any]) -> dict[str, int]:
+    return {"error": int(s.get("n_error_lines", 0)), "invalid": int(s.get("n_invalid_lines", 0)),
+            "abstained": int(s.get("n_abstained", 0))}
+
+
+def _metric(scorer: dict[str, Any], values: dict[str, Any], headline: list[str], counts: dict[str, Any],
+            summary: Mapping[str, Any]) -> dict[str, Any]:
+    return {"scorer": scorer, "values": values, "headline": headline, "counts": counts, "summary": dict(summary),
+            "status": "ok"}
+
+
+def summary_metric(s: Mapping[str, Any], path: str | Path = "<summary>") -> tuple[str, dict[str, Any]]:
+    """(metric name, metric entry) of a `kbvqa score ... --json` summary, in the shape `kbvqa eval`
+    writes its metrics; a document of no known shape is a ValueError naming the file."""
+    if not isinstance(s, Mapping):
+        raise ValueError(f"{path}: not a JSON object")
+    if s.get("mode") == "strict" and "final_score" in s:
+        scorer = {"name": "infoseek-strict", "options": {
+            "time_leniency": ((s.get("extensions") or {}).get("time_leniency") or {}).get("enabled")}}
+        values = {"final_score": s["final_score"], "unseen_question": s["unseen_question_score"]["score"],
+                  "unseen_entity": s["unseen_entity_score"]["score"], "coverage": s.get("coverage")}
+        return "infoseek-strict", _metric(scorer, values, ["final_score"],
+                                          {"n": s.get("n"), "missing": s.get("n_missing"), **_pred_counts(s)}, s)
+    if s.get("mode") == "reward" and "accuracy" in s:
+        values = {"accuracy": s["accuracy"], "coverage": s.get("coverage"),
+                  **{f"accuracy {qt}": v["accuracy"] for qt, v in (s.get("by_question_type") or {}).items()}}
+        return "infoseek-reward", _metric({"name": "infoseek-reward", "options": {}}, values, ["accuracy"],
+                                          {"n": s.get("n"), "missing": s.get("n_missing"), **_pred_counts(s)}, s)
+    if "mode" not in s and {"final_score", "unseen_question_score", "unseen_entity_score"} <= set(s):
+        values = {"final_score": s["final_score"], "unseen_question": s["unseen_question_score"]["score"],
+                  "unseen_entity": s["unseen_entity_score"]["score"]}
+        return "infoseek-official", _metric({"name": "infoseek-official", "options": {}}, values, ["final_score"],
+                                            {"n": None, "missing": None}, s)
+    scorer_name = s.get("scorer")
+    if isinstance(scorer_name, str) and scorer_name.startswith("simpleqa-judge") and "judge_provenance" in s:
+        scorer = {"name": scorer_name, "options": {}, "prompt_version": s.get("prompt_version"),
+                  "judge": {k: v for k, v in (s.get("judge_provenance") or {}).items() if v is not None}}
+        values = {k: s.get(k) for k in ("correct", "accuracy_given_attempted", "f1", "incorrect", "not_attempted")}
+        counts = {"n": s.get("n"), "missing": s.get("n_missing"), **_pred_counts(s),
+                  "judge_error": s.get("n_error"), "judge_invalid": s.get("n_invalid"), "empty": s.get("n_empty")}
+        return "judge", _metric(scorer, values, ["correct", "accuracy_given_attempted"], counts, s)
+    if isinstance(scorer_name, str) and scorer_name.startswith("evqa") and "by_question_type" in s:
+        values = {"accuracy": s["accuracy"], "accuracy_excluding_2_hop": s.get("accuracy_excluding_2_hop"),
+                  "coverage": s.get("coverage")}
+        name = "evqa-semantic" if "semantic" in scorer_name else "evqa"
+        return name, _metric({"name": scorer_name, "options": {}}, values, ["accuracy"],
+                             {"n": s.get("n"), "missing": s.get("n_missing"), **_pred_counts(s)}, s)
+    if isinstance(s.get("stages"), Mapping) and "ks" in s and "n_references" in s:
+        values: dict[str, Any] = {}
+        for stage, m in s["stages"].items():
+            values.update({f"{stage} R@{k}": m["recall"][f"@{k}"] for k in s["ks"]})
+            values[f"{stage} MRR"] = m["mrr"]
+        shown = [k for k in (1, 5) if k in s["ks"]] or list(s["ks"][:1])
+        counts = {"n": s["n_references"],
+                  "missing": max((m.get("n_missing", 0) for m in s["stages"].values()), default=0)}
+        return "retrieval", _metric({"name": "retrieval", "options": {"two_hop": s.get("two_hop", "any")}}, values,
+                                    [f"{st} R@{k}" for st in s["stages"] for k in shown], counts, s)
+    raise ValueError(f"{path}: neither a `kbvqa eval` results file nor a `kbvqa score ... --json` summary "
+                     "(InfoSeek, E-VQA, judge or retrieval)")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 ({exc.reason})") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
+
+
+def load_run(path: str | Path, label: str | None = None) -> Run:
+    """A results file, a folder with results.json, or a score summary, as a Run."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / RESULTS_FILE).is_file():
+            raise ValueError(f"{path}: a folder without {RESULTS_FILE} (give a `kbvqa eval --out` folder, its "
+                             "results.json or a `kbvqa score ... --json` summary)")
+        label = label or path.name
+        path = path / RESULTS_FILE
+    doc = _read_json(path)
+    if isinstance(doc, Mapping) and doc.get("kind") == RESULTS_KIND:
+        metrics = doc.get("metrics")
+        if not isinstance(metrics, Mapping):
+            raise ValueError(f"{path}: a results file without metrics")
+        label = label or (path.parent.name if path.name == RESULTS_FILE else path.stem)
+        answer = doc.get("answer") or {}
+        info = {"pipeline": answer.get("pipeline"), "references": doc.get("references") or {},
+                "samples": doc.get("samples") or {}, "kbvqa_version": doc.get("kbvqa_version"),
+                "git": (doc.get("git") or {}).get("commit"), "answer_counts": answer.get("counts")}
+        return Run(label, path, "eval", {str(k): dict(v) for k, v in metrics.items()}, info)
+    name, entry = summary_metric(doc, path)
+    return Run(label or path.name.removesuffix(".json"), path, "score-summary", {name: entry}, {})
+
+
+# --------------------------------------------------------------------------------------------------
+# comparing
+
+
+def scorer_identity(scorer: Mapping[str, Any] | None) -> str:
+    """What must be equal for two numbers of one metric to be comparable: the scorer's name, its
+    options, its prompt version and its judge model (not the judge's base URL: one model, two servers)."""
+    if not scorer:
+        return "unknown scorer"
+    parts = [str(scorer.get("name") or "unknown scorer")]
+    opts = {k: v for k, v in (scorer.get("options") or {}).items() if v is not None}
+    if opts:
+        parts.append(", ".join(f"{k}={v}" for k, v in sorted(opts.items())))
+    if scorer.get("prompt_version"):
+        parts.append(f"prompt {scorer['prompt_version']}")
+    judge = scorer.get("judge")
+    if judge:
+        parts.append(f"judge {judge.get('backend') or '?'}:{judge.get('model') or '?'}")
+    return ", ".join(parts)
+
+
+def _unique_labels(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for lab in labels:
+        seen[lab] = seen.get(lab, 0) + 1
+        out.append(lab if seen[lab] == 1 else f"{lab} ({seen[lab]})")
+    return out
+
+
+def compare_runs(paths: Sequence[str | Path], *, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """The comparison document: runs, per metric its columns, each run's scorer and n, whether the
+    scorers agree, and the table rows (one per run)."""
+    if not paths:
+        raise ValueError("give at least one run")
+    if names is not None and len(names) != len(paths):
+        raise ValueError(f"{len(names)} names for {len(paths)} runs")
+    runs = [load_run(p, names[i] if names else None) for i, p in enumerate(paths)]
+    for r, lab in zip(runs, _unique_labels([r.label for r in runs])):
+        r.label = lab
+    order = list(dict.fromkeys(m for r in runs for m in r.metrics))
+    metrics: dict[str, Any] = {}
+    warnings: list[str] = []
+    for m in order:
+        present = [r for r in runs if r.metrics.get(m, {}).get("status", "ok") == "ok" and m in r.metrics]
+        headline = list(dict.fromkeys(h for r in present for h in r.metrics[m].get("headline") or []))
+        scorers = {r.label: scorer_identity(r.metrics[m].get("scorer")) for r in present}
+        ns = {r.label: (r.metrics[m].get("counts") or {}).get("n") for r in present}
+        consistent = len(set(scorers.values())) <= 1
+        entry = {"columns": headline, "scorers": scorers, "consistent": consistent, "n": ns,
+                 "absent": [r.label for r in runs if r not in present],
+                 "errors": {r.label: r.metrics[m].get("reason") for r in runs
+                            if m in r.metrics and r.metrics[m].get("status", "ok") != "ok"}}
+        metrics[m] = entry
+        if not consistent:
+            warnings.append(f"{m}: scored with different scorers, not comparable: "
+                            + "; ".join(f"{lab}: {s}" for lab, s in scorers.items()))
+    refs = {r.label: r.info.get("references") or {} for r in runs if r.source == "eval"}
+    if len({v.get("sha256") for v in refs.values() if v.get("sha256")}) > 1:
+        warnings.append("the runs were scored against different reference files: "
+                        + "; ".join(f"{lab}: {v.get('path')}" for lab, v in refs.items()))
+    rows = []
+    for r in runs:
+        row: dict[str, Any] = {"run": r.label}
+        for m, e in metrics.items():
+            got = r.metrics.get(m) if r.label not in e["absent"] else None
+            for col in e["columns"]:
+                row[f"{m} {col}"] = (got or {}).get("values", {}).get(col) if got else None
+            row[f"{m} n"] = (got or {}).get("counts", {}).get("n") if got else None
+        rows.append(row)
+    return {"kind": "kbvqa-compare",
+            "runs": [{"label": r.label, "path": str(r.path), "source": r.source, **r.info} for r in runs],
+            "metrics": metrics, "rows": rows, "warnings": warnings}
+
+
+def compare_table(doc: Mapping[str, Any]) -> ResultTable:
+    """The comparison as a ResultTable: a column per metric value and per metric n; a metric whose
+    scorers differ has FLAG in its headers; the notes name every metric's scorer(s)."""
+    columns = ["run"]
+    keys = ["run"]
+    for m, e in doc["metrics"].items():
+        flag = "" if e["consistent"] else f" {FLAG}"
+        for col in e["columns"]:
+            columns.append(f"{m} {col}{flag}")
+            keys.append(f"{m} {col}")
+        columns.append(f"{m} n")
+        keys.append(f"{m} n")
+    rows = [[row.get(k) for k in keys] for row in doc["rows"]]
+    notes = []
+    for m, e in doc["metrics"].items():
+        if e["consistent"]:
+            scorer = next(iter(e["scorers"].values()), "none")
+            notes.append(f"{m}: scorer {scorer} (every run)")
+        else:
+            notes.append(f"{m}: {FLAG.removeprefix('(!) ')} between runs, NOT comparable: "
+                         + "; ".join(f"{lab}: {s}" for lab, s in e["scorers"].items()))
+        if len({n for n in e["n"].values() if n is not None}) > 1:
+            notes.append(f"{m}: n differs between runs (" + ", ".join(f"{lab} {n}" for lab, n in e["n"].items())
+                         + ")")
+        if e["absent"]:
+            notes.append(f"{m}: not in " + ", ".join(e["absent"])
+                         + "".join(f" ({lab}: {why})" for lab, why in e["errors"].items()))
+    notes += [w for w in doc["warnings"] if w.startswith("the runs were scored against")]
+    return ResultTable("compare", f"{len(doc['rows'])} runs compared", "per metric, named in the notes", columns,
+                       rows, notes, float_digits=4)
+
+
+def compare_markdown(doc: Mapping[str, Any]) -> str:
+    """GitHub markdown of the comparison (every cell and note escaped by `to_markdown`), with the runs'
+    files listed under it."""
+    lines = [to_markdown(compare_table(doc)), "", "Runs:", ""]
+    for r in doc["runs"]:
+        what = f"{r['source']}" + (f", pipeline {r['pipeline']}" if r.get("pipeline") else "")
+        lines.append(f"- {md_escape(r['label'])}: {md_escape(r['path'])} ({md_escape(what)})")
+    return "\n".join(lines) + "\n"
+
+
+def results_table(doc: Mapping[str, Any]) -> ResultTable:
+    """One `kbvqa eval` results document as a table: a row per metric value shown (its headline),
+    with the metric's counts and scorer."""
+    rows = []
+    notes = []
+    for m, e in (doc.get("metrics") or {}).items():
+        if e.get("status", "ok") != "ok":
+            rows.append([m, "error", None, None, None, None, None])
+            notes.append(f"{m}: not scored: {e.get('reason')}")
+            continue
+        c = e.get("counts") or {}
+        for h in e.get("headline") or []:
+            rows.append([m, h, e["values"].get(h), c.get("n"), c.get("missing"), c.get("error"), c.get("invalid")])
+        notes.append(f"{m}: scorer {scorer_identity(e.get('scorer'))}")
+    a = doc.get("answer") or {}
+    counts = ", ".join(f"{k} {v}" for k, v in (a.get("counts") or {}).items())
+    return ResultTable("results", f"kbvqa eval: {a.get('pipeline')} ({counts})", "per metric, named in the notes",
+                       ["metric", "value", "score", "n", "missing", "error", "invalid"], rows, notes,
+                       float_digits=4)
