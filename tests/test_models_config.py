@@ -206,3 +206,108 @@ def test_cli_cache_flags_reach_every_role(tmp_path, monkeypatch):
     assert os.environ["KBVQA_CACHE"] == "off"
     res = runner.invoke(app, ["--no-cache", "--cache", str(tmp_path / "c.sqlite"), "journal", "--help"])
     assert res.exit_code == 2
+
+
+# -- provider/model shorthand ------------------------------------------------------------------
+
+@pytest.mark.parametrize("given,base_url,model", [
+    ("ollama/qwen2.5vl:7b", "http://127.0.0.1:11434/v1", "qwen2.5vl:7b"),
+    ("vllm/Qwen/Qwen2.5-VL-7B-Instruct", "http://127.0.0.1:8000/v1", "Qwen/Qwen2.5-VL-7B-Instruct"),
+    ("sglang/qwen3-30b-a3b", "http://127.0.0.1:30000/v1", "qwen3-30b-a3b"),
+    ("lmstudio/gemma-3-12b", "http://127.0.0.1:1234/v1", "gemma-3-12b"),
+    ("openai/gpt-4o-mini", "https://api.openai.com/v1", "gpt-4o-mini"),
+])
+def test_provider_shorthand_fills_base_url_when_none_is_given(tmp_path, given, base_url, model):
+    from kbvqa.models.config import RoleConfig
+
+    rc = RoleConfig(model=given)
+    assert (rc.base_url, rc.model, rc.shorthand, rc.provider) == (base_url, model, given, given.split("/")[0])
+    p = write(tmp_path, f'[models.judge]\nmodel = "{given}"\n')
+    cfg = load_model_config(p, env={})
+    judge = cfg.roles["judge"]
+    assert (judge.base_url, judge.model) == (base_url, model)
+    desc = describe_roles(cfg)["roles"]["judge"]  # the resolved server and model, and where they came from
+    assert desc["base_url"] == base_url and desc["model"] == model
+    assert desc["shorthand"] == given and desc["provider"] == given.split("/")[0]
+    client = build_roles(cfg, env={}, cache=None)["judge"]
+    assert isinstance(client, OpenAIChatClient)
+    assert (client.base_url, client.model) == (base_url, model)
+    assert (client.provenance.base_url, client.provenance.model) == (base_url, model)  # what manifests record
+
+
+def test_an_explicit_base_url_always_wins_and_the_model_is_sent_verbatim(tmp_path):
+    from kbvqa.models.config import RoleConfig
+
+    rc = RoleConfig(model="openai/gpt-oss-20b", base_url="http://gpu:8000/v1")  # vLLM serving an HF name
+    assert (rc.base_url, rc.model, rc.shorthand) == ("http://gpu:8000/v1", "openai/gpt-oss-20b", None)
+    p = write(tmp_path, '[models.judge]\nmodel = "ollama/qwen2.5vl:7b"\n[models.checker]\nmodel = "vllm/m"\n'
+                        'base_url = "http://10.0.0.2:9000/v1"\n')
+    # a base_url from anywhere counts: the global env fallback, a per-role env, the file
+    cfg = load_model_config(p, env={"KBVQA_BASE_URL": "http://10.0.0.1:9000/v1"})
+    assert (cfg.roles["judge"].base_url, cfg.roles["judge"].model) == ("http://10.0.0.1:9000/v1", "ollama/qwen2.5vl:7b")
+    assert cfg.roles["judge"].shorthand is None and "shorthand" not in describe_roles(cfg)["roles"]["judge"]
+    assert (cfg.roles["checker"].base_url, cfg.roles["checker"].model) == ("http://10.0.0.2:9000/v1", "vllm/m")
+    cfg = load_model_config(p, env={"KBVQA_JUDGE_BASE_URL": "http://10.0.0.3:1/v1"})
+    assert cfg.roles["judge"].model == "ollama/qwen2.5vl:7b"
+    cfg = load_model_config(p, {"roles": {"judge": {"base_url": "http://10.0.0.4:1/v1"}}}, env={})
+    assert cfg.roles["judge"].model == "ollama/qwen2.5vl:7b"
+    # without any base_url it resolves, from the file or from the environment
+    cfg = load_model_config(p, env={})
+    assert cfg.roles["judge"].base_url == "http://127.0.0.1:11434/v1"
+    cfg = load_model_config(None, env={"KBVQA_ANSWERER_MODEL": "sglang/m"})
+    assert (cfg.roles["answerer"].base_url, cfg.roles["answerer"].model) == ("http://127.0.0.1:30000/v1", "m")
+
+
+@pytest.mark.parametrize("given", ["Qwen/Qwen2.5-VL-7B-Instruct", "Ollama/x", "ollama/", "ollama/ ", "llama3",
+                                   "http://h/x"])
+def test_an_unknown_prefix_is_never_a_provider(tmp_path, given):
+    p = write(tmp_path, f'[models.judge]\nmodel = "{given}"\n')
+    with pytest.raises(ConfigError) as e:
+        load_model_config(p, env={})
+    assert "models.judge: backend openai needs base_url" in str(e.value)
+    assert "PROVIDER/NAME" in str(e.value) and "ollama" in str(e.value)
+
+
+def test_rules_and_replay_roles_are_left_alone(tmp_path):
+    from kbvqa.models.config import RoleConfig
+
+    rc = RoleConfig(backend="rules", model="ollama/rule")
+    assert rc.model == "ollama/rule" and rc.base_url is None and rc.shorthand is None
+    rec = RoleConfig(backend="replay", cassette="c.jsonl", replay_mode="record", model="ollama/m")
+    assert (rec.base_url, rec.model) == ("http://127.0.0.1:11434/v1", "m")  # recording calls the server
+
+
+def test_roles_from_flags_takes_a_provider_model_without_llm(tmp_path):
+    from kbvqa.models.config import roles_from_flags
+
+    env = {"KBVQA_CACHE": "off"}
+    roles = roles_from_flags(model="ollama/qwen2.5vl:7b", fill=("judge", "answerer"), env=env)
+    judge = roles["judge"]
+    assert roles["answerer"] is judge and isinstance(judge, OpenAIChatClient)
+    assert (judge.base_url, judge.model) == ("http://127.0.0.1:11434/v1", "qwen2.5vl:7b")
+    # with --llm the name is the server's own, slash and all
+    roles = roles_from_flags(llm="http://127.0.0.1:8000/v1", model="openai/gpt-oss-20b", fill=("judge",), env=env)
+    assert (roles["judge"].base_url, roles["judge"].model) == ("http://127.0.0.1:8000/v1", "openai/gpt-oss-20b")
+    for bad in ({"model": "Qwen/Qwen2.5-VL-7B-Instruct"}, {"model": "m"}, {"llm": "http://127.0.0.1:1/v1"}):
+        with pytest.raises(ConfigError, match="--llm and --model go together"):
+            roles_from_flags(fill=("judge",), env=env, **bad)
+    with pytest.raises(ConfigError, match="either --replay"):
+        roles_from_flags(model="ollama/x", replay=tmp_path / "c.jsonl", fill=("judge",), env=env)
+    # a config file's other roles stay; the flag fills the named ones
+    p = write(tmp_path, '[models.checker]\nmodel = "vllm/Qwen/Qwen2.5-VL-7B-Instruct"\n')
+    roles = roles_from_flags(p, model="lmstudio/gemma", fill=("judge",), env=env)
+    assert (roles["checker"].base_url, roles["checker"].model) == ("http://127.0.0.1:8000/v1",
+                                                                   "Qwen/Qwen2.5-VL-7B-Instruct")
+    assert (roles["judge"].base_url, roles["judge"].model) == ("http://127.0.0.1:1234/v1", "gemma")
+
+
+def test_openai_shorthand_takes_the_key_from_the_usual_environment(monkeypatch):
+    from kbvqa.models.config import roles_from_flags
+
+    monkeypatch.delenv("KBVQA_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    client = roles_from_flags(model="openai/gpt-4o-mini", fill=("judge",), env={"KBVQA_CACHE": "off"})["judge"]
+    assert client.base_url == "https://api.openai.com/v1" and client._api_key == "sk-from-env"
+    client = roles_from_flags(model="openai/gpt-4o-mini", api_key_env="MY_KEY", fill=("judge",),
+                              env={"KBVQA_CACHE": "off", "MY_KEY": "sk-mine"})["judge"]
+    assert client._api_key == "sk-mine"

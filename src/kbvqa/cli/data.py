@@ -32,6 +32,25 @@ def _mapping(text: Optional[str]) -> Optional[dict[str, str]]:
         return None
 
 
+TABLES = ("jsonl", "csv", "parquet", "hf")  # formats that take a --mapping
+
+
+def _table_opts(fmt: str, *, sep: str = "|", split: Optional[str] = None, images_for: Optional[Path] = None) -> dict:
+    """Reader options for a table format. A Hugging Face export's embedded images are written next to
+    the output `images_for` (OUT.images/, referenced relative to OUT's folder, so they move together);
+    a command with no output (stats, compare) never looks at pixels and leaves them out, counted."""
+    if split is not None and fmt != "hf":
+        raise ValueError("--split only applies to Hugging Face datasets exports (--from hf)")
+    opts: dict = {"sep": sep} if fmt in TABLES else {}
+    if fmt == "hf":
+        opts["split"] = split
+        if images_for is None:
+            opts["embedded_images"] = "skip"
+        else:
+            opts.update(image_dir=images_for.parent / f"{images_for.name}.images", image_root=images_for.parent)
+    return opts
+
+
 def _report_skipped(report: SkipReport) -> None:
     for text in report.notes.values():
         typer.echo(f"note: {text}", err=True)
@@ -56,6 +75,8 @@ def convert(
     qtypes_out: Optional[Path] = typer.Option(None, "--qtypes-out", help="Also write an InfoSeek question-type JSONL."),
     mapping: Optional[str] = typer.Option(None, "--mapping", help="Generic formats: field=column,... (e.g. id=qid,question=q)."),
     sep: str = typer.Option("|", "--sep", help="Generic formats: separator for answers/images given as strings."),
+    split: Optional[str] = typer.Option(None, "--split", help="Hugging Face export with several splits: the one to "
+                                                              "read. Its embedded images go to DST.images/."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip (and list) invalid rows instead of stopping."),
     limit: Optional[int] = typer.Option(None, "--limit", min=0, help="Convert at most N samples."),
     allow_empty: bool = typer.Option(False, "--allow-empty", help="Write an empty file for an input with no samples "
@@ -70,11 +91,11 @@ def convert(
         for name in (fin, fout):
             if name not in FORMATS:
                 _fail(f"unknown format {name!r}; known: {_FORMATS}")
-        if m is not None and not {fin, fout} & {"jsonl", "csv", "parquet"}:
-            _fail("--mapping only applies to the generic jsonl/csv/parquet formats")
-        read_opts = {"sep": sep} if fin in ("jsonl", "csv", "parquet") else {}
-        samples = read_samples(src, fin, qtypes=qtypes, mapping=m if fin in ("jsonl", "csv", "parquet") else None,
-                               skip_invalid=skip_invalid, report=report, **read_opts)
+        if m is not None and not {fin, fout} & set(TABLES):
+            _fail("--mapping only applies to the table formats (jsonl/csv/parquet/hf)")
+        samples = read_samples(src, fin, qtypes=qtypes, mapping=m if fin in TABLES else None,
+                               skip_invalid=skip_invalid, report=report,
+                               **_table_opts(fin, sep=sep, split=split, images_for=dst))
         if limit is not None:
             samples = itertools.islice(samples, limit)
         if qtypes_out is not None and fout != "infoseek":
@@ -122,6 +143,7 @@ def stats(
     from_fmt: Optional[str] = typer.Option(None, "--from", help=f"Format ({_FORMATS}); detected when omitted."),
     qtypes: Optional[Path] = typer.Option(None, "--qtypes", help="InfoSeek question-type JSONL."),
     mapping: Optional[str] = typer.Option(None, "--mapping", help="Generic formats: field=column,..."),
+    split: Optional[str] = typer.Option(None, "--split", help="Hugging Face export: the split to count."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip (and count) invalid rows."),
 ) -> None:
@@ -129,9 +151,9 @@ def stats(
     report = SkipReport()
     try:
         fmt = from_fmt or detect_format(path)
-        m = _mapping(mapping) if fmt in ("jsonl", "csv", "parquet") else None
+        m = _mapping(mapping) if fmt in TABLES else None
         result = dataset_stats(read_samples(path, fmt, qtypes=qtypes, mapping=m, skip_invalid=skip_invalid,
-                                            report=report))
+                                            report=report, **_table_opts(fmt, split=split)))
     except (DataError, ValueError) as e:
         _fail(str(e))
         return
@@ -205,8 +227,8 @@ def compare(
         report = SkipReport()
         try:
             fmt = (from_fmt[0] if len(from_fmt) == 1 else from_fmt[i]) if from_fmt else detect_format(path)
-            generic = fmt in ("jsonl", "csv", "parquet")
-            samples = list(read_samples(path, fmt, mapping=m if generic else None, report=report))
+            samples = list(read_samples(path, fmt, mapping=m if fmt in TABLES else None, report=report,
+                                        **_table_opts(fmt)))
         except (DataError, ValueError) as e:
             _fail(str(e))
             return

@@ -9,6 +9,10 @@ None) and `write_samples(samples, path, fmt)` writes them back. Formats:
 - ara      ARA release CSVs (ground truth, or the augmented manifest as anchor/intra/inter samples)
 - notevqa  NoteVQA-style community items (short + interleaved references, category, intent)
 - jsonl / csv / parquet  generic tables with a field -> column `mapping`
+- hf       Hugging Face `datasets` exports, read-only and without `datasets`: a save_to_disk folder
+           (Dataset, or DatasetDict + `split=`), Hub/cache shard folders, .arrow/.feather files, and
+           .parquet given as `hf`; rows go through the generic `mapping`, Image cells become files
+           (`image_dir=`, `image_root=`, `embedded_images=`) — see kbvqa.data.hf
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbvqa.data import ara, evqa, generic, infoseek, kbvqa_jsonl, notevqa
+from kbvqa.data import ara, evqa, generic, hf, infoseek, kbvqa_jsonl, notevqa
 from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
 from kbvqa.data.schema import Sample
 
@@ -45,6 +49,9 @@ FORMATS: dict[str, Format] = {
     **{f: Format(f, lambda path, _f=f, **kw: generic.read_generic(path, _f, **kw),
                  lambda samples, path, _f=f, **kw: generic.write_generic(samples, path, _f, **kw),
                  f"generic {f.upper()} with a column mapping") for f in generic.GENERIC_FORMATS},
+    hf.HF_FORMAT: Format(hf.HF_FORMAT, hf.read_hf, hf.write_hf,
+                         "Hugging Face datasets export (save_to_disk folder, .arrow/.feather/.parquet; read-only) "
+                         "with a column mapping"),
 }
 
 
@@ -66,13 +73,21 @@ def _not_utf8(path: str | Path, exc: UnicodeDecodeError) -> DataError:
 
 
 def detect_format(path: str | Path) -> str:
-    """Guess the format from the extension and the first record/header."""
+    """Guess the format from the extension and the first record/header; a folder is a Hugging Face
+    `datasets` export (dataset_dict.json, state.json, dataset_info.json or data shards in it)."""
     p = Path(path)
     if not p.exists():
         raise DataError("file not found", file=p)
+    if p.is_dir():
+        if hf.looks_like_hf(p):
+            return hf.HF_FORMAT
+        raise DataError("a folder, but not a Hugging Face datasets export (no dataset_dict.json, state.json, "
+                        "dataset_info.json or .arrow/.parquet/.feather files in it)", file=p)
     suffix = p.suffix.lower()
     if suffix == ".parquet":
         return "parquet"
+    if suffix in (".arrow", ".feather"):
+        return hf.HF_FORMAT
     if suffix in (".jsonl", ".json", ".ndjson"):
         try:
             obj = _first_json_object(p)
@@ -117,7 +132,8 @@ def read_samples(path: str | Path, fmt: str | None = None, *, qtypes: Path | Non
     """Stream Samples from `path`. Bad rows raise DataError unless `skip_invalid`, in which case they
     are counted in `report` (pass one to see them), as are the warnings every adapter shares:
     duplicate ids and samples without answers. A file that is not UTF-8 is a DataError naming it.
-    Extra `opts` go to the adapter (sep=, with_position=)."""
+    Extra `opts` go to the adapter (sep=, with_position=; hf: split=, image_dir=, image_root=,
+    embedded_images=)."""
     fmt = fmt or detect_format(path)
     f = _format(fmt)
     if not Path(path).exists():
@@ -130,8 +146,8 @@ def read_samples(path: str | Path, fmt: str | None = None, *, qtypes: Path | Non
             raise ValueError(f"qtypes= only applies to the infoseek format, not {fmt!r}")
         kwargs["qtypes"] = qtypes
     if mapping is not None:
-        if fmt not in generic.GENERIC_FORMATS:
-            raise ValueError(f"mapping= only applies to {list(generic.GENERIC_FORMATS)}, not {fmt!r}")
+        if fmt not in generic.TABLE_SOURCES:
+            raise ValueError(f"mapping= only applies to {list(generic.TABLE_SOURCES)}, not {fmt!r}")
         kwargs["mapping"] = mapping
     seen: set[str] = set()
     n = 0

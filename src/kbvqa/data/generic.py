@@ -6,6 +6,10 @@ of the same name. `answers`, `images` and `evidence` cells may be lists or strin
 (default "|"). Unmapped columns go to meta under their own name; writing uses the inverse mapping and
 keeps the column order and value kinds (meta["_source"]), so a table read and written with the same
 mapping comes back equal. Parquet is read and written in record batches.
+
+`read_rows` is the one mapping implementation: it turns (file, row, record) triples from any table
+source into Samples — these files, and Hugging Face `datasets` exports (`kbvqa.data.hf`, format `hf`),
+whose samples write back through the same inverse mapping.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ FIELDS = ("id", "question", "answers", "images", "question_type", "answer_type",
           "entity_url", "entity_title", "entity_wikidata_id", "evidence")
 LIST_FIELDS = ("answers", "images", "evidence")
 GENERIC_FORMATS = ("jsonl", "csv", "parquet")
+#: Formats whose samples keep their source columns in meta["_source"] (written back by the generic writers).
+TABLE_SOURCES = (*GENERIC_FORMATS, "hf")
 
 
 def parse_mapping(text: str | None) -> dict[str, str] | None:
@@ -93,7 +99,11 @@ def _parse_field(field: str, v: Any, sep: str) -> dict[str, Any]:
     if field == "answers":
         return {"answers": [Answer.model_validate(x) for x in _as_list(v, sep)]}
     if field == "images":
-        return {"images": [str(x) for x in _as_list(v, sep)]}
+        items = _as_list(v, sep)
+        if any(isinstance(x, dict) for x in items):  # str() of a struct is no image reference
+            raise ValueError("an image cell that is a struct (a Hugging Face Image column: bytes/path); "
+                             "read it with the hf format, which writes the bytes to image files")
+        return {"images": [str(x) for x in items]}
     if field == "evidence":
         return {"evidence": [Evidence.model_validate(x) if isinstance(x, dict) else Evidence(text=str(x))
                              for x in _as_list(v, sep)]}
@@ -193,25 +203,36 @@ def _records(path: str | Path, fmt: str, policy: ErrorPolicy, batch_size: int) -
         raise ValueError(f"not a generic format: {fmt!r}")
 
 
-def read_generic(path: str | Path, fmt: str, *, mapping: dict[str, str] | None = None, sep: str = "|",
-                 policy: ErrorPolicy | None = None, batch_size: int = 1024, **_: Any) -> Iterator[Sample]:
-    """Stream Samples from a JSONL/CSV/Parquet table (row = line / record with header as 1 / record)."""
+def read_rows(rows: Iterable[tuple[str | Path, int, dict[str, Any]]], *, fmt: str,
+              mapping: dict[str, str] | None = None, sep: str = "|",
+              policy: ErrorPolicy | None = None) -> Iterator[Sample]:
+    """Samples from (file, 1-based row, record) triples of any table source, through the column
+    mapping (resolved against the first record's columns); a bad row is a DataError naming its file,
+    row and column, raised or counted by `policy`. `fmt` is recorded in meta["_source"]."""
     policy = policy or ErrorPolicy()
     if mapping is not None:
         check_mapping(mapping)
     resolved: dict[str, str] | None = None
-    for num, rec in _records(path, fmt, policy, batch_size):
+    for file, num, rec in rows:
         if resolved is None:
             resolved = resolve_mapping(mapping, rec.keys())
         try:
-            yield _build_sample(rec, resolved, fmt=fmt, sep=sep, file=path, row=num)
+            yield _build_sample(rec, resolved, fmt=fmt, sep=sep, file=file, row=num)
         except DataError as e:
             policy.handle(e)
 
 
+def read_generic(path: str | Path, fmt: str, *, mapping: dict[str, str] | None = None, sep: str = "|",
+                 policy: ErrorPolicy | None = None, batch_size: int = 1024, **_: Any) -> Iterator[Sample]:
+    """Stream Samples from a JSONL/CSV/Parquet table (row = line / record with header as 1 / record)."""
+    policy = policy or ErrorPolicy()
+    rows = ((path, num, rec) for num, rec in _records(path, fmt, policy, batch_size))
+    yield from read_rows(rows, fmt=fmt, mapping=mapping, sep=sep, policy=policy)
+
+
 def _record_for(s: Sample, mapping: dict[str, str] | None, sep: str, fmt: str) -> dict[str, Any]:
     src = s.meta.get(SOURCE_KEY)
-    src = src if isinstance(src, dict) and src.get("format") in GENERIC_FORMATS else None
+    src = src if isinstance(src, dict) and src.get("format") in TABLE_SOURCES else None
     if mapping is None:
         mapping = dict(src["mapping"]) if src else resolve_mapping(None)
     elif not src:

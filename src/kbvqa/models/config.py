@@ -30,6 +30,18 @@ role (`KBVQA_<ROLE>_BASE_URL`, `KBVQA_<ROLE>_MODEL`), the file, then global env 
 `KBVQA_MODEL`: fill in openai roles that do not set their own). A per-role env model or a per-role
 flag creates a role the file does not mention. Roles left unconfigured are absent from
 `build_roles`, and the stage uses its embedded rules default.
+
+`provider/model` shorthand, applied last, once precedence has settled both fields: a role that ends
+up with NO base_url from any of the places above (a flag, `KBVQA_<ROLE>_BASE_URL`, the file,
+`KBVQA_BASE_URL`) and whose model starts with a known provider (`PROVIDERS`: ollama, vllm, sglang,
+lmstudio, openai) gets that provider's default base URL and the rest of the string as its model:
+`model = "ollama/qwen2.5vl:7b"` → `http://127.0.0.1:11434/v1` + `qwen2.5vl:7b`. Only the first `/`
+splits, so `vllm/Qwen/Qwen2.5-VL-7B-Instruct` sends `Qwen/Qwen2.5-VL-7B-Instruct`. A base_url given
+anywhere always wins and the model is then sent exactly as written (vLLM serves `Qwen/…` and even
+`openai/gpt-oss-20b`); an unknown prefix is never taken for a provider (without a base_url that stays
+an error). The resolved role keeps the shorthand (`RoleConfig.shorthand`, `.provider`) and
+`describe_roles` writes it next to the resolved base_url and model. `roles_from_flags` accepts
+`--model PROVIDER/NAME` without `--llm` on the same terms.
 """
 
 from __future__ import annotations
@@ -43,7 +55,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from kbvqa.models.cache import ResponseCache
 from kbvqa.models.client import OpenAIChatClient, StructuredOutput, normalize_base_url
@@ -58,6 +70,30 @@ _SECRET = re.compile(r"(^|_)(api_?key|key|secret|password|passwd|token|auth|auth
 
 class ConfigError(ValueError):
     """A bad model configuration; the message names the file and key."""
+
+
+#: `provider/model` shorthand: the OpenAI-compatible base URL each known provider serves on by default.
+#: Used only for a role that has no base_url from anywhere (see the module docstring); the key is the
+#: exact, lower-case prefix before the first `/` — any other prefix is part of the model's name.
+PROVIDERS: dict[str, str] = {
+    "ollama": "http://127.0.0.1:11434/v1",
+    "vllm": "http://127.0.0.1:8000/v1",
+    "sglang": "http://127.0.0.1:30000/v1",
+    "lmstudio": "http://127.0.0.1:1234/v1",
+    "openai": "https://api.openai.com/v1",  # the key: api_key_env, else KBVQA_API_KEY / OPENAI_API_KEY
+}
+
+
+def split_shorthand(model: str | None) -> tuple[str, str] | None:
+    """`"ollama/qwen2.5vl:7b"` → `("ollama", "qwen2.5vl:7b")`; None when the string does not start
+    with a known provider followed by a non-empty model name. Only the first `/` splits
+    (`"vllm/Qwen/Qwen2.5-VL-7B-Instruct"` → `("vllm", "Qwen/Qwen2.5-VL-7B-Instruct")`)."""
+    if not model or "/" not in model:
+        return None
+    provider, rest = model.split("/", 1)
+    if provider not in PROVIDERS or not rest.strip():
+        return None
+    return provider, rest
 
 
 class RoleConfig(BaseModel):
@@ -91,6 +127,17 @@ class RoleConfig(BaseModel):
     rule: str | None = None  # rules backend: registered rule name (defaults to `model`)
     cassette: str | None = None  # replay backend: JSONL cassette path
     replay_mode: Literal["replay", "record"] = "replay"
+    _shorthand: str | None = PrivateAttr(default=None)  # "ollama/qwen2.5vl:7b" when resolved from one
+
+    @property
+    def shorthand(self) -> str | None:
+        """The `provider/model` string this role's base_url and model were resolved from, or None."""
+        return self._shorthand
+
+    @property
+    def provider(self) -> str | None:
+        """The provider whose default base URL the shorthand chose, or None."""
+        return self._shorthand.split("/", 1)[0] if self._shorthand else None
 
     @model_validator(mode="before")
     @classmethod
@@ -128,11 +175,17 @@ class RoleConfig(BaseModel):
     @model_validator(mode="after")
     def _complete(self) -> "RoleConfig":
         needs_server = self.backend == "openai" or (self.backend == "replay" and self.replay_mode == "record")
+        if needs_server and not self.base_url and self._shorthand is None:
+            found = split_shorthand(self.model)  # only when no base_url came from anywhere: one always wins
+            if found is not None:
+                self._shorthand = self.model
+                self.base_url, self.model = PROVIDERS[found[0]], found[1]
         if needs_server:
             missing = [f for f in ("model", "base_url") if not getattr(self, f)]
             if missing:
                 raise ValueError(f"backend {self.backend} needs {' and '.join(missing)} "
-                                 "(in the file, KBVQA_BASE_URL/KBVQA_MODEL or KBVQA_<ROLE>_BASE_URL/_MODEL)")
+                                 "(in the file, KBVQA_BASE_URL/KBVQA_MODEL or KBVQA_<ROLE>_BASE_URL/_MODEL; "
+                                 f"or model = \"PROVIDER/NAME\" with PROVIDER one of {', '.join(PROVIDERS)})")
         if self.backend == "rules" and not (self.rule or self.model):
             raise ValueError("backend rules needs rule = \"<registered rule name>\"")
         if self.backend == "replay" and not self.cassette:
@@ -393,6 +446,9 @@ def describe_roles(cfg: ModelsConfig) -> dict[str, Any]:
             d.pop("replay_mode", None)
         if rc.backend == "rules":
             d = {k: d[k] for k in ("backend", "model", "rule") if k in d}
+        if rc.shorthand:  # base_url and model above are the resolved ones: say where they came from
+            d["shorthand"] = rc.shorthand
+            d["provider"] = rc.provider
         return redact(d)
 
     return {"source": str(cfg.source) if cfg.source else None,
@@ -412,6 +468,8 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
     and by `KBVQA_<ROLE>_MODEL` variables come first. Then `--llm URL --model NAME` (or `--replay
     CASSETTE`) fills every role named in `fill` with ONE client, replacing those roles from the file:
     one client means one concurrency limit, so the job's `--concurrency` is what reaches the server.
+    `--model PROVIDER/NAME` without `--llm` (a known provider: `PROVIDERS`) uses that provider's
+    default base URL; with `--llm` the model name is sent exactly as written.
 
     The call limits — `timeout` (the read timeout), `connect_timeout`, `deadline` (one whole call,
     retries and backoff included), `structured_output`, `max_retries` — are flags: None leaves the
@@ -424,19 +482,22 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
                                 ("max_retries", max_retries)) if v is not None}
     roles: dict[str, ModelClient | list[ModelClient]] = {}
     cache: ResponseCache | None = None
+    shorthand = not llm and split_shorthand(model) is not None  # `--model ollama/qwen2.5vl:7b` alone
     if config is not None or any(env.get(f"KBVQA_{r.upper()}_MODEL") for r in ROLES):
         cfg = load_model_config(config, overrides=limits, env=env)
         cache = open_cache(cache_path(cfg, env))
         roles.update(build_roles(cfg, env=env, cache=cache))
-    elif llm and model:
+    elif model and (llm or shorthand):
         cache = open_cache(cache_path(None, env))
     if replay is not None:
         if llm or model:
             raise ConfigError("choose either --replay or --llm/--model")
         client: ModelClient = ReplayClient(replay)
     elif llm or model:
-        if not (llm and model):
-            raise ConfigError("--llm and --model go together (server URL and model name)")
+        if not (model and (llm or shorthand)):
+            raise ConfigError("--llm and --model go together (server URL and model name); without --llm, "
+                              f"--model PROVIDER/NAME with PROVIDER one of {', '.join(PROVIDERS)} "
+                              "(e.g. ollama/qwen2.5vl:7b) uses that provider's default base URL")
         try:
             rc = RoleConfig(backend="openai", base_url=llm, model=model, api_key_env=api_key_env,
                             concurrency=concurrency, **limits)
