@@ -6,7 +6,16 @@ through OpenAIChatClient at `--concurrency`. The ideal rate is min(concurrency, 
 For contrast it also runs the old-script pattern (one request in flight, a fresh connection per
 call) on a few requests. The server runs in a child process so it does not share the client's GIL.
 
+Then the high-rate check (issue 17; skip with `--skip-fast`): a minimal asyncio server answering in
+`--fast-latency` (50 ms) with `--fast-concurrency` (64) slots, and side by side in one run, rounds
+interleaved: a raw keep-alive generator (64 asyncio connections writing prepared request bytes and
+reading Content-Length replies: the most a Python client can get out of this server here), the
+OpenAIChatClient (its plain-http transport), the same client forced onto its httpx transport (what
+https / proxied servers use, and what every server got before), and a bare aiohttp session when
+aiohttp is installed. Target: the client >= 80% of the raw generator.
+
     .venv/bin/python benchmarks/llm_saturation.py -n 800 --concurrency 32
+    .venv/bin/python benchmarks/llm_saturation.py --skip-slow --fast-n 4000   # only the high-rate table
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +34,108 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fake_llm_server import FakeLLMServer  # noqa: E402
 
+import kbvqa.models.client as client_mod  # noqa: E402
 from kbvqa.models.client import OpenAIChatClient  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from audit_llm_saturation import _serve_asyncio  # noqa: E402
+
+BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "q"}], "temperature": 0.0}).encode()
+
+
+async def raw_generator(url: str, n: int, concurrency: int) -> float:
+    """req/s of the leanest client: `concurrency` keep-alive connections, each writing prepared
+    request bytes and reading the reply by its Content-Length (JSON-decoded, as any client must)."""
+    hostport = url.split("//", 1)[1].split("/", 1)[0]
+    host, port = hostport.rsplit(":", 1)
+    req = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(BODY)}\r\n\r\n").encode() + BODY
+    share = [n // concurrency + (i < n % concurrency) for i in range(concurrency)]
+    conns = [await asyncio.open_connection(host, int(port)) for _ in range(concurrency)]
+
+    async def worker(k: int, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        for _ in range(k):
+            w.write(req)
+            head = await r.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            json.loads(await r.readexactly(length))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(k, r, w) for k, (r, w) in zip(share, conns)))
+    dt = time.perf_counter() - t0
+    for _, w in conns:
+        w.close()
+    return n / dt
+
+
+async def client_rate(url: str, n: int, concurrency: int, transport: str = "default") -> float:
+    """req/s of OpenAIChatClient (after a warm-up round that opens its connections)."""
+    saved = client_mod._fast_path
+    if transport == "httpx":
+        client_mod._fast_path = lambda base_url: None  # what https / proxied servers get
+    try:
+        async with OpenAIChatClient(url, "bench", concurrency=concurrency, timeout=30) as c:
+            await asyncio.gather(*(c.chat([{"role": "user", "content": "warm"}]) for _ in range(concurrency)))
+            t0 = time.perf_counter()
+            res = await asyncio.gather(*(c.chat([{"role": "user", "content": f"q{i}"}]) for i in range(n)))
+            dt = time.perf_counter() - t0
+    finally:
+        client_mod._fast_path = saved
+    bad = [r.reason for r in res if r.status != "ok"]
+    if bad:
+        raise SystemExit(f"{len(bad)} requests failed: {bad[0]}")
+    return n / dt
+
+
+async def aiohttp_rate(url: str, n: int, concurrency: int) -> float:
+    import aiohttp
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as s:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> None:
+            async with sem:
+                async with s.post(f"{url}/chat/completions",
+                                  json={"model": "bench", "messages": [{"role": "user", "content": f"q{i}"}]}) as r:
+                    await r.json()
+
+        await asyncio.gather(*(one(i) for i in range(concurrency)))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(n)))
+        return n / (time.perf_counter() - t0)
+
+
+def fast_table(n: int, latency: float, concurrency: int, repeats: int) -> dict:
+    """The high-rate comparison: every client against the same asyncio server, rounds interleaved."""
+    try:
+        import aiohttp  # noqa: F401
+        have_aiohttp = True
+    except ImportError:
+        have_aiohttp = False
+    parent, child = mp.Pipe()
+    stop = mp.Event()
+    proc = mp.Process(target=_serve_asyncio, args=(latency, concurrency, child, stop), daemon=True)
+    proc.start()
+    runs: dict[str, list[float]] = {"raw": [], "kbvqa": [], "kbvqa_httpx": []}
+    if have_aiohttp:
+        runs["aiohttp"] = []
+    try:
+        url = parent.recv()
+        for _ in range(repeats):
+            runs["raw"].append(asyncio.run(raw_generator(url, n, concurrency)))
+            runs["kbvqa"].append(asyncio.run(client_rate(url, n, concurrency)))
+            runs["kbvqa_httpx"].append(asyncio.run(client_rate(url, max(n // 4, concurrency * 4), concurrency, "httpx")))
+            if have_aiohttp:
+                runs["aiohttp"].append(asyncio.run(aiohttp_rate(url, n, concurrency)))
+    finally:
+        stop.set()
+        proc.join(timeout=5)
+    med = {k: sorted(v)[len(v) // 2] for k, v in runs.items()}
+    return {"n": n, "latency_s": latency, "concurrency": concurrency, "ideal_req_s": concurrency / latency,
+            "req_s_median": {k: round(v, 1) for k, v in med.items()},
+            "runs": {k: [round(x, 1) for x in v] for k, v in runs.items()},
+            "ratio_to_raw": {k: round(v / med["raw"], 4) for k, v in med.items()}}
 
 
 def _serve(latency: float, ceiling: int, conn, stop) -> None:
@@ -62,8 +173,40 @@ def main() -> None:
     ap.add_argument("--naive-n", type=int, default=15)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true", help="print one JSON line")
+    ap.add_argument("--skip-slow", action="store_true", help="skip the 200 ms / ceiling check")
+    ap.add_argument("--skip-fast", action="store_true", help="skip the high-rate check")
+    ap.add_argument("--fast-n", type=int, default=3000)
+    ap.add_argument("--fast-latency", type=float, default=0.05)
+    ap.add_argument("--fast-concurrency", type=int, default=64)
     a = ap.parse_args()
+    failed = False
+    if not a.skip_slow:
+        failed = slow_check(a)
+    if not a.skip_fast:
+        fast = fast_table(a.fast_n, a.fast_latency, a.fast_concurrency, a.repeats)
+        if a.json:
+            print(json.dumps({"high_rate": fast}))
+        else:
+            med, ratio = fast["req_s_median"], fast["ratio_to_raw"]
+            print(f"\nHigh rate: server {1000 * a.fast_latency:.0f} ms, {a.fast_concurrency} slots, concurrency "
+                  f"{a.fast_concurrency} (ideal {fast['ideal_req_s']:.0f} req/s), median of {a.repeats} interleaved "
+                  f"rounds of {a.fast_n} requests; load average {os.getloadavg()[0]:.1f}\n")
+            print("| client | req/s | runs | vs raw generator | target |")
+            print("|---|---:|---|---:|---|")
+            names = {"raw": "raw keep-alive generator", "kbvqa": "OpenAIChatClient (plain-http transport)",
+                     "kbvqa_httpx": "OpenAIChatClient on httpx (https / proxies; before issue 17)",
+                     "aiohttp": "bare aiohttp session"}
+            for k in med:
+                tgt = ">= 80%" if k == "kbvqa" else ""
+                print(f"| {names[k]} | {med[k]:.0f} | {', '.join(f'{x:.0f}' for x in fast['runs'][k])} "
+                      f"| {100 * ratio[k]:.1f}% | {tgt} |")
+        if fast["ratio_to_raw"]["kbvqa"] < 0.8:
+            print("BELOW TARGET: the client < 80% of the raw generator", file=sys.stderr)
+            failed = True
+    sys.exit(1 if failed else 0)
 
+
+def slow_check(a: argparse.Namespace) -> bool:
     parent, child = mp.Pipe()
     stop = mp.Event()
     proc = mp.Process(target=_serve, args=(a.latency, a.server_ceiling, child, stop), daemon=True)
@@ -102,7 +245,8 @@ def main() -> None:
               f"{100 * naive_rate / ideal:.1f}% of ideal")
     if median / ideal < 0.95:
         print("BELOW TARGET: < 95% of the server's ceiling", file=sys.stderr)
-        sys.exit(1)
+        return True
+    return False
 
 
 if __name__ == "__main__":

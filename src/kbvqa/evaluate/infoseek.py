@@ -5,7 +5,10 @@
   counted, duplicate predictions count twice, split by ``data_split`` suffix, per-split scores rounded
   to 2 decimals, final = round(harmonic mean of the rounded split scores, 2) with 0 -> 1e-12.
   Division by zero (a split or a type with no scored item) yields 0, as the scorer's
-  ``safe_division`` does.
+  ``safe_division`` does. When NO reference carries a ``data_split`` (ARA's CSVs, converted
+  benchmarks), every item lands in unseen_entity and the harmonic mean would read 0.0: the headline is
+  then the all-items score instead, marked ``"final_score_basis": "all_items_no_split"`` (a kbvqa
+  deviation, applied only in that case; with splits the summary is exactly the official one).
 * ``strict`` – the same per-item rules, but every reference counts (a missing prediction is wrong),
   duplicates keep the last line, coverage is reported, and *as a kbvqa extension* Time answers get
   year leniency (see `time_lenient`). The per-item output flags items rescued by the extension.
@@ -110,9 +113,20 @@ class InfoSeekResult:
     counts: dict[str, int] = field(default_factory=dict)
 
 
+def _split_name(split: str | None) -> str:
+    return "unseen_question" if split is not None and split.endswith("unseen_question") else "unseen_entity"
+
+
 def _split_of(ref: InfoSeekRef) -> str:
-    s = ref.split
-    return "unseen_question" if s is not None and s.endswith("unseen_question") else "unseen_entity"
+    return _split_name(ref.split)
+
+
+class _SplitOf(dict):
+    """split value -> the official scorer's split name, memoised per distinct value (hot loops)."""
+
+    def __missing__(self, split: str | None) -> str:
+        name = self[split] = _split_name(split)
+        return name
 
 
 def _split_scores(tally: dict[str, list[int]]) -> dict[str, float]:
@@ -124,6 +138,16 @@ def _split_scores(tally: dict[str, list[int]]) -> dict[str, float]:
         c, n = tally[qt]
         out[_TYPE_KEY[qt]] = round((c / n if n else 0) * 100, 2)
     return out
+
+
+def _headline(summary: dict[str, Any], refs: dict[str, InfoSeekRef]) -> dict[str, Any]:
+    """With no data_split anywhere in the references, the harmonic mean of an empty split and the
+    all-items score is 0.0, which reads as "nothing was right": report the all-items score instead
+    (every item is in unseen_entity then) and say so."""
+    if refs and all(r.split is None for r in refs.values()):
+        summary["final_score"] = summary["unseen_entity_score"]["score"]
+        summary["final_score_basis"] = "all_items_no_split"
+    return summary
 
 
 def _new_tally() -> dict[str, dict[str, list[int]]]:
@@ -161,33 +185,35 @@ def score_official(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], 
                    per_item: bool = False) -> InfoSeekResult:
     """Official InfoSeek rules (see module docstring). `summary` has exactly the official keys."""
     _check_numeric(refs)
-    judge = _Official(refs)
     tally = _new_tally()
     items: list[dict[str, Any]] = []
     unknown = 0
     seen: set[str] = set()
     dup = 0
+    correct, split_of = _Official.correct, _SplitOf()
     for p in preds:
-        ref = refs.get(p.data_id)
+        did, pred = p.data_id, p.prediction
+        ref = refs.get(did)
         if ref is None:
             unknown += 1
             continue
-        if p.data_id in seen:
+        if did in seen:
             dup += 1
         else:
-            seen.add(p.data_id)
-        ok = judge.correct(ref, p.prediction)
-        sp = _split_of(ref)
-        t = tally[sp][ref.qtype]
+            seen.add(did)
+        ok = correct(ref, pred)
+        qtype = ref.qtype
+        sp = split_of[ref.split]
+        t = tally[sp][qtype]
         t[0] += ok
         t[1] += 1
         if per_item:
-            items.append({"data_id": p.data_id, "question_type": ref.qtype, "data_split": sp,
-                          "prediction": p.prediction, "correct": ok})
+            items.append({"data_id": did, "question_type": qtype, "data_split": sp,
+                          "prediction": pred, "correct": ok})
     uq = _split_scores(tally["unseen_question"])
     ue = _split_scores(tally["unseen_entity"])
-    summary = {"final_score": round(harmonic_mean(uq["score"], ue["score"]), 2),
-               "unseen_question_score": uq, "unseen_entity_score": ue}
+    summary = _headline({"final_score": round(harmonic_mean(uq["score"], ue["score"]), 2),
+                         "unseen_question_score": uq, "unseen_entity_score": ue}, refs)
     counts = {"n_references": len(refs), "n_predictions": len(preds), "n_scored": len(preds) - unknown,
               "n_unknown_ids": unknown, "n_duplicate_predictions": dup,
               "n_references_without_prediction": len(refs) - len(seen),
@@ -248,6 +274,7 @@ def score_strict(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], *,
                     "bare-year reference, or year-only answers matching a dated reference's year"}},
         "duplicates": "last prediction per id wins",
     }
+    _headline(summary, refs)
     return InfoSeekResult(summary, items, {"n_unknown_ids": unknown, "n_duplicate_predictions": dup})
 
 

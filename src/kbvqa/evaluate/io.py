@@ -14,16 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-try:  # optional speed-up
-    import orjson as _orjson
-
-    _loads = _orjson.loads
-except ImportError:  # pragma: no cover - exercised only without orjson
-    import json as _json
-
-    _loads = _json.loads
-
-
 from kbvqa.data import jsonl as data_jsonl
 from kbvqa.data.errors import DataError
 from kbvqa.evaluate.normalize import infoseek_normalize, number_words_to_digits
@@ -92,6 +82,14 @@ def load_predictions(path: str | Path) -> list[PredictionRecord]:
     out: list[PredictionRecord] = []
     append = out.append
     for ln, obj in read_jsonl(path):
+        # the common line, {"data_id": "<id>", "prediction": "<text>" | null}, without the checks below
+        # (what they would conclude for it: a non-empty string id, no status, a string or null answer)
+        did = obj.get("data_id")
+        if type(did) is str and did and "status" not in obj:
+            pred = obj.get("prediction", _MISSING)
+            if type(pred) is str or pred is None:
+                append(PredictionRecord(did, pred, ln))
+                continue
         status = obj.get("status", "ok")
         if status in ("error", "invalid") and isinstance(obj.get("id", obj.get("sample_id")), str):
             # a record the answering job could not finish: scored as no answer, counted by status
@@ -219,13 +217,18 @@ def _canon_qtype(value: Any, path: str | Path, ln: int, fld: str) -> str:
 def load_qtypes(path: str | Path) -> dict[str, str]:
     """InfoSeek question-type JSONL: {"data_id", "question_type"} -> {id: String|Numerical|Time}."""
     out: dict[str, str] = {}
+    seen_get = _QTYPE_SEEN.get
     for ln, obj in read_jsonl(path):
         did = obj.get("data_id")
-        if not isinstance(did, str) or not did:
+        if type(did) is not str or not did:
             raise ScoreInputError(path, ln, "data_id", f"must be a non-empty string, got {did!r}")
-        if "question_type" not in obj:
-            raise ScoreInputError(path, ln, "question_type", "missing")
-        out[did] = _canon_qtype(obj["question_type"], path, ln, "question_type")
+        raw_q = obj.get("question_type", _MISSING)
+        q = seen_get(raw_q) if type(raw_q) is str else None  # the common case: a spelling seen before
+        if q is None:
+            if raw_q is _MISSING:
+                raise ScoreInputError(path, ln, "question_type", "missing")
+            q = _canon_qtype(raw_q, path, ln, "question_type")
+        out[did] = q
     return out
 
 
@@ -245,8 +248,13 @@ def _num_range(obj: Any, path: str | Path, ln: int, fld: str) -> tuple[float, fl
 
 
 def _str_list(value: Any, path: str | Path, ln: int, fld: str) -> list[str]:
-    if type(value) is list and all(type(v) is str for v in value):
-        return value
+    if type(value) is list:
+        try:
+            "".join(value)  # one C pass: succeeds only when every item is a str (JSON makes no subclasses)
+        except TypeError:
+            pass
+        else:
+            return value
     if isinstance(value, str):
         return [value]
     if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
@@ -271,6 +279,9 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
     `norm_aliases`; the reward mode needs the raw ones): it keeps 300k-item runs under 400 MB.
     """
     own_qtypes = qtypes is None and qtypes_path is not None
+    # answers repeat across questions (years, countries, common entities): each distinct alias is
+    # normalised once per load; bounded so a file of all-distinct answers stays small
+    memo = _NormMemo(1 << 17)
     if own_qtypes:
         qtypes = load_qtypes(qtypes_path)  # type: ignore[arg-type]
     refs: dict[str, InfoSeekRef] = {}
@@ -287,7 +298,8 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
         if own_qtypes:
             qtypes.pop(ref.data_id, None)  # type: ignore[union-attr]  # frees memory as we go
         if not keep_raw:
-            ref_norm_aliases(ref)
+            if ref.qtype != "Numerical":  # official/strict judge numbers by the range alone
+                ref_norm_aliases(ref, memo)
             ref.aliases = []
         add_reference(refs, ref, path)
     return refs
@@ -353,13 +365,28 @@ def _parse_ref(obj: dict[str, Any], kind: str, path: str | Path, ln: int,
     return InfoSeekRef(did, qtype, split, aliases, rng, ln, kind)
 
 
-def ref_norm_aliases(ref: InfoSeekRef) -> tuple[str, ...]:
-    """The reference's InfoSeek-normalised aliases, computed once and kept on the record."""
+class _NormMemo(dict):
+    """alias -> infoseek_normalize(alias), at most `cap` entries (then it stops remembering)."""
+
+    def __init__(self, cap: int):
+        super().__init__()
+        self.cap = cap
+
+    def __missing__(self, text: str) -> str:
+        norm = infoseek_normalize(text)
+        if len(self) < self.cap:
+            self[text] = norm
+        return norm
+
+
+def ref_norm_aliases(ref: InfoSeekRef, memo: dict[str, str] | None = None) -> tuple[str, ...]:
+    """The reference's InfoSeek-normalised aliases, computed once and kept on the record (`memo`:
+    a mapping alias -> normalised alias to look up first, as `_NormMemo`)."""
     norm = ref.norm_aliases
     if not norm and ref.aliases:
         a = ref.aliases
-        norm = ref.norm_aliases = ((infoseek_normalize(a[0]),) if len(a) == 1
-                                   else tuple(dict.fromkeys([infoseek_normalize(x) for x in a])))
+        f = infoseek_normalize if memo is None else memo.__getitem__
+        norm = ref.norm_aliases = ((f(a[0]),) if len(a) == 1 else tuple(dict.fromkeys([f(x) for x in a])))
     return norm
 
 

@@ -25,6 +25,8 @@ __all__ = [
 ]
 
 _ASCII_PUNCT_TABLE = str.maketrans("", "", string.punctuation)
+_ASCII_PUNCT_BYTES = string.punctuation.encode("ascii")
+_ARTICLE_WORDS = frozenset(("a", "an", "the"))
 _EVQA_PUNCT_TABLE = str.maketrans("", "", string.punctuation + "\u2018\u2019\u00b4`_")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _EVQA_ARTICLES = re.compile(r"\b(the answer is|a|an|the)\b")
@@ -68,7 +70,16 @@ _EXTRA_ID_PREFIX = "<extra_id_0> "
 
 def infoseek_normalize(text: str) -> str:
     """InfoSeek normalisation N(s): "The U.S.  Army" -> "us army"."""
-    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_ASCII_PUNCT_TABLE)).split())
+    s = text.lower()
+    if s.isascii():
+        # bytes.translate deletes in one C pass; when only letters, digits and spaces are left, the
+        # article regex's word boundaries are exactly the spaces, so dropping whole words a/an/the
+        # is the same as replacing them by a space and collapsing whitespace
+        s = s.encode("ascii").translate(None, _ASCII_PUNCT_BYTES).decode("ascii")
+        if s.replace(" ", "").isalnum() or not s.strip(" "):
+            return " ".join([w for w in s.split(" ") if w and w not in _ARTICLE_WORDS])
+        return " ".join(_ARTICLES.sub(" ", s).split())
+    return " ".join(_ARTICLES.sub(" ", s.translate(_ASCII_PUNCT_TABLE)).split())
 
 
 def evqa_normalize(text: str) -> str:

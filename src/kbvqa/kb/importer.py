@@ -6,6 +6,15 @@ The FTS5 index is external-content (the text is stored once, in `sections`); sec
 batch by batch into a large in-memory FTS5 hash in a background thread (so parsing overlaps the
 SQLite work), and the segments are merged once at the end.
 
+FTS5 tokenising (porter + unicode61) is most of an import and runs inside SQLite on one core. With
+`workers >= 2` (the default for big files on a multi-core machine) it runs in that many shard
+processes instead: the parent parses and writes `articles` and `sections` as before and hands every
+kept section (its global rowid, title and text) to one shard, which indexes it into a contentless
+FTS5 table of its own database file. At the end the shards' index segments are copied into the KB's
+FTS5 table (segment ids renumbered, document sizes and totals added up; see `_merge_shards`), so the
+index is exactly the one a single process builds: the same documents, tokens, positions and BM25
+statistics, hence the same search results.
+
 Accepted inputs (detected by content, optionally gzip-compressed):
   * a JSON object mapping url -> article (`title`, `section_titles`, `section_texts`, `image_urls`,
     `image_reference_descriptions`, `image_section_indices`, `url`, ...): the E-VQA / EchoSight format;
@@ -36,8 +45,8 @@ from kbvqa.data.urls import canonical_url, url_to_title
 
 TOKEN_RE = re.compile(r"\w+")  # the word tokens queries and the df sample agree on
 
-__all__ = ["ImportStats", "KBFormatError", "import_wiki_json", "build_kb", "FORMAT_NAME", "FORMAT_VERSION",
-           "SCHEMA_SQL"]
+__all__ = ["ImportStats", "KBFormatError", "import_wiki_json", "build_kb", "auto_workers", "FORMAT_NAME",
+           "FORMAT_VERSION", "SCHEMA_SQL"]
 
 FORMAT_NAME = "kbvqa-kb"
 FORMAT_VERSION = 1
@@ -91,6 +100,8 @@ class ImportStats:
     articles_per_s: float = 0.0
     load_seconds: float = 0.0   # parse + insert + FTS tokenising (overlapped)
     index_seconds: float = 0.0  # FTS segment merge (optimize), ANALYZE, finalise
+    workers: int = 1  # FTS indexing processes (1: in the importing process)
+    shard_peak_rss_mb: list[float] = field(default_factory=list)  # each shard process's peak RSS
     duplicate_examples: list[str] = field(default_factory=list)  # first few canonical urls seen twice
     source: str = ""
     out: str = ""
@@ -225,6 +236,256 @@ def _to_row(src: str, where: str, key: Any, value: Any) -> tuple[str, str, str, 
 # --------------------------------------------------------------------------------------------------
 # Writing
 
+FTS_PGSZ = 8000
+FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"  # must match SCHEMA_SQL's fts table
+_SEG_SHIFT = 37  # FTS5 %_data rowid = segid << 37 | dlidx << 36 | height << 31 | page (fts5_index.c)
+_SHARD_HASHSIZE = 24 << 20
+
+
+def _varint(v: int) -> bytes:
+    """SQLite's varint (big-endian 7-bit groups; a 9th byte carries 8 bits), as FTS5 records use."""
+    if v < 0:
+        raise ValueError("negative varint")
+    if v >= 1 << 56:
+        out = [v & 0xFF]
+        v >>= 8
+        for _ in range(8):
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        return bytes(reversed(out))
+    groups = [v & 0x7F]
+    v >>= 7
+    while v:
+        groups.append((v & 0x7F) | 0x80)
+        v >>= 7
+    return bytes(reversed(groups))
+
+
+def _read_varints(b: bytes, i: int = 0) -> list[int]:
+    out = []
+    n = len(b)
+    while i < n:
+        v = 0
+        for k in range(9):
+            c = b[i]
+            i += 1
+            if k == 8:
+                v = (v << 8) | c
+                break
+            v = (v << 7) | (c & 0x7F)
+            if not c & 0x80:
+                break
+        out.append(v)
+    return out
+
+
+class _FormatUnknown(RuntimeError):
+    """An FTS5 structure record this code cannot read (nothing has been changed)."""
+
+
+def _parse_structure(block: bytes) -> tuple[bytes, int, list[list[tuple[int, int, int]]]]:
+    """An FTS5 structure record (%_data rowid 10, SQLite 3.x format 4): (cookie, write counter,
+    levels of (segid, first page, last page)). Refuses what it does not know (an ongoing merge)."""
+    v = _read_varints(block, 4)
+    if len(v) < 3 or block[4:8] == b"\xff\x00\x00\x01":  # too short, or the V2 layout of newer SQLite
+        raise _FormatUnknown("unexpected FTS5 structure record (SQLite's FTS5 format changed?)")
+    n_level, n_seg, counter = v[0], v[1], v[2]
+    i, levels = 3, []
+    for _ in range(n_level):
+        n_merge, n = v[i], v[i + 1]
+        i += 2
+        if n_merge:
+            raise _FormatUnknown("FTS5 shard has an unfinished incremental merge")
+        levels.append([(v[i + 3 * j], v[i + 3 * j + 1], v[i + 3 * j + 2]) for j in range(n)])
+        i += 3 * n
+    if i != len(v) or sum(len(lv) for lv in levels) != n_seg:
+        raise _FormatUnknown("unexpected FTS5 structure record (SQLite's FTS5 format changed?)")
+    return block[:4], counter, levels
+
+
+def _merge_shards(db: sqlite3.Connection, paths: list[Path]) -> None:
+    """Copy the FTS5 index segments of shard databases into the (empty) `fts` table of `db`.
+
+    An FTS5 index is a set of segments listed in the structure record; each segment is a b-tree of
+    terms -> doclists (rowid, positions) in %_data rows keyed by segment id and page, plus %_idx
+    rows. Shards index disjoint rowids with the same tokenizer and page size, so their segments are
+    valid segments of one index: copied with fresh segment ids, with every shard's %_docsize rows
+    and the summed averages record (row count, tokens per column), they form the index a single
+    process would have built, up to how documents are grouped into segments (which no query sees).
+    `db` must be in autocommit mode; the copy is one transaction.
+    """
+    _, main_counter, main_levels = _parse_structure(db.execute("SELECT block FROM fts_data WHERE id=10").fetchone()[0])
+    if any(main_levels) or db.execute("SELECT count(*) FROM fts_docsize").fetchone()[0]:
+        raise RuntimeError("the KB's FTS index is not empty; cannot merge shards into it")
+    cookie = db.execute("SELECT block FROM fts_data WHERE id=10").fetchone()[0][:4]
+    levels: list[list[tuple[int, int, int]]] = []
+    totals: list[int] = []
+    counter = main_counter
+    next_seg = 1
+    mask = (1 << _SEG_SHIFT) - 1
+    names = [f"shard{i}" for i in range(len(paths))]
+    for name, path in zip(names, paths):  # ATTACH and DETACH cannot run inside a transaction
+        db.execute(f"ATTACH DATABASE ? AS {name}", (str(path),))
+    try:
+        db.execute("BEGIN")
+        for name in names:
+            _, c, lv = _parse_structure(db.execute(f"SELECT block FROM {name}.fts_data WHERE id=10").fetchone()[0])
+            counter += c
+            avg = _read_varints(db.execute(f"SELECT block FROM {name}.fts_data WHERE id=1").fetchone()[0])
+            if avg:
+                totals = [a + b for a, b in zip(avg, totals)] if totals else avg
+            for li, segs in enumerate(lv):
+                while len(levels) <= li:
+                    levels.append([])
+                for segid, first, last in segs:
+                    new = next_seg
+                    next_seg += 1
+                    if new >= 1 << 16:
+                        raise RuntimeError("too many FTS5 segments to merge")
+                    db.execute(f"INSERT INTO main.fts_data(id, block) SELECT (id & ?) | (? << ?), block "
+                               f"FROM {name}.fts_data WHERE id >= ? AND id < ?",
+                               (mask, new, _SEG_SHIFT, segid << _SEG_SHIFT, (segid + 1) << _SEG_SHIFT))
+                    db.execute(f"INSERT INTO main.fts_idx(segid, term, pgno) SELECT ?, term, pgno FROM {name}.fts_idx "
+                               "WHERE segid = ?", (new, segid))
+                    levels[li].append((new, first, last))
+            db.execute(f"INSERT INTO main.fts_docsize(id, sz) SELECT id, sz FROM {name}.fts_docsize")
+        body = [_varint(len(levels)), _varint(sum(len(lv) for lv in levels)), _varint(counter)]
+        for segs in levels:
+            body += [_varint(0), _varint(len(segs))]
+            for seg in segs:
+                body += [_varint(x) for x in seg]
+        db.execute("UPDATE main.fts_data SET block = ? WHERE id = 10", (cookie + b"".join(body),))
+        db.execute("UPDATE main.fts_data SET block = ? WHERE id = 1", (b"".join(_varint(x) for x in totals),))
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    finally:
+        for name in names:
+            db.execute(f"DETACH DATABASE {name}")
+
+
+# A shard process runs this code in a fresh interpreter (`python -c`): standard library only, so it
+# starts in milliseconds and small, and never re-runs the caller's __main__ as multiprocessing's
+# spawn would. It indexes (rowid, title, text) batches from the socket into a contentless FTS5 table
+# (tokenizer and page size as the KB's), merges its segments into one and reports its peak RSS. A
+# receiving thread keeps the socket drained, so the parent never waits while SQLite is busy here.
+_SHARD_CODE = r"""
+import queue, resource, sqlite3, sys, threading
+from multiprocessing.connection import Connection
+conn = Connection(int(sys.argv[1]))
+path, hashsize, pgsz, tokenize = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+inbox = queue.Queue(maxsize=1)
+def peak_mb():  # VmHWM: this process's own peak (ru_maxrss keeps the forking parent's across exec)
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def receive():
+    while True:
+        try:
+            item = conn.recv()
+        except (EOFError, OSError):
+            item = None
+        inbox.put(item)
+        if item is None or item == "end":
+            return
+try:
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    for pragma in ("page_size=8192", "journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE",
+                   "cache_size=-4096", "temp_store=MEMORY"):
+        db.execute("PRAGMA " + pragma)
+    db.execute("CREATE VIRTUAL TABLE fts USING fts5(title, text, content='', tokenize='%s')" % tokenize)
+    db.execute("INSERT INTO fts(fts, rank) VALUES('pgsz', ?)", (pgsz,))
+    db.execute("INSERT INTO fts(fts, rank) VALUES('hashsize', ?)", (hashsize,))
+    db.execute("BEGIN")
+    threading.Thread(target=receive, daemon=True).start()
+    n = 0
+    while True:
+        rows = inbox.get()
+        if rows is None:
+            sys.exit(3)  # the parent went away: leave quietly, it removes the file
+        if rows == "end":
+            db.execute("INSERT INTO fts(fts) VALUES('optimize')")
+            db.execute("COMMIT")
+            db.close()
+            conn.send(("done", {"sections": n, "peak_rss_mb": peak_mb(), "cpu_s": sum(resource.getrusage(resource.RUSAGE_SELF)[:2])}))
+            break
+        db.executemany("INSERT INTO fts(rowid, title, text) VALUES (?,?,?)", rows)
+        n += len(rows)
+except Exception as e:
+    try:
+        conn.send(("error", "%s: %s" % (type(e).__name__, e)))
+    except OSError:
+        pass
+    sys.exit(1)
+"""
+
+
+class _Shard:
+    """The parent's handle on one shard process: a fresh interpreter (no inherited threads or SQLite
+    handles, and unlike multiprocessing's spawn it never re-runs the caller's __main__ script),
+    talking pickled batches over a socket pair."""
+
+    def __init__(self, path: Path):
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        self.path = path
+        self.remove()
+        parent, child = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-S", "-c", _SHARD_CODE, str(child.fileno()), str(path),
+                                          str(_SHARD_HASHSIZE), str(FTS_PGSZ), FTS_TOKENIZE],
+                                         pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL)
+        finally:
+            child.close()
+        self.conn = Connection(parent.detach())
+
+    def _failure(self) -> RuntimeError:
+        msg = ""
+        try:
+            if self.conn.poll(1.0):
+                kind, msg = self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        return RuntimeError(f"FTS shard process {self.path.name} failed: {msg or f'exit code {self.proc.poll()}'}")
+
+    def send(self, rows: list[tuple[int, str, str]]) -> None:
+        try:
+            self.conn.send(rows)
+        except OSError:
+            raise self._failure() from None
+
+    def close_input(self) -> None:
+        self.send("end")  # type: ignore[arg-type]
+
+    def wait(self) -> dict:
+        try:
+            kind, info = self.conn.recv()
+        except (EOFError, OSError):
+            raise self._failure() from None
+        self.proc.wait()
+        if kind != "done":
+            raise RuntimeError(f"FTS shard process {self.path.name} failed: {info}")
+        return info
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.conn.close()
+
+    def remove(self) -> None:
+        for p in (self.path, Path(f"{self.path}-journal")):
+            if p.exists():
+                p.unlink()
+
+
 class _Writer:
     """Batched writer into a fresh database file.
 
@@ -240,7 +501,8 @@ class _Writer:
     SAMPLE_EVERY = 16
     SAMPLE_CAP = 50_000
 
-    def __init__(self, out: Path, batch_size: int, on_duplicate: OnDuplicate, progress: ProgressFn | None):
+    def __init__(self, out: Path, batch_size: int, on_duplicate: OnDuplicate, progress: ProgressFn | None,
+                 workers: int = 1):
         if on_duplicate not in ("keep_first", "error"):
             raise ValueError(f"on_duplicate must be 'keep_first' or 'error', got {on_duplicate!r}")
         if batch_size < 1:
@@ -250,14 +512,26 @@ class _Writer:
         for p in (self.tmp, Path(str(self.tmp) + "-journal")):
             if p.exists():
                 p.unlink()
+        self.shards: list[_Shard] = []
+        self._next_shard = 0
         self.db = sqlite3.connect(self.tmp, isolation_level=None, check_same_thread=False)
-        for pragma in ("page_size=8192", "journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE",
-                       "cache_size=-131072", "temp_store=MEMORY"):
-            self.db.execute(f"PRAGMA {pragma}")
-        self.db.executescript(SCHEMA_SQL)
-        self.db.execute("INSERT INTO fts(fts, rank) VALUES('pgsz', 8000)")
-        self.db.execute("INSERT INTO fts(fts, rank) VALUES('hashsize', ?)", (self.FTS_HASHSIZE,))
-        self.db.execute("BEGIN")
+        try:
+            # the parent's page cache only serves appends when the shards index (their FTS hash is theirs)
+            cache = "cache_size=-131072" if workers < 2 else "cache_size=-16384"
+            for pragma in ("page_size=8192", "journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE",
+                           cache, "temp_store=MEMORY"):
+                self.db.execute(f"PRAGMA {pragma}")
+            self.db.executescript(SCHEMA_SQL)
+            self.db.execute("INSERT INTO fts(fts, rank) VALUES('pgsz', ?)", (FTS_PGSZ,))
+            self.db.execute("INSERT INTO fts(fts, rank) VALUES('hashsize', ?)", (self.FTS_HASHSIZE,))
+            if workers >= 2:
+                self.shards = [_Shard(Path(f"{self.tmp}.shard{i}")) for i in range(workers)]
+            self.db.execute("BEGIN")
+        except BaseException:
+            for sh in self.shards:
+                sh.kill()
+            self.db.close()
+            raise
         self.batch_size = batch_size
         self.on_duplicate = on_duplicate
         self.progress = progress
@@ -270,7 +544,8 @@ class _Writer:
         self.df_sample: Counter[str] = Counter()
         self.sampled = 0
         self.t0 = time.perf_counter()
-        self._queue: queue.Queue = queue.Queue(maxsize=2)  # bounds memory to ~3 batches in flight
+        # bounds memory to ~3 batches in flight (2 with shards, whose own inboxes hold one more each)
+        self._queue: queue.Queue = queue.Queue(maxsize=2 if workers < 2 else 1)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kb-import-writer", daemon=True)
         self._thread.start()
@@ -331,7 +606,12 @@ class _Writer:
             self.stats.duplicate_examples.extend(r[1] for r in dropped[:max(room, 0)])
             sec_rows = [s for s in sec_rows if s[1] in kept]
         db.executemany("INSERT INTO sections VALUES (?,?,?,?,?)", sec_rows)
-        db.executemany("INSERT INTO fts(rowid, title, text) VALUES (?,?,?)", ((s[0], s[3], s[4]) for s in sec_rows))
+        if self.shards:  # the shard tokenises while this thread inserts the next batch
+            shard = self.shards[self._next_shard % len(self.shards)]
+            self._next_shard += 1
+            shard.send([(s[0], s[3], s[4]) for s in sec_rows])
+        else:
+            db.executemany("INSERT INTO fts(rowid, title, text) VALUES (?,?,?)", ((s[0], s[3], s[4]) for s in sec_rows))
         self.stats.articles += inserted
         self.stats.sections += len(sec_rows)
 
@@ -346,10 +626,40 @@ class _Writer:
         if self._error is not None:
             raise self._error
         db = self.db
-        t_load = time.perf_counter()
-        if self.progress:
-            self.progress("index", 0, 1)
-        db.execute("INSERT INTO fts(fts) VALUES('optimize')")
+        if self.shards:
+            for sh in self.shards:
+                sh.close_input()
+            reports = [sh.wait() for sh in self.shards]  # each shard merges its own segments meanwhile
+            t_load = time.perf_counter()
+            if self.progress:
+                self.progress("index", 0, 1)
+            db.execute("COMMIT")
+            db.close()  # FTS5 caches the index structure per connection: merge on a fresh one
+            self.db = db = sqlite3.connect(self.tmp, isolation_level=None, check_same_thread=False)
+            for pragma in ("journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE", "cache_size=-131072",
+                           "temp_store=MEMORY"):
+                db.execute(f"PRAGMA {pragma}")
+            try:
+                _merge_shards(db, [sh.path for sh in self.shards])
+            except _FormatUnknown:
+                # an FTS5 record layout this code does not know (a future SQLite): index the stored
+                # sections here instead, as a one-process import would (same index, slower)
+                db.execute("INSERT INTO fts(fts) VALUES('rebuild')")
+                db.execute("INSERT INTO fts(fts) VALUES('optimize')")
+            db.execute("BEGIN")
+            for sh in self.shards:
+                sh.remove()
+            self.stats.workers = len(self.shards)
+            self.stats.shard_peak_rss_mb = [round(r.get("peak_rss_mb", 0.0), 1) for r in reports]
+        else:
+            t_load = time.perf_counter()
+            if self.progress:
+                self.progress("index", 0, 1)
+        if not self.shards:
+            # one process: merge the flushed segments into one. Shards merged their own in parallel;
+            # their K segments stay as they are (a query reads K b-trees instead of one: the same
+            # hits and scores, and merging them here would be one more pass on one core)
+            db.execute("INSERT INTO fts(fts) VALUES('optimize')")
         db.execute("INSERT INTO fts(fts, rank) VALUES('rank', 'bm25(2.0, 1.0)')")  # title hits weigh double
         st = self.stats
         info = {"format": FORMAT_NAME, "version": str(FORMAT_VERSION), "articles": str(st.articles),
@@ -383,6 +693,8 @@ class _Writer:
 
     def abort(self) -> None:
         try:
+            for sh in self.shards:  # first, so a writer thread blocked on a shard's pipe gets an error
+                sh.kill()
             while True:  # unblock the writer thread if it waits on a full queue
                 try:
                     self._queue.get_nowait()
@@ -391,6 +703,8 @@ class _Writer:
             self._stop()
             self.db.close()
         finally:
+            for sh in self.shards:
+                sh.remove()
             if self.tmp.exists():
                 self.tmp.unlink()
 
@@ -406,15 +720,27 @@ def _prepare_out(out: str | os.PathLike, overwrite: bool) -> Path:
     return out
 
 
+PARALLEL_MIN_BYTES = 32 << 20  # smaller sources import faster in one process than spawning shards
+
+
+def auto_workers(source_bytes: int) -> int:
+    """FTS indexing processes for a source of this size: one per core (at most 4) from 32 MiB up."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, 4)) if source_bytes >= PARALLEL_MIN_BYTES else 1
+
+
 def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_size: int = 2000,
                      progress: bool | ProgressFn = False, on_duplicate: OnDuplicate = "keep_first",
-                     overwrite: bool = False) -> ImportStats:
+                     overwrite: bool = False, workers: int | None = None) -> ImportStats:
     """Stream-import a wiki JSON/JSONL file into a new KB database at `out`.
 
     Duplicate canonical urls keep the first article (counted in `ImportStats.duplicates`) unless
     `on_duplicate='error'`. `progress=True` draws a rich progress bar (bytes read, then indexing);
     a callable gets (phase, done, total). The database is written to `out.partial` and renamed at
     the end, so a failed import never leaves a half-built KB at `out`.
+
+    `workers`: FTS indexing processes (None: `auto_workers` of the file size; 1: all in this process).
+    Any number of workers gives a KB whose searches return exactly what a one-process import's do.
     """
     path = Path(path)
     if not path.is_file():
@@ -424,9 +750,12 @@ def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_s
     total = path.stat().st_size
     bar = _ImportProgress(total) if progress is True else None
     progress_fn: ProgressFn | None = bar.update if bar else (progress or None)  # type: ignore[assignment]
+    n_workers = auto_workers(total) if workers is None else workers
+    if n_workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     raw, f = _open_raw(path)
     try:
-        writer = _Writer(out, batch_size, on_duplicate, progress_fn)
+        writer = _Writer(out, batch_size, on_duplicate, progress_fn, n_workers)
     except BaseException:
         f.close()
         raw.close()
@@ -458,10 +787,13 @@ def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_s
 
 
 def build_kb(articles: Iterable[Article], out: str | os.PathLike, *, batch_size: int = 2000,
-             on_duplicate: OnDuplicate = "keep_first", overwrite: bool = False) -> ImportStats:
-    """Write Article objects into a new KB database (tests, demos, converters)."""
+             on_duplicate: OnDuplicate = "keep_first", overwrite: bool = False, workers: int = 1) -> ImportStats:
+    """Write Article objects into a new KB database (tests, demos, converters); `workers` as in
+    `import_wiki_json` (default 1: in this process)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     out = _prepare_out(out, overwrite)
-    writer = _Writer(out, batch_size, on_duplicate, None)
+    writer = _Writer(out, batch_size, on_duplicate, None, workers)
     writer.stats.source = "<articles>"
     try:
         for n, a in enumerate(articles):

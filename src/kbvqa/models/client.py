@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import os
 import random
 import re
 import time
+import urllib.request
 from typing import Any, Literal, get_args
 
 import httpx
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from kbvqa.data.schema import Provenance, Usage
@@ -138,6 +141,117 @@ def _retry_after(resp: httpx.Response) -> float | None:
         return None
 
 
+# --------------------------------------------------------------------------------------------------
+# Transport. Plain-http servers (a local vLLM / SGLang / llama.cpp / Ollama, the usual case) are
+# reached through aiohttp: measured side by side (benchmarks/llm_saturation.py, a 50 ms server at
+# concurrency 64), one httpx client managed about a third of what a raw keep-alive client gets out
+# of a fast server — its per-request CPU and pool bookkeeping, which grows with connections x
+# waiters — and aiohttp several times more. https and proxied hosts keep httpx (certificates and
+# proxies as httpx resolves them). aiohttp's failures are re-raised as the httpx exceptions the call
+# loop maps (ConnectTimeout, ReadTimeout, ConnectError, ReadError, RemoteProtocolError), so retries,
+# messages and deadlines are the same on both paths; note that aiohttp's timeouts are TimeoutErrors,
+# which the call loop would otherwise take for its own deadline.
+
+_ORJSON_STRICT = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                  | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
+class _Reply:
+    """What the call loop reads from a response (the subset of httpx.Response it uses)."""
+
+    __slots__ = ("status_code", "headers", "content")
+
+    def __init__(self, status_code: int, headers: Any, content: bytes):
+        self.status_code = status_code
+        self.headers = headers  # case-insensitive (aiohttp's CIMultiDictProxy)
+        self.content = content
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        try:
+            return orjson.loads(self.content)
+        except orjson.JSONDecodeError:
+            return json.loads(self.text)  # what httpx would accept (NaN, ...) or its ValueError
+
+
+class _AiohttpPool:
+    """The client's requests to one plain-http origin, over one aiohttp session whose connector
+    holds `concurrency` keep-alive connections (the client's semaphore bounds requests in flight)."""
+
+    def __init__(self, headers: dict[str, str], timeout: float, connect_timeout: float, concurrency: int):
+        import aiohttp  # imported here: only plain-http clients need it
+
+        self._aiohttp = aiohttp
+        self._session = aiohttp.ClientSession(
+            headers=headers,
+            connector=aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=60.0),
+            timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_timeout, sock_read=timeout),
+            trust_env=False)  # _fast_path already sent proxied hosts to httpx
+
+    async def post(self, url: str, *, json: Any) -> _Reply:  # noqa: A002 - httpx's keyword
+        try:  # what json.dumps accepts, nothing more (no dataclass / datetime / numpy magic)
+            body = orjson.dumps(json, option=_ORJSON_STRICT)
+        except TypeError:
+            body = _json_dumps(json)  # e.g. non-str keys or huge ints: json's answer, or its error
+        ah = self._aiohttp
+        try:
+            async with self._session.post(url, data=body) as r:
+                return _Reply(r.status, r.headers, await r.read())
+        except ah.ConnectionTimeoutError as e:
+            raise httpx.ConnectTimeout(str(e) or "connect timeout") from None
+        except ah.ServerTimeoutError as e:  # sock_read: no bytes for `timeout` seconds
+            raise httpx.ReadTimeout(str(e) or "read timeout") from None
+        except ah.ClientConnectorError as e:
+            raise httpx.ConnectError(str(e)) from None
+        except ah.ClientOSError as e:
+            if "Can not write request body" in str(e):  # the server closed a kept-alive connection
+                raise httpx.ConnectError(f"request not delivered: {e}") from None  # first: never received
+            raise httpx.ReadError(f"{type(e).__name__}: {e}") from None
+        except (ah.ServerDisconnectedError, ah.ClientPayloadError, ah.ClientResponseError) as e:
+            raise httpx.RemoteProtocolError(f"{type(e).__name__}: {e}") from None
+        except ah.ClientError as e:
+            raise httpx.ReadError(f"{type(e).__name__}: {e}") from None
+
+    async def aclose(self) -> None:
+        if not self._session.closed:
+            await self._session.close()
+
+    def abandon(self) -> None:
+        """Let go of the session without awaiting (its event loop has ended: a client reused by a
+        second asyncio.run, or dropped without aclose): mark it and its connector closed so neither
+        logs "Unclosed client session" at exit; the sockets close when collected, as httpx's do."""
+        session = self._session
+        connector = session.connector
+        if connector is not None and not session.closed:
+            session.detach()
+            connector._close()  # synchronous; a no-op beyond marking it when the loop is closed
+
+    def __del__(self) -> None:
+        try:
+            self.abandon()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to tidy
+            pass
+
+
+def _json_dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _fast_path(base_url: str) -> httpx.URL | None:
+    """The URL when requests can go through `_AiohttpPool`: plain http and no proxy from the environment
+    for that host (httpx would use it)."""
+    url = httpx.URL(base_url)
+    if url.scheme != "http" or not url.host:
+        return None
+    proxies = urllib.request.getproxies_environment()
+    if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass_environment(url.host):
+        return None
+    return url
+
+
 class _Retryable(Exception):
     def __init__(self, reason: str, delay: float | None = None):
         super().__init__(reason)
@@ -215,22 +329,32 @@ class OpenAIChatClient:
     def _ensure_loop_state(self) -> tuple[list[httpx.AsyncClient], asyncio.Semaphore]:
         """Pool and semaphore belong to one event loop; a new loop (a second asyncio.run) gets new ones.
 
-        The connections are split over several small httpx pools (POOL_SHARD each): httpcore's pool
+        A plain-http server gets one `_AiohttpPool` (see the transport notes above). Otherwise the
+        connections are split over several small httpx pools (POOL_SHARD each): httpcore's pool
         bookkeeping costs O(connections × waiting requests) per event, which at 32+ connections
         in one pool eats most of a core and keeps the client below the server's ceiling."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop or not self._pools or self._sem is None:
+            for old in self._pools:  # from an event loop that has ended
+                if isinstance(old, _AiohttpPool):
+                    old.abandon()
             headers = {"Content-Type": "application/json"}
             if self._api_key:
                 headers["Authorization"] = f"Bearer {self._api_key}"
-            sizes = [POOL_SHARD] * (self.concurrency // POOL_SHARD)
-            if self.concurrency % POOL_SHARD:
-                sizes.append(self.concurrency % POOL_SHARD)
-            self._pools = [httpx.AsyncClient(
-                headers=headers,
-                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
-                limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=60.0),
-            ) for n in sizes]
+            fast = _fast_path(self.base_url)
+            if fast is not None:
+                self._pools = [_AiohttpPool(headers, self.timeout, self.connect_timeout,  # type: ignore[list-item]
+                                            self.concurrency)]
+                sizes = [self.concurrency]
+            else:
+                sizes = [POOL_SHARD] * (self.concurrency // POOL_SHARD)
+                if self.concurrency % POOL_SHARD:
+                    sizes.append(self.concurrency % POOL_SHARD)
+                self._pools = [httpx.AsyncClient(
+                    headers=headers,
+                    timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+                    limits=httpx.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=60.0),
+                ) for n in sizes]
             self._pool_cap = sizes
             self._pool_busy = [0] * len(sizes)
             self._sem = asyncio.Semaphore(self.concurrency)
@@ -239,6 +363,8 @@ class OpenAIChatClient:
 
     def _pick_pool(self) -> int:
         """Least-busy shard; called with the semaphore held, so one has a free slot."""
+        if len(self._pools) == 1:
+            return 0
         return min(range(len(self._pools)), key=lambda i: self._pool_busy[i] - self._pool_cap[i])
 
     async def aclose(self) -> None:
@@ -326,6 +452,7 @@ class OpenAIChatClient:
         pools, sem = self._ensure_loop_state()
         url = f"{self.base_url}/chat/completions"
         requests_sent = 0
+        not_delivered = 0  # attempts the server never received (no connection, request not written)
         attempt = 0
         fallback_used = False
         deadline_at: float | None = None  # the clock starts when the first attempt gets a slot
@@ -333,7 +460,7 @@ class OpenAIChatClient:
         def usage(pt: int = 0, ct: int = 0) -> Usage:
             cost = pt * self.price_in_per_mtok / 1e6 + ct * self.price_out_per_mtok / 1e6
             return Usage(prompt_tokens=pt, completion_tokens=ct, cost=cost,
-                         seconds=time.perf_counter() - t0, calls=requests_sent)
+                         seconds=time.perf_counter() - t0, calls=requests_sent - not_delivered)
 
         def error(reason: str) -> ChatResult:
             return ChatResult(status="error", reason=reason, usage=usage(), provenance=prov)
@@ -354,16 +481,21 @@ class OpenAIChatClient:
                     shard = self._pick_pool()
                     self._pool_busy[shard] += 1
                     try:
-                        async with asyncio.timeout(left):
+                        if left is None:  # no deadline: no timer to arm and cancel per request
                             resp = await pools[shard].post(url, json=body)
+                        else:
+                            async with asyncio.timeout(left):
+                                resp = await pools[shard].post(url, json=body)
                     except TimeoutError:  # asyncio.timeout: the call's deadline, not the read timeout
                         return error(f"deadline of {self.deadline:g}s passed during attempt {attempt + 1} "
                                      f"({requests_sent} requests sent)")
                     except httpx.TimeoutException as e:
                         which = "connect" if isinstance(e, httpx.ConnectTimeout) else "read"
+                        not_delivered += which == "connect"
                         limit = self.connect_timeout if which == "connect" else self.timeout
                         raise _Retryable(f"{which} timeout after {limit:g}s ({type(e).__name__})") from None
                     except httpx.TransportError as e:
+                        not_delivered += isinstance(e, httpx.ConnectError)
                         raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
                     finally:
                         self._pool_busy[shard] -= 1

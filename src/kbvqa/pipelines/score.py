@@ -126,7 +126,10 @@ def score_infoseek_files(predictions: Path, references: Path, *, qtypes: Path | 
     if mode == "strict":
         footer.append(f"coverage {s['coverage']:.2%} ({s['n_predicted']}/{s['n']}); time leniency rescued "
                       f"{s['extensions']['time_leniency']['n_rescued']} items (kbvqa extension)")
-    return ScoreReport(s, f"InfoSeek {mode}: final {s['final_score']}",
+    title = f"InfoSeek {mode}: final {s['final_score']}"
+    if s.get("final_score_basis") == "all_items_no_split":
+        title += " (no data_split in the references: the all-items score, not the harmonic mean of splits)"
+    return ScoreReport(s, title,
                        ("split", "score", "string", "numerical", "time"), rows, notes, footer)
 
 

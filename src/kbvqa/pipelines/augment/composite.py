@@ -6,6 +6,12 @@ task, so the anchor is decoded once; JPEGs are decoded in draft mode at the smal
 still covers the target height; and tasks run in a process pool. Every panel is EXIF-oriented, RGB,
 and LANCZOS-resized to the target height keeping its aspect ratio.
 
+Work per composite (issue 17): a panel is decoded and resized once per worker process, not once per
+task: each worker keeps a byte-bounded LRU of the panels it made (keyed by path, size, mtime and
+height), and `run_tasks` hands each worker consecutive tasks, so an image that is the anchor of one
+task and the distractor of the next is read once. An image without an EXIF rotation is not copied
+by `exif_transpose`. The pixels are exactly what the one-decode-per-use path produces.
+
 A failure to read or decode an image ends only the composites that need it, with the reason.
 """
 
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -77,9 +84,11 @@ def decode(path: str | Path, height: int) -> Image.Image:
         if w < 1 or h < 1:
             raise ValueError(f"empty image {w}x{h}")
         width = max(1, round(w * height / h))
+        orient = im.getexif().get(0x0112, 1)
         if im.format == "JPEG":
-            im.draft("RGB", _draft_size(im, height))
-        im = ImageOps.exif_transpose(im)
+            im.draft("RGB", (height, 1) if orient in _ROTATED else (1, height))
+        if orient != 1:  # exif_transpose copies the whole image even when there is nothing to turn
+            im = ImageOps.exif_transpose(im)
         if im.mode != "RGB":
             im = im.convert("RGB")
         if (width, height) != im.size:
@@ -87,6 +96,47 @@ def decode(path: str | Path, height: int) -> Image.Image:
         else:
             im.load()
         return im
+
+
+class PanelCache:
+    """Decoded, resized panels of this process, least recently used first out, at most `max_bytes`
+    of pixels. Keyed by (path, file size, mtime, height): a file changed on disk is decoded again.
+    Panels are never modified after decoding (they are pasted, not drawn on), so sharing is safe."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = self.misses = 0
+        self._items: OrderedDict[tuple, Image.Image] = OrderedDict()
+
+    def get(self, path: str, height: int) -> Image.Image:
+        try:
+            st = os.stat(path)
+            key: tuple | None = (os.path.abspath(path), st.st_size, st.st_mtime_ns, height)
+        except OSError:
+            key = None  # decode() reports the missing file
+        if key is not None and key in self._items:
+            self._items.move_to_end(key)
+            self.hits += 1
+            return self._items[key]
+        self.misses += 1
+        im = decode(path, height)
+        size = im.width * im.height * 3
+        if key is not None and size <= self.max_bytes:
+            self._items[key] = im
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self.bytes -= old.width * old.height * 3
+        return im
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.bytes = 0
+
+
+PANEL_CACHE_BYTES = int(os.environ.get("KBVQA_PANEL_CACHE_MB", "160")) << 20
+_PANELS = PanelCache(PANEL_CACHE_BYTES)  # one per process (each pool worker has its own)
 
 
 def probe_size(path: str | Path, height: int) -> tuple[int, int]:
@@ -139,7 +189,7 @@ def run_task(task: Task) -> list[JobResult]:
     def get(name: str) -> Image.Image:
         if name not in decoded:
             try:
-                decoded[name] = decode(task.images[name], st.height)
+                decoded[name] = _PANELS.get(task.images[name], st.height)
             except Exception as e:  # noqa: BLE001 - reported on every job that needs it
                 decoded[name] = e
         got = decoded[name]
@@ -194,7 +244,12 @@ def run_tasks(tasks: Sequence[Task], workers: int | None = None) -> list[list[Jo
     """Run tasks, in order, in a process pool of `workers` (default os.cpu_count(); 1 = in-process)."""
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(tasks) <= 1:
-        return [_safe_task(t) for t in tasks]
-    chunk = max(1, len(tasks) // (workers * 8))
+        try:
+            return [_safe_task(t) for t in tasks]
+        finally:
+            _PANELS.clear()  # this process lives on: do not keep the panels past the run
+    # consecutive tasks (neighbouring anchors share distractors) go to one worker, so its panel cache
+    # sees the reuse; 4 chunks per worker keep the load balanced at the end
+    chunk = max(1, min(64, math.ceil(len(tasks) / (workers * 4))))
     with ProcessPoolExecutor(max_workers=workers) as ex:
         return list(ex.map(_safe_task, tasks, chunksize=chunk))
