@@ -137,7 +137,7 @@ def _decode_before(path, height):
             w, h = h, w
         width = max(1, round(w * height / h))
         if im.format == "JPEG":
-            im.draft("RGB", comp._draft_size(im, height))
+            im.draft("RGB", (height, 1) if im.getexif().get(0x0112, 1) in comp._ROTATED else (1, height))
         im = ImageOps.exif_transpose(im)
         if im.mode != "RGB":
             im = im.convert("RGB")

@@ -164,6 +164,33 @@ def read_samples(path: str | Path, fmt: str | None = None, *, qtypes: Path | Non
         raise _not_utf8(path, exc) from None
 
 
+COUNT_LIMIT_BYTES = 256 << 20  # inputs up to this size get a counting pre-pass (see SampleRecords)
+
+
+class SampleRecords:
+    """The samples of a file as the runner's input records (`Sample.dump()` dicts), streamed, with
+    the number to expect: `len()` comes from a counting pre-pass over files up to COUNT_LIMIT_BYTES
+    (parsing is cheap next to any job that runs stages), so progress bars show N/M and an ETA instead
+    of N/?. Without a count (bigger files, Hugging Face folders whose pre-pass would write images)
+    `len()` raises TypeError, which the runner reads as "unknown". Iterated once."""
+
+    def __init__(self, path: str | Path, fmt: str | None = None, **read_opts: Any):
+        self.path, self.fmt, self.read_opts = Path(path), fmt or detect_format(path), read_opts
+        self.expected: int | None = None
+        if self.fmt != "hf" and self.path.is_file() and self.path.stat().st_size <= COUNT_LIMIT_BYTES:
+            opts = {k: v for k, v in read_opts.items() if k not in ("skip_invalid", "report")}
+            self.expected = sum(1 for _ in read_samples(self.path, self.fmt, skip_invalid=True,
+                                                        report=SkipReport(), **opts))
+
+    def __len__(self) -> int:
+        if self.expected is None:
+            raise TypeError("sample count not known in advance")
+        return self.expected
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (s.dump() for s in read_samples(self.path, self.fmt, **self.read_opts))
+
+
 def write_samples(samples: Iterable[Sample], path: str | Path, fmt: str, **opts: Any) -> int:
     """Write Samples in `fmt`; returns how many were written. The file appears only when every sample
     was written (a temporary file renamed at the end). Options: qtypes_out= (infoseek), mapping=/sep=

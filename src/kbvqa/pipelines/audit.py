@@ -229,13 +229,13 @@ def audit_file(input_path: str | Path, kb: Any, out: str | Path, config: AuditCo
     that kb.store.open_kb opens) and write the audited JSONL to `out` and the summary beside it.
     Returns the summary (with the runner's counts under "run"). The caller owns `roles`; `close=True`
     closes their HTTP pools when the run ends, inside the loop that used them."""
-    from kbvqa.data.formats import read_samples
+    from kbvqa.data.formats import SampleRecords
     from kbvqa.runner import read_results
 
     if isinstance(kb, (str, Path)):
         from kbvqa.kb.store import open_kb
         kb = open_kb(kb)
-    records = (s.dump() for s in read_samples(input_path, fmt, skip_invalid=skip_invalid))
+    records = SampleRecords(input_path, fmt, skip_invalid=skip_invalid)
     rs = audit_job(config, kb=kb, roles=roles).run(records, out=Path(out), close=close, concurrency=concurrency,
                                                    resume=resume, limit=limit, progress=progress,
                                                    run_config={"input": str(input_path)})

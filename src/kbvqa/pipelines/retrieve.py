@@ -118,11 +118,11 @@ def retrieve_file(samples: str | Path, index: str | Path, *, out: str | Path, im
                   **options: Any) -> RetrievalRun:
     """`kbvqa retrieve`: load the index and its encoder, read the benchmark file (any supported
     format; image paths relative to `images`, default the samples file's folder) and run."""
-    from kbvqa.data.formats import read_samples
+    from kbvqa.data.formats import SampleRecords
     from kbvqa.pipelines.index import load_image_index
 
     idx, enc = load_image_index(index, model_dir, device=device)
-    records = (s.dump() for s in read_samples(samples, fmt))
+    records = SampleRecords(samples, fmt)
     return run_retrieval(records, idx, enc, out=out, image_root=images or Path(samples).parent, **options)
 
 

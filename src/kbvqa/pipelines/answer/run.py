@@ -98,10 +98,10 @@ def prepare_answer(spec: AnswerSpec) -> PreparedAnswer:
 def run_answer(prepared: PreparedAnswer, spec: AnswerSpec, out: Path, *, progress: bool = False) -> tuple[Any, Path]:
     """Run the answer Job over the samples into `out` (resume, manifest) and write its Recall@K
     records to `<out stem>.retrieval.jsonl`, as `kbvqa answer` does. Returns (RunSummary, records)."""
-    from kbvqa.data.formats import read_samples
+    from kbvqa.data.formats import SampleRecords
     from kbvqa.pipelines.answer import write_retrieval_records
 
-    summary = prepared.job.run((s.dump() for s in read_samples(spec.samples, spec.fmt)), out=out,
+    summary = prepared.job.run(SampleRecords(spec.samples, spec.fmt), out=out,
                                concurrency=spec.concurrency, limit=spec.limit, progress=progress,
                                resume=spec.resume, run_config={"index": str(spec.index) if spec.index else None})
     return summary, write_retrieval_records(out, out.with_suffix(".retrieval.jsonl"))

@@ -68,11 +68,6 @@ class JobResult:
     size: tuple[int, int] | None = None
 
 
-def _draft_size(im: Image.Image, height: int) -> tuple[int, int]:
-    orient = im.getexif().get(0x0112, 1)
-    return (height, 1) if orient in _ROTATED else (1, height)
-
-
 def decode(path: str | Path, height: int) -> Image.Image:
     """Open, EXIF-orient, convert to RGB and resize to `height` (JPEG: draft mode first). The header
     passes kbvqa's byte and pixel caps first (kbvqa.data.images.check_image)."""
@@ -240,16 +235,27 @@ def _safe_task(task: Task) -> list[JobResult]:
         return [JobResult(j.out_path, "error", f"{type(e).__name__}: {e}") for j in task.jobs]
 
 
-def run_tasks(tasks: Sequence[Task], workers: int | None = None) -> list[list[JobResult]]:
-    """Run tasks, in order, in a process pool of `workers` (default os.cpu_count(); 1 = in-process)."""
+def run_tasks(tasks: Sequence[Task], workers: int | None = None, *, progress: bool = False) -> list[list[JobResult]]:
+    """Run tasks, in order, in a process pool of `workers` (default os.cpu_count(); 1 = in-process).
+    `progress` draws the project's progress bar (composites done / total, with an ETA) on a terminal."""
+    from kbvqa.progress import ProgressBar
+
     workers = workers or os.cpu_count() or 1
-    if workers <= 1 or len(tasks) <= 1:
-        try:
-            return [_safe_task(t) for t in tasks]
-        finally:
-            _PANELS.clear()  # this process lives on: do not keep the panels past the run
-    # consecutive tasks (neighbouring anchors share distractors) go to one worker, so its panel cache
-    # sees the reuse; 4 chunks per worker keep the load balanced at the end
-    chunk = max(1, min(64, math.ceil(len(tasks) / (workers * 4))))
-    with ProcessPoolExecutor(max_workers=workers) as ex:
-        return list(ex.map(_safe_task, tasks, chunksize=chunk))
+    out: list[list[JobResult]] = []
+    with ProgressBar(sum(len(t.jobs) for t in tasks), "composites", progress and bool(tasks)) as bar:
+        if workers <= 1 or len(tasks) <= 1:
+            try:
+                for t in tasks:
+                    out.append(_safe_task(t))
+                    bar.advance(len(t.jobs))
+                return out
+            finally:
+                _PANELS.clear()  # this process lives on: do not keep the panels past the run
+        # consecutive tasks (neighbouring anchors share distractors) go to one worker, so its panel cache
+        # sees the reuse; 4 chunks per worker keep the load balanced at the end
+        chunk = max(1, min(64, math.ceil(len(tasks) / (workers * 4))))
+        with ProcessPoolExecutor(max_workers=workers) as ex:
+            for res in ex.map(_safe_task, tasks, chunksize=chunk):
+                out.append(res)
+                bar.advance(len(res))
+        return out

@@ -143,7 +143,7 @@ def _pick(sampler: Sampler, anchor: Candidate, kind: str, k: int) -> list[Choice
 def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir: str | Path,
                     config: AugmentConfig | None = None, *, progress: bool = False) -> dict[str, Any]:
     """Augment `samples`; write manifest, samples, stats and composites under `out_dir`; return stats.
-    `progress` shows the type tagger's progress bar (on a terminal)."""
+    `progress` shows the type tagger's and the composites' progress bars (on a terminal)."""
     cfg = config or AugmentConfig()
     cfg.check()
     root, out = Path(images_root).resolve(), Path(out_dir).resolve()
@@ -295,7 +295,7 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
         tasks.append(comp.Task(images=images, jobs=tuple(jobs), style=style))
         task_keys.append(keys)
 
-    results = comp.run_tasks(tasks, cfg.workers)
+    results = comp.run_tasks(tasks, cfg.workers, progress=progress)
     aug_samples: list[Sample] = []
     for r, keys, res in zip(rows, task_keys, results):
         for v, jr in zip(keys, res):
