@@ -187,7 +187,7 @@ class _AiohttpPool:
         self._aiohttp = aiohttp
         self._session = aiohttp.ClientSession(
             headers=headers,
-            connector=aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=60.0),
+            connector=aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=60.0, ssl=False),  # plain http
             timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_timeout, sock_read=timeout),
             trust_env=False)  # _fast_path already sent proxied hosts to httpx
 
