@@ -437,3 +437,22 @@ def test_every_analysis_on_the_demo(demo, tmp_path):
     rep = build_report(collect_inputs(tmp_path / "studies"), tmp_path / "studies")
     md = rep.markdown.read_text(encoding="utf-8")
     assert "Accuracy by fix kind: extractive" in md and "QA accuracy per augmentation variant" in md
+
+
+def test_by_type_and_compare_take_the_grounded_subset(fix_files, tmp_path):
+    f = fix_files
+    sub = an.grounded_subset([f["pb"]], f["b"], stage="post")  # the fixed run: q1 q2 q5 q6
+    res = st.by_type_study(f["pb"], f["b"], "infoseek-strict", label="m", subset=sub, **FAST)
+    # right on q1 q2 q5 of the four (q6 wrong): 75%, against 4/6 on every item
+    assert res["overall"]["n"] == 4 and res["overall"]["estimate"] == pytest.approx(75.0)
+    assert res["subset"]["n_items_before"] == 6 and res["subset"]["n_items_in_subset"] == 4
+    assert st.study_name(res) == "by-question-type-m-grounded"
+    assert "grounded subset: 4 of 6" in " ".join(study_table(res).notes)
+    both = an.grounded_subset([f["pa"], f["pb"]], f["b"], stage="post")  # grounded in both runs: q1 q2 q5
+    cmp_ = st.compare_study(f["b"], f["b"], {"m": (f["pa"], f["pb"])}, "infoseek-strict", subset=both, **FAST)
+    (m,) = cmp_["methods"]
+    assert m["n_paired"] == 3 and m["accuracy_b"] == pytest.approx(100.0) and st.study_name(cmp_) == "compare-grounded"
+    out = CliRunner().invoke(study_app, ["by-type", "-p", str(f["pb"]), "-r", str(f["b"]), "--scorer", "infoseek-strict",
+                                         "--grounded", str(f["pb"]), "--json", "--resamples", "300"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["subset"]["n_items_in_subset"] == 4

@@ -60,6 +60,27 @@ def _finish(res: dict[str, Any], out: Optional[Path], report: bool, as_json: boo
         print_result(study_table(res))
 
 
+_GROUNDED = typer.Option(None, "--grounded", help="Restrict to the grounded subset: items whose final evidence in "
+                                                  "these predictions is the gold entity (PATH or NAME=PATH; repeat "
+                                                  "for the subset grounded in every run).")
+_GROUNDED_STAGE = typer.Option("post", "--grounded-stage", help="Final evidence: post (reranked), initial, any stage "
+                                                                "of the retrieval trail, or pool (the evidence_used "
+                                                                "sections the answer read).")
+_GROUNDED_K = typer.Option(1, "--grounded-k", min=1, help="Top-k of a retrieval stage that counts (not for pool).")
+_GROUNDED_REFS = typer.Option(None, "--grounded-references", exists=True, dir_okay=False,
+                              help="Gold entities for --grounded (default: the study's (fixed) references).")
+_EXAMPLES = typer.Option(5, "--examples", min=0, help="Example ids per row.")
+
+
+def _subset(files: Optional[list[str]], references: Path, stage: str, k: int) -> Any:
+    """The grounded subset --grounded asks for (None without it)."""
+    if not files:
+        return None
+    from kbvqa.evaluate.analyses import grounded_subset
+
+    return grounded_subset(files, references, stage=stage, k=k)
+
+
 @app.command("by-type")
 def by_type(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
@@ -68,6 +89,10 @@ def by_type(
     scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
     qtypes: Optional[Path] = _QTYPES,
     name: str = typer.Option("", "--name", help="Method name shown in tables (default: the file stem)."),
+    grounded: Optional[list[str]] = _GROUNDED,
+    grounded_stage: str = _GROUNDED_STAGE,
+    grounded_k: int = _GROUNDED_K,
+    grounded_references: Optional[Path] = _GROUNDED_REFS,
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
@@ -79,7 +104,8 @@ def by_type(
     from kbvqa.evaluate.studies import by_type_study
 
     try:
-        res = by_type_study(predictions, references, scorer, by=by, qtypes=qtypes, label=name,
+        sub = _subset(grounded, grounded_references or references, grounded_stage, grounded_k)
+        res = by_type_study(predictions, references, scorer, by=by, qtypes=qtypes, label=name, subset=sub,
                             n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold)
     except _INPUT_ERRORS as exc:
         fail(exc)
@@ -97,6 +123,10 @@ def compare(
     qtypes: Optional[Path] = _QTYPES,
     allow_partial: bool = typer.Option(False, "--allow-partial",
                                        help="Pair on the common ids when the splits differ (counts reported)."),
+    grounded: Optional[list[str]] = _GROUNDED,
+    grounded_stage: str = _GROUNDED_STAGE,
+    grounded_k: int = _GROUNDED_K,
+    grounded_references: Optional[Path] = _GROUNDED_REFS,
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
@@ -109,7 +139,8 @@ def compare(
 
     split_names = tuple(x.strip() for x in names.split(","))
     try:
-        res = compare_study(references_a, references_b, parse_method_specs(method), scorer,
+        sub = _subset(grounded, grounded_references or references_b, grounded_stage, grounded_k)
+        res = compare_study(references_a, references_b, parse_method_specs(method), scorer, subset=sub,
                             split_names=split_names, qtypes=qtypes, allow_partial=allow_partial,  # type: ignore[arg-type]
                             n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold)
     except _INPUT_ERRORS as exc:
@@ -307,27 +338,6 @@ def image_ablation(
 
 
 # ---------------------------------------------------- seed 000's analyses (kbvqa.evaluate.analyses)
-
-_GROUNDED = typer.Option(None, "--grounded", help="Restrict to the grounded subset: items whose final evidence in "
-                                                  "these predictions is the gold entity (PATH or NAME=PATH; repeat "
-                                                  "for the subset grounded in every run).")
-_GROUNDED_STAGE = typer.Option("post", "--grounded-stage", help="Final evidence: post (reranked), initial, any stage "
-                                                                "of the retrieval trail, or pool (the evidence_used "
-                                                                "sections the answer read).")
-_GROUNDED_K = typer.Option(1, "--grounded-k", min=1, help="Top-k of a retrieval stage that counts (not for pool).")
-_GROUNDED_REFS = typer.Option(None, "--grounded-references", exists=True, dir_okay=False,
-                              help="Gold entities for --grounded (default: the study's (fixed) references).")
-_EXAMPLES = typer.Option(5, "--examples", min=0, help="Example ids per row.")
-
-
-def _subset(files: Optional[list[str]], references: Path, stage: str, k: int) -> Any:
-    """The grounded subset --grounded asks for (None without it)."""
-    if not files:
-        return None
-    from kbvqa.evaluate.analyses import grounded_subset
-
-    return grounded_subset(files, references, stage=stage, k=k)
-
 
 @app.command("fix-kinds")
 def fix_kinds(

@@ -35,15 +35,16 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
-from typing import Any, Collection, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from kbvqa.data.schema import Answer, Sample
 from kbvqa.data.urls import canonical_url
 from kbvqa.data.variants import VARIANTS, split_variant
-from kbvqa.evaluate.studies import (DEFAULT_RESAMPLES, ItemScores, _boot_meta, _sub_seed, bootstrap_ci,
-                                    load_references, mcnemar_exact_p, save_study, score_items, semantic_backend)
+from kbvqa.evaluate.studies import (DEFAULT_RESAMPLES, ItemScores, _boot_meta, _sub_seed, _subset_info, bootstrap_ci,
+                                    load_references, mcnemar_exact_p, restrict, save_study, score_items,
+                                    semantic_backend)
 
 __all__ = [
     "CHANGE_KINDS", "norm_text", "answer_alternatives", "answer_set", "change_kind", "load_records", "question_type_of", "ItemChange",
@@ -398,22 +399,6 @@ def grounded_study(predictions: Sequence[str | Path] | Mapping[str, str | Path],
     return {"kind": "grounded", "scorer": f"post-retrieval recall: {_rule(stage, k)} (canonical URLs)",
             "stage": stage, "k": k, "references": str(references), "n_references": len(gold), "runs": rows,
             "n_grounded_in_all": len(shared), "bootstrap": _boot_meta(n_resamples, seed)}
-
-
-def restrict(scores: ItemScores, subset: Subset | Collection[str] | None) -> ItemScores:
-    """The same scores on the subset's ids only (reference order kept); None: unchanged."""
-    if subset is None:
-        return scores
-    ids = subset.ids if isinstance(subset, Subset) else set(subset)
-    keep = np.fromiter((i in ids for i in scores.ids), dtype=bool, count=scores.n)
-    return ItemScores(scorer=scores.scorer, ids=[i for i, k in zip(scores.ids, keep) if k],
-                      correct=scores.correct[keep], missing=scores.missing[keep],
-                      qtype=[q for q, k in zip(scores.qtype, keep) if k], label=scores.label,
-                      n_unknown=scores.n_unknown, n_duplicates=scores.n_duplicates, scorer_detail=scores.scorer_detail)
-
-
-def _subset_info(subset: Subset | None, n_before: int, n_after: int) -> dict[str, Any] | None:
-    return None if subset is None else {**subset.info, "n_items_before": n_before, "n_items_in_subset": n_after}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -394,20 +394,46 @@ def retrieval_2x2(with_r: ItemScores, without_r: ItemScores, *, n_resamples: int
     return result
 
 
+def restrict(scores: ItemScores, subset: Any) -> ItemScores:
+    """The same scores on the subset's ids only (reference order kept); `subset`: an object with
+    `ids` (kbvqa.evaluate.analyses.Subset, e.g. the grounded subset), a collection of ids, or None
+    (unchanged)."""
+    if subset is None:
+        return scores
+    ids = subset.ids if hasattr(subset, "ids") else set(subset)
+    keep = np.fromiter((i in ids for i in scores.ids), dtype=bool, count=scores.n)
+    return ItemScores(scorer=scores.scorer, ids=[i for i, k in zip(scores.ids, keep) if k],
+                      correct=scores.correct[keep], missing=scores.missing[keep],
+                      qtype=[q for q, k in zip(scores.qtype, keep) if k], label=scores.label,
+                      n_unknown=scores.n_unknown, n_duplicates=scores.n_duplicates, scorer_detail=scores.scorer_detail)
+
+
+def _subset_info(subset: Any, n_before: int, n_after: int) -> dict[str, Any] | None:
+    """What a restricted result says about its subset (how it was made, items before and in it)."""
+    if subset is None:
+        return None
+    return {**dict(getattr(subset, "info", {}) or {}), "n_items_before": n_before, "n_items_in_subset": n_after}
+
+
 # --------------------------------------------------------------------------------------------------
 # studies from files (what `kbvqa study ...` runs)
 
 
 def by_type_study(predictions: str | Path, references: str | Path, scorer: str, *, by: str = "question_type",
                   qtypes: str | Path | None = None, label: str = "", n_resamples: int = DEFAULT_RESAMPLES,
-                  seed: int = 0, semantic_threshold: float | None = None) -> dict[str, Any]:
+                  seed: int = 0, semantic_threshold: float | None = None, subset: Any = None) -> dict[str, Any]:
     """Accuracy per question type, or per any reference field / `meta.KEY` (`by`), with bootstrap
-    CIs; `label` names the method (default: the predictions file's stem)."""
+    CIs; `label` names the method (default: the predictions file's stem); `subset` (e.g. the
+    grounded subset) restricts the items, and the result says how many were kept."""
     refs = load_references(references, scorer, qtypes=qtypes)
     sc = score_items(predictions, refs, scorer, label=label or Path(predictions).stem,
                      semantic_backend=semantic_backend(scorer, semantic_threshold))
+    kept = restrict(sc, subset)
     labels = None if by in ("question_type", "qtype") else group_labels(references, by)
-    return by_group(sc, by, labels, n_resamples=n_resamples, seed=seed)
+    res = by_group(kept, by, labels, n_resamples=n_resamples, seed=seed)
+    if subset is not None:
+        res["subset"] = _subset_info(subset, sc.n, kept.n)
+    return res
 
 
 def parse_method_specs(specs: Iterable[str]) -> dict[str, tuple[Path, Path]]:
@@ -434,9 +460,10 @@ def parse_method_specs(specs: Iterable[str]) -> dict[str, tuple[Path, Path]]:
 def compare_study(references_a: str | Path, references_b: str | Path, methods: Mapping[str, tuple[Path, Path]],
                   scorer: str, *, split_names: tuple[str, str] = ("A", "B"), qtypes: str | Path | None = None,
                   allow_partial: bool = False, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                  semantic_threshold: float | None = None) -> dict[str, Any]:
+                  semantic_threshold: float | None = None, subset: Any = None) -> dict[str, Any]:
     """Every method scored on both splits (`methods` from `parse_method_specs`), then
-    `compare_splits`; the result names the two reference files."""
+    `compare_splits`; the result names the two reference files. `subset` (e.g. the grounded subset)
+    restricts both splits to its ids first."""
     if len(split_names) != 2 or not all(split_names):
         raise ValueError(f"two non-empty split names are needed, got {list(split_names)}")
     ra = load_references(references_a, scorer, qtypes=qtypes)
@@ -445,9 +472,13 @@ def compare_study(references_a: str | Path, references_b: str | Path, methods: M
     runs = {n: (score_items(pa, ra, scorer, label=n, semantic_backend=sem),
                 score_items(pb, rb, scorer, label=n, semantic_backend=sem))
             for n, (pa, pb) in methods.items()}
+    n_before = next(iter(runs.values()))[1].n if runs else 0
+    runs = {n: (restrict(a, subset), restrict(b, subset)) for n, (a, b) in runs.items()}
     res = compare_splits(runs, split_names=split_names, n_resamples=n_resamples, seed=seed,
                          allow_partial=allow_partial)
     res["references"] = {split_names[0]: str(references_a), split_names[1]: str(references_b)}
+    if subset is not None:
+        res["subset"] = _subset_info(subset, n_before, next(iter(runs.values()))[1].n if runs else 0)
     return res
 
 
@@ -469,12 +500,13 @@ def _slug(text: str) -> str:
 def study_name(result: Mapping[str, Any]) -> str:
     """The file stem a study result is saved under: `by-<field>-<method>`, `compare`, `retrieval-2x2`."""
     kind = result.get("kind")
+    sub = "-grounded" if result.get("subset") else ""  # a restricted run is saved beside the full one
     if kind == "by-group":
-        return f"by-{_slug(str(result['by']))}-{_slug(str(result.get('method') or 'predictions'))}"
-    if kind in ("compare", "retrieval-2x2", "agent-tools", "agent-failures", "image-ablation", "augmentation-recall"):
+        return f"by-{_slug(str(result['by']))}-{_slug(str(result.get('method') or 'predictions'))}{sub}"
+    if kind == "compare":
+        return f"compare{sub}"
+    if kind in ("retrieval-2x2", "agent-tools", "agent-failures", "image-ablation", "augmentation-recall"):
         return str(kind)
-    # kbvqa.evaluate.analyses: a restricted (grounded) run is saved beside the full one, not over it
-    sub = "-grounded" if result.get("subset") else ""
     if kind == "fix-kinds":
         return f"fix-kinds-{_slug(str(result.get('method') or 'predictions'))}{sub}"
     if kind == "variant-accuracy":

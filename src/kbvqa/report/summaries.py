@@ -30,16 +30,19 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
                                  for g in res["groups"]]
         o = res["overall"]
         rows.append(["all", o["n"], o["estimate"], _ci(o["low"], o["high"])])
-        return ResultTable("by-group", f"{res['method']}: accuracy by {by}", res["scorer"],
-                           [by, "n", "accuracy %", "95% CI"], rows)
+        grounded = " (grounded subset)" if res.get("subset") else ""
+        return ResultTable("by-group", f"{res['method']}: accuracy by {by}{grounded}", res["scorer"],
+                           [by, "n", "accuracy %", "95% CI"], rows, _subset_note(res.get("subset")))
     if kind == "compare":
         a, b = res["splits"]
         rows = [[m["method"], m["accuracy_a"], m["accuracy_b"], m["delta"],
                  _ci(m["delta_ci"]["low"], m["delta_ci"]["high"]), m["rank_a"], m["rank_b"]] for m in res["methods"]]
         notes = [f"reversal: {p['method_1']} vs {p['method_2']} ({a}: {p['diff_a']:+.2f}, {b}: {p['diff_b']:+.2f})"
                  for p in res["pairs"] if p["status"] == "reversed"]
-        return ResultTable("compare", f"{a} vs {b}", res["scorer"],
-                           ["method", f"acc {a}", f"acc {b}", "delta", "95% CI", f"rank {a}", f"rank {b}"], rows, notes)
+        grounded = " (grounded subset)" if res.get("subset") else ""
+        return ResultTable("compare", f"{a} vs {b}{grounded}", res["scorer"],
+                           ["method", f"acc {a}", f"acc {b}", "delta", "95% CI", f"rank {a}", f"rank {b}"], rows,
+                           notes + _subset_note(res.get("subset")))
     if kind == "retrieval-2x2":
         o, g = res["overall"], res["gain"]
         rows = [[k.replace("_", " "), o[k], o[f"{k}_pct"]]
