@@ -360,3 +360,17 @@ def test_bem_local_directory(tmp_path):
                                   str(tmp_path / "bem_yes"), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["scorer"] == "evqa-em+bem(local:bem_yes)"
+
+
+def test_judge_model_shorthand_needs_no_base_url():
+    """--judge-model ollama/NAME alone: the provider's default local URL, the model name after the '/';
+    a plain name without a URL is still an error that says how to fix it."""
+    from kbvqa.pipelines.score import judge_client, judge_clients
+
+    client = judge_client(model="ollama/qwen2.5:7b")
+    assert client.provenance.base_url == "http://127.0.0.1:11434/v1" and client.provenance.model == "qwen2.5:7b"
+    (vllm,) = judge_clients(models=["vllm/Qwen/Qwen2.5-7B-Instruct"])
+    assert vllm.provenance.base_url == "http://127.0.0.1:8000/v1"
+    assert vllm.provenance.model == "Qwen/Qwen2.5-7B-Instruct"
+    with pytest.raises(ValueError, match="PROVIDER/NAME"):
+        judge_client(model="qwen2.5")

@@ -55,7 +55,8 @@ _JSON = typer.Option(False, "--json", help="Print exactly one JSON object on std
 _RESUME = typer.Option(True, "--resume/--no-resume", help="Keep verdicts already in the journal; re-send only "
                                                           "failed and unusable calls (--no-resume moves it aside).")
 _JUDGE_URL = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server.")
-_JUDGE_MODEL = typer.Option(None, "--judge-model", help="Judge model name.")
+_JUDGE_MODEL = typer.Option(None, "--judge-model", help="Judge model name; PROVIDER/NAME (ollama/, vllm/, sglang/, "
+                                                        "lmstudio/, openai/) needs no --judge-base-url.")
 _JUDGE_REPLAY = typer.Option(None, "--judge-replay", exists=True, dir_okay=False,
                              help="Answer judge calls from a recorded cassette.")
 _CONFIG = typer.Option(None, "--config", exists=True, dir_okay=False,

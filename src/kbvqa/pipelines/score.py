@@ -20,7 +20,7 @@ from kbvqa.evaluate import methods as mt
 from kbvqa.evaluate import retrieval as rt
 from kbvqa.evaluate.io import (last_prediction_per_id, load_infoseek_references, load_predictions,
                                prediction_status_counts)
-from kbvqa.models.config import ConfigError, one_role, roles_from_flags
+from kbvqa.models.config import ConfigError, one_role, roles_from_flags, split_shorthand
 
 __all__ = ["ScoreReport", "agent_failures", "judge_client", "score_infoseek_files", "score_evqa_files", "judge_files",
            "score_retrieval_files", "convert_predictions"]
@@ -56,8 +56,9 @@ def judge_client(*, config: Path | None = None, role: str | None = None, base_ur
         return None
     if replay is not None and (base_url or model):
         raise ConfigError("choose either --judge-replay or --judge-base-url/--judge-model")
-    if (base_url or model) and not (base_url and model):
-        raise ConfigError("an LLM judge needs both --judge-base-url and --judge-model")
+    if (base_url or model) and not (base_url and model) and not (model and split_shorthand(model)):
+        raise ConfigError("an LLM judge needs both --judge-base-url and --judge-model (or --judge-model "
+                          "PROVIDER/NAME, e.g. ollama/qwen2.5:7b, for a provider's default local URL)")
     roles = roles_from_flags(None, llm=base_url, model=model, replay=replay, fill=("judge",), concurrency=concurrency,
                              **(limits or {}))
     return one_role(roles, "judge")
