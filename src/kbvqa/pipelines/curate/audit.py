@@ -11,8 +11,6 @@ the row (the header is row 1) and the column; a blank decision is `pending`, cou
 
 from __future__ import annotations
 
-import csv
-import os
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +20,7 @@ from pydantic import Field, StrictBool
 
 from kbvqa.data.errors import DataError
 from kbvqa.data.jsonl import read_jsonl, write_jsonl
+from kbvqa.data.sheets import read_sheet, write_sheet
 from kbvqa.models.prompts.curate import TRANSLATE, TRANSLATION_CHECK
 from kbvqa.models.replies import NonBlank, Reply
 from kbvqa.pipelines.curate.common import CurateStage, ModelStageConfig, Verdict, consult, item, stage_payload
@@ -116,28 +115,22 @@ DECISIONS = ("accept", "fix", "reject")
 def export_review(items: str | Path, out: str | Path, *, overwrite: bool = False) -> dict[str, Any]:
     """The proofreaders' CSV for every item of a run (flagged items first); refuses to overwrite a
     sheet (it may hold decisions) unless `overwrite`."""
-    items, out = Path(items), Path(out)
+    items = Path(items)
     if not items.is_file():
         raise DataError("no items: run `kbvqa curate run` first", file=items)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists (it may hold proofreaders' decisions); choose another --out or "
-                              "pass --overwrite")
     rows = [obj for _, obj in read_jsonl(items)]
     rows.sort(key=lambda r: not (r.get("curation") or {}).get("review_flags"))
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=SHEET_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            cur = r.get("curation") or {}
-            w.writerow({"id": r["id"], "question": r["question"], "answer": r.get("answer", ""),
-                        "category": r.get("category", ""), "intent": r.get("intent", ""),
-                        "images": "\n".join(r.get("images") or []), "source_language": cur.get("source_language", ""),
-                        "source_question": cur.get("source_question", ""), "source_answer": cur.get("source_answer") or "",
-                        "flags": "\n".join(cur.get("review_flags") or []), "decision": "", "fixed_question": "",
-                        "fixed_answer": "", "notes": ""})
-    os.replace(tmp, out)
+
+    def sheet_row(r: dict[str, Any]) -> dict[str, Any]:
+        cur = r.get("curation") or {}
+        return {"id": r["id"], "question": r["question"], "answer": r.get("answer", ""),
+                "category": r.get("category", ""), "intent": r.get("intent", ""),
+                "images": "\n".join(r.get("images") or []), "source_language": cur.get("source_language", ""),
+                "source_question": cur.get("source_question", ""), "source_answer": cur.get("source_answer") or "",
+                "flags": "\n".join(cur.get("review_flags") or []), "decision": "", "fixed_question": "",
+                "fixed_answer": "", "notes": ""}
+
+    write_sheet(out, SHEET_COLUMNS, map(sheet_row, rows), overwrite=overwrite, who="proofreaders")
     return {"sheet": str(out), "items": len(rows), "flagged": sum(1 for r in rows
                                                                   if (r.get("curation") or {}).get("review_flags"))}
 
@@ -150,45 +143,30 @@ def import_review(items: str | Path, sheet: str | Path, out: str | Path) -> tupl
     """Read the reviewed sheet; write accepted and fixed items to `out` (NoteVQA layout, the decision
     under `curation.review`). Returns (counts, the rejected items as drop lines)."""
     items, sheet, out = Path(items), Path(sheet), Path(out)
-    if not sheet.is_file():
-        raise DataError("review sheet not found (write it with `kbvqa curate review-export`)", file=sheet)
     by_id = {obj["id"]: obj for _, obj in read_jsonl(items)}
-    seen: dict[str, int] = {}
     decided: list[tuple[dict[str, Any], str, dict[str, Any]]] = []
     counts: Counter[str] = Counter()
-    try:
-        with open(sheet, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in ("id", "decision", "fixed_question", "fixed_answer") if c not in (reader.fieldnames or [])]
-            if missing:
-                raise DataError(f"missing column(s) {missing}", file=sheet, row=1)
-            for n, row in enumerate(reader, start=2):
-                rid = _cell(row, "id")
-                if rid not in by_id:
-                    raise DataError(f"no item {rid!r} in {items.name}", file=sheet, row=n, field="id")
-                if rid in seen:
-                    raise DataError(f"item {rid!r} appears again (first at row {seen[rid]})", file=sheet, row=n,
-                                    field="id")
-                seen[rid] = n
-                decision = _cell(row, "decision").lower()
-                fixed = {k: _cell(row, f"fixed_{k}") for k in ("question", "answer")}
-                if not decision:
-                    counts["pending"] += 1
-                    continue
-                if decision not in DECISIONS:
-                    raise DataError(f"decision {decision!r} is not one of {', '.join(DECISIONS)} (or blank)",
-                                    file=sheet, row=n, field="decision")
-                if decision == "fix" and not any(fixed.values()):
-                    raise DataError("a fix needs fixed_question and/or fixed_answer", file=sheet, row=n,
-                                    field="fixed_question")
-                if decision != "fix" and any(fixed.values()):
-                    col = "fixed_question" if fixed["question"] else "fixed_answer"
-                    raise DataError(f"{decision!r} with a fixed text: use 'fix'", file=sheet, row=n, field=col)
-                counts[decision] += 1
-                decided.append((by_id[rid], decision, {**fixed, "notes": _cell(row, "notes"), "row": n}))
-    except UnicodeDecodeError as exc:
-        raise DataError(f"not UTF-8 text ({exc.reason}); save the sheet as UTF-8 CSV", file=sheet) from None
-    counts["not_in_sheet"] = len(by_id) - len(seen)
+    rows = 0
+    for n, rid, row in read_sheet(sheet, ("id", "decision", "fixed_question", "fixed_answer"), by_id, source=items,
+                                  noun="item", export="kbvqa curate review-export"):
+        rows += 1
+        decision = _cell(row, "decision").lower()
+        fixed = {k: _cell(row, f"fixed_{k}") for k in ("question", "answer")}
+        if not decision:
+            counts["pending"] += 1
+            continue
+        if decision not in DECISIONS:
+            raise DataError(f"decision {decision!r} is not one of {', '.join(DECISIONS)} (or blank)",
+                            file=sheet, row=n, field="decision")
+        if decision == "fix" and not any(fixed.values()):
+            raise DataError("a fix needs fixed_question and/or fixed_answer", file=sheet, row=n,
+                            field="fixed_question")
+        if decision != "fix" and any(fixed.values()):
+            col = "fixed_question" if fixed["question"] else "fixed_answer"
+            raise DataError(f"{decision!r} with a fixed text: use 'fix'", file=sheet, row=n, field=col)
+        counts[decision] += 1
+        decided.append((by_id[rid], decision, {**fixed, "notes": _cell(row, "notes"), "row": n}))
+    counts["not_in_sheet"] = len(by_id) - rows
     kept: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
     for obj, decision, d in decided:

@@ -16,9 +16,7 @@ counted, never read as accept.
 
 from __future__ import annotations
 
-import csv
 import os
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from typing import Any
 from kbvqa.data.errors import DataError
 from kbvqa.data.notevqa import write_notevqa
 from kbvqa.data.schema import Sample
+from kbvqa.data.sheets import read_sheet, write_sheet
 from kbvqa.pipelines.reference.synthesis import check_tags, renumber
 from kbvqa.runner import read_results
 
@@ -48,22 +47,11 @@ def export_sheet(journal: str | Path, out: str | Path, *, image_dir: str = "imag
                  overwrite: bool = False) -> dict[str, Any]:
     """The reviewers' CSV for every ok draft in the synthesis journal; refuses to overwrite a sheet
     (it may hold decisions) unless `overwrite`."""
-    journal, out = Path(journal), Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists (it may hold reviewers' decisions); choose another --out or "
-                              "pass --overwrite")
-    drafts = _drafts(journal)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        w.writeheader()
-        for rid, line in drafts.items():
-            d = line["draft"]
-            w.writerow({"id": rid, "question": line.get("question", ""), "short_answer": line.get("answer", ""),
-                        "draft": d["text"], "images": _image_lines(d, image_dir), "decision": "",
-                        "corrected_text": "", "notes": ""})
-    os.replace(tmp, out)
+    drafts = _drafts(Path(journal))
+    write_sheet(out, COLUMNS, ({"id": rid, "question": line.get("question", ""), "short_answer": line.get("answer", ""),
+                                "draft": line["draft"]["text"], "images": _image_lines(line["draft"], image_dir),
+                                "decision": "", "corrected_text": "", "notes": ""} for rid, line in drafts.items()),
+                overwrite=overwrite, who="reviewers")
     return {"sheet": str(out), "rows": len(drafts), "decisions": list(DECISIONS)}
 
 
@@ -98,44 +86,31 @@ def import_sheet(journal: str | Path, sheet: str | Path, out: str | Path, *, ima
     tally: Counter[str] = Counter()
     seen: set[str] = set()
     refs: list[Sample] = []
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    if not sheet.is_file():
-        raise DataError("file not found", file=sheet)
-    with open(sheet, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in ("id", "decision", "corrected_text") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(f"missing column(s) {', '.join(missing)} (export a sheet with `kbvqa reference "
-                            "audit-export`)", file=sheet, row=1, field=missing[0])
-        for n, row in enumerate(reader, 2):  # the header is row 1 (a cell may span several lines)
-            rid = (row.get("id") or "").strip()
-            if rid not in drafts:
-                raise DataError(f"no draft with id {rid!r} in {journal}", file=sheet, row=n, field="id")
-            if rid in seen:
-                raise DataError(f"id {rid!r} appears twice", file=sheet, row=n, field="id")
-            seen.add(rid)
-            decision = _decision(row.get("decision"), sheet, n)
-            tally[decision.replace(" ", "_")] += 1
-            fixed = (row.get("corrected_text") or "").strip()
-            line, draft = drafts[rid], drafts[rid]["draft"]
-            if decision == "accept" and fixed:
-                raise DataError("decision is accept but corrected_text is filled in: use 'minor fix' for a corrected "
-                                "draft", file=sheet, row=n, field="corrected_text")
-            if decision == "minor fix" and not fixed:
-                raise DataError("decision is minor fix but corrected_text is empty", file=sheet, row=n,
-                                field="corrected_text")
-            if decision not in ("accept", "minor fix"):
-                continue
-            text, images = draft["text"], draft["images"]
-            if decision == "minor fix":
-                used, violations = check_tags(fixed, len(images))
-                if violations:
-                    v = violations[0]
-                    raise DataError(f"{v['kind']}: {v['tag']} ({v['detail']}; the draft has {len(images)} image(s))",
-                                    file=sheet, row=n, field="corrected_text")
-                text, images = renumber(fixed, used), [{**images[i - 1], "index": j} for j, i in enumerate(used, 1)]
-                tally["images_dropped_by_fix"] += len(draft["images"]) - len(images)
-            refs.append(_reference(line, text, images, store, out_dir, decision, (row.get("notes") or "").strip()))
+    for n, rid, row in read_sheet(sheet, ("id", "decision", "corrected_text"), drafts, source=journal, noun="draft",
+                                  export="kbvqa reference audit-export"):
+        seen.add(rid)
+        decision = _decision(row.get("decision"), sheet, n)
+        tally[decision.replace(" ", "_")] += 1
+        fixed = (row.get("corrected_text") or "").strip()
+        line, draft = drafts[rid], drafts[rid]["draft"]
+        if decision == "accept" and fixed:
+            raise DataError("decision is accept but corrected_text is filled in: use 'minor fix' for a corrected "
+                            "draft", file=sheet, row=n, field="corrected_text")
+        if decision == "minor fix" and not fixed:
+            raise DataError("decision is minor fix but corrected_text is empty", file=sheet, row=n,
+                            field="corrected_text")
+        if decision not in ("accept", "minor fix"):
+            continue
+        text, images = draft["text"], draft["images"]
+        if decision == "minor fix":
+            used, violations = check_tags(fixed, len(images))
+            if violations:
+                v = violations[0]
+                raise DataError(f"{v['kind']}: {v['tag']} ({v['detail']}; the draft has {len(images)} image(s))",
+                                file=sheet, row=n, field="corrected_text")
+            text, images = renumber(fixed, used), [{**images[i - 1], "index": j} for j, i in enumerate(used, 1)]
+            tally["images_dropped_by_fix"] += len(draft["images"]) - len(images)
+        refs.append(_reference(line, text, images, store, out_dir, decision, (row.get("notes") or "").strip()))
     write_notevqa(refs, out)
     return {"out": str(out), "drafts": len(drafts), "rows": len(seen), "accept": tally["accept"],
             "minor_fix": tally["minor_fix"], "reject": tally["reject"], "pending": tally["pending"],
