@@ -11,8 +11,10 @@ own outputs (augmented samples) name their images relative to the folder they ar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -92,31 +94,39 @@ class BadImage(ValueError):
     """A file that is not an image kbvqa will decode: unreadable, too large, or a decompression bomb."""
 
 
-def check_image(path: str | Path, *, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_BYTES,
-                verify: bool = False) -> tuple[int, int]:
-    """(width, height) from the header after the byte and pixel caps (and, with `verify`, PIL's
-    structural check), before any pixel is decoded. For decoders that need their own pipeline
-    (composites) but must refuse the same files open_image refuses."""
+@contextlib.contextmanager
+def _decode_errors(p: Path, max_pixels: int) -> Iterator[None]:
+    """PIL's ways of refusing a file, as one BadImage naming it."""
     from PIL import Image, UnidentifiedImageError
 
-    p = Path(path)
-    size = p.stat().st_size
-    if size > max_bytes:
-        raise BadImage(f"{p}: {size:,} bytes is over the {max_bytes:,}-byte cap")
     try:
-        with Image.open(p) as probe:
-            w, h = probe.size
-            if w * h > max_pixels:
-                raise BadImage(f"{p}: {w}×{h} pixels is over the {max_pixels:,}-pixel cap (a decompression bomb?)")
-            if verify:
-                probe.verify()
-        return w, h
+        yield
     except BadImage:
         raise
     except Image.DecompressionBombError as exc:  # PIL's own, far larger cap tripped first
         raise BadImage(f"{p}: over the {max_pixels:,}-pixel cap (a decompression bomb: {exc})") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise BadImage(f"{p}: not a readable image ({type(exc).__name__}: {exc})") from None
+
+
+def check_image(path: str | Path, *, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_BYTES,
+                verify: bool = False) -> tuple[int, int]:
+    """(width, height) from the header after the byte and pixel caps (and, with `verify`, PIL's
+    structural check), before any pixel is decoded. For decoders that need their own pipeline
+    (composites) but must refuse the same files open_image refuses."""
+    from PIL import Image
+
+    p = Path(path)
+    size = p.stat().st_size
+    if size > max_bytes:
+        raise BadImage(f"{p}: {size:,} bytes is over the {max_bytes:,}-byte cap")
+    with _decode_errors(p, max_pixels), Image.open(p) as probe:
+        w, h = probe.size
+        if w * h > max_pixels:
+            raise BadImage(f"{p}: {w}×{h} pixels is over the {max_pixels:,}-pixel cap (a decompression bomb?)")
+        if verify:
+            probe.verify()
+    return w, h
 
 
 def open_image(path: str | Path, *, mode: str | None = "RGB", max_pixels: int = MAX_PIXELS,
@@ -124,20 +134,14 @@ def open_image(path: str | Path, *, mode: str | None = "RGB", max_pixels: int = 
     """Decode an image file safely: a size cap on the file, a pixel cap checked from the header before
     any pixel is decoded, PIL's verification, EXIF orientation applied. `draft` lets a JPEG decode at
     a reduced size (fast thumbnails and hashes). Raises BadImage (or FileNotFoundError)."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import Image, ImageOps
 
     p = Path(path)
     check_image(p, max_pixels=max_pixels, max_bytes=max_bytes, verify=True)
-    try:
+    with _decode_errors(p, max_pixels):
         img = Image.open(p)
         if draft is not None:
             img.draft(mode or "RGB", draft)
         img.load()
         img = ImageOps.exif_transpose(img)
         return img.convert(mode) if mode and img.mode != mode else img
-    except BadImage:
-        raise
-    except Image.DecompressionBombError as exc:  # PIL's own, far larger cap tripped first
-        raise BadImage(f"{p}: over the {max_pixels:,}-pixel cap (a decompression bomb: {exc})") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise BadImage(f"{p}: not a readable image ({type(exc).__name__}: {exc})") from None
