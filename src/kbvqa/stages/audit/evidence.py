@@ -306,18 +306,11 @@ def _match_part(part: str, text: str, question: str | None, title: str | None) -
         span = mt.find_inflected(text, form)
         if span is not None:
             return Match(span, "inflection")
-    span = mt.find_coordinated(text, part)
-    if span is not None:
-        return Match(span, "coordination")
-    span = mt.find_abbreviated(text, part)
-    if span is not None:
-        return Match(span, "abbreviation")
-    span = mt.find_adjective(text, part)
-    if span is not None:
-        return Match(span, "adjective")
-    span = mt.find_near_phrase(text, part)
-    if span is not None:
-        return Match(span, "spelling")
+    for find, kind in ((mt.find_coordinated, "coordination"), (mt.find_abbreviated, "abbreviation"),
+                       (mt.find_adjective, "adjective"), (mt.find_near_phrase, "spelling")):
+        span = find(text, part)
+        if span is not None:
+            return Match(span, kind)
     m = _match_head_noun(part, text) or _match_numbers(part, text)
     if m is not None:
         return m
