@@ -12,7 +12,7 @@ import typer
 from kbvqa.cli.common import emit_json, fail, print_result
 from kbvqa.data.errors import DataError, SkipReport
 from kbvqa.data.formats import FORMATS, detect_format, read_samples, write_samples
-from kbvqa.data.generic import parse_mapping
+from kbvqa.data.generic import GENERIC_FORMATS, TABLE_SOURCES, parse_mapping
 from kbvqa.data.stats import dataset_stats
 
 
@@ -32,16 +32,13 @@ def _mapping(text: Optional[str]) -> Optional[dict[str, str]]:
         return None
 
 
-TABLES = ("jsonl", "csv", "parquet", "hf")  # formats that take a --mapping
-
-
 def _table_opts(fmt: str, *, sep: str = "|", split: Optional[str] = None, images_for: Optional[Path] = None) -> dict:
     """Reader options for a table format. A Hugging Face export's embedded images are written next to
     the output `images_for` (OUT.images/, referenced relative to OUT's folder, so they move together);
     a command with no output (stats, compare) never looks at pixels and leaves them out, counted."""
     if split is not None and fmt != "hf":
         raise ValueError("--split only applies to Hugging Face datasets exports (--from hf)")
-    opts: dict = {"sep": sep} if fmt in TABLES else {}
+    opts: dict = {"sep": sep} if fmt in TABLE_SOURCES else {}
     if fmt == "hf":
         opts["split"] = split
         if images_for is None:
@@ -91,9 +88,9 @@ def convert(
         for name in (fin, fout):
             if name not in FORMATS:
                 _fail(f"unknown format {name!r}; known: {_FORMATS}")
-        if m is not None and not {fin, fout} & set(TABLES):
+        if m is not None and not {fin, fout} & set(TABLE_SOURCES):
             _fail("--mapping only applies to the table formats (jsonl/csv/parquet/hf)")
-        samples = read_samples(src, fin, qtypes=qtypes, mapping=m if fin in TABLES else None,
+        samples = read_samples(src, fin, qtypes=qtypes, mapping=m if fin in TABLE_SOURCES else None,
                                skip_invalid=skip_invalid, report=report,
                                **_table_opts(fin, sep=sep, split=split, images_for=dst))
         if limit is not None:
@@ -101,7 +98,7 @@ def convert(
         if qtypes_out is not None and fout != "infoseek":
             _fail("--qtypes-out only applies when writing the infoseek format")
         write_opts: dict = {"qtypes_out": qtypes_out} if fout == "infoseek" else {}
-        if fout in ("jsonl", "csv", "parquet"):
+        if fout in GENERIC_FORMATS:
             write_opts.update(mapping=m, sep=sep)
         samples = _non_empty(samples, src, allow_empty)
         n = write_samples(samples, dst, fout, **write_opts)
@@ -151,7 +148,7 @@ def stats(
     report = SkipReport()
     try:
         fmt = from_fmt or detect_format(path)
-        m = _mapping(mapping) if fmt in TABLES else None
+        m = _mapping(mapping) if fmt in TABLE_SOURCES else None
         result = dataset_stats(read_samples(path, fmt, qtypes=qtypes, mapping=m, skip_invalid=skip_invalid,
                                             report=report, **_table_opts(fmt, split=split)))
     except (DataError, ValueError) as e:
@@ -227,7 +224,7 @@ def compare(
         report = SkipReport()
         try:
             fmt = (from_fmt[0] if len(from_fmt) == 1 else from_fmt[i]) if from_fmt else detect_format(path)
-            samples = list(read_samples(path, fmt, mapping=m if fmt in TABLES else None, report=report,
+            samples = list(read_samples(path, fmt, mapping=m if fmt in TABLE_SOURCES else None, report=report,
                                         **_table_opts(fmt)))
         except (DataError, ValueError) as e:
             _fail(str(e))
