@@ -82,14 +82,6 @@ def load_predictions(path: str | Path) -> list[PredictionRecord]:
     out: list[PredictionRecord] = []
     append = out.append
     for ln, obj in read_jsonl(path):
-        # the common line, {"data_id": "<id>", "prediction": "<text>" | null}, without the checks below
-        # (what they would conclude for it: a non-empty string id, no status, a string or null answer)
-        did = obj.get("data_id")
-        if type(did) is str and did and "status" not in obj:
-            pred = obj.get("prediction", _MISSING)
-            if type(pred) is str or pred is None:
-                append(PredictionRecord(did, pred, ln))
-                continue
         status = obj.get("status", "ok")
         if status in ("error", "invalid") and isinstance(obj.get("id", obj.get("sample_id")), str):
             # a record the answering job could not finish: scored as no answer, counted by status
@@ -217,18 +209,13 @@ def _canon_qtype(value: Any, path: str | Path, ln: int, fld: str) -> str:
 def load_qtypes(path: str | Path) -> dict[str, str]:
     """InfoSeek question-type JSONL: {"data_id", "question_type"} -> {id: String|Numerical|Time}."""
     out: dict[str, str] = {}
-    seen_get = _QTYPE_SEEN.get
     for ln, obj in read_jsonl(path):
         did = obj.get("data_id")
         if type(did) is not str or not did:
             raise ScoreInputError(path, ln, "data_id", f"must be a non-empty string, got {did!r}")
-        raw_q = obj.get("question_type", _MISSING)
-        q = seen_get(raw_q) if type(raw_q) is str else None  # the common case: a spelling seen before
-        if q is None:
-            if raw_q is _MISSING:
-                raise ScoreInputError(path, ln, "question_type", "missing")
-            q = _canon_qtype(raw_q, path, ln, "question_type")
-        out[did] = q
+        if "question_type" not in obj:
+            raise ScoreInputError(path, ln, "question_type", "missing")
+        out[did] = _canon_qtype(obj["question_type"], path, ln, "question_type")
     return out
 
 
