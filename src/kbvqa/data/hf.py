@@ -42,7 +42,6 @@ the row leaves it empty. Errors name the shard file and the 1-based row within i
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
@@ -54,7 +53,7 @@ from typing import Any, Literal
 
 from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
 from kbvqa.data.generic import check_mapping, read_rows
-from kbvqa.data.images import MAX_BYTES, MAX_PIXELS
+from kbvqa.data.images import BadImage, check_image_bytes
 from kbvqa.data.schema import Sample
 
 __all__ = ["HF_FORMAT", "HFSource", "ImageSink", "looks_like_hf", "read_hf", "resolve_source", "write_hf"]
@@ -395,23 +394,10 @@ class ImageSink:
         return None
 
     def _write(self, data: bytes, *, file: Path, row: int, column: str) -> str:
-        from PIL import Image, UnidentifiedImageError
-
-        if len(data) > MAX_BYTES:
-            raise DataError(f"image bytes: {len(data):,} bytes is over the {MAX_BYTES:,}-byte cap",
-                            file=file, row=row, field=column)
-        bomb = DataError(f"image bytes: over the {MAX_PIXELS:,}-pixel cap (a decompression bomb?)",
-                         file=file, row=row, field=column)
         try:
-            with Image.open(io.BytesIO(data)) as probe:  # the header only: no pixel is decoded
-                fmt, (w, h) = probe.format or "", probe.size
-        except Image.DecompressionBombError:  # PIL's own, far larger cap tripped first
-            raise bomb from None
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-            raise DataError(f"image bytes are not a readable image ({type(exc).__name__})",
-                            file=file, row=row, field=column) from None
-        if w * h > MAX_PIXELS:
-            raise bomb
+            fmt, _, _ = check_image_bytes(data)  # the header only: no pixel is decoded
+        except BadImage as exc:
+            raise DataError(str(exc), file=file, row=row, field=column) from None
         assert self.image_dir is not None and self.image_root is not None
         target = self.image_dir / f"{hashlib.sha256(data).hexdigest()}{_EXT.get(fmt, '.' + fmt.lower())}"
         if target.is_file() and target.stat().st_size == len(data):

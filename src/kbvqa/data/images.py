@@ -12,11 +12,12 @@ own outputs (augmented samples) name their images relative to the folder they ar
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class BadImage(ValueError):
 
 
 @contextlib.contextmanager
-def _decode_errors(p: Path, max_pixels: int) -> Iterator[None]:
+def _decode_errors(p: object, max_pixels: int) -> Iterator[None]:
     """PIL's ways of refusing a file, as one BadImage naming it."""
     from PIL import Image, UnidentifiedImageError
 
@@ -109,24 +110,39 @@ def _decode_errors(p: Path, max_pixels: int) -> Iterator[None]:
         raise BadImage(f"{p}: not a readable image ({type(exc).__name__}: {exc})") from None
 
 
+def _probe(src: Any, label: object, size: int, *, max_pixels: int, max_bytes: int,
+           verify: bool) -> tuple[str, int, int]:
+    """(format, width, height) from the header of `src` (a path or a file object; `label` names it in
+    errors) after the byte and pixel caps, and with `verify` PIL's structural check."""
+    from PIL import Image
+
+    if size > max_bytes:
+        raise BadImage(f"{label}: {size:,} bytes is over the {max_bytes:,}-byte cap")
+    with _decode_errors(label, max_pixels), Image.open(src) as probe:
+        fmt, (w, h) = probe.format or "", probe.size
+        if w * h > max_pixels:
+            raise BadImage(f"{label}: {w}×{h} pixels is over the {max_pixels:,}-pixel cap (a decompression bomb?)")
+        if verify:
+            probe.verify()
+    return fmt, w, h
+
+
 def check_image(path: str | Path, *, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_BYTES,
                 verify: bool = False) -> tuple[int, int]:
     """(width, height) from the header after the byte and pixel caps (and, with `verify`, PIL's
     structural check), before any pixel is decoded. For decoders that need their own pipeline
     (composites) but must refuse the same files open_image refuses."""
-    from PIL import Image
-
     p = Path(path)
-    size = p.stat().st_size
-    if size > max_bytes:
-        raise BadImage(f"{p}: {size:,} bytes is over the {max_bytes:,}-byte cap")
-    with _decode_errors(p, max_pixels), Image.open(p) as probe:
-        w, h = probe.size
-        if w * h > max_pixels:
-            raise BadImage(f"{p}: {w}×{h} pixels is over the {max_pixels:,}-pixel cap (a decompression bomb?)")
-        if verify:
-            probe.verify()
+    _, w, h = _probe(p, p, p.stat().st_size, max_pixels=max_pixels, max_bytes=max_bytes, verify=verify)
     return w, h
+
+
+def check_image_bytes(data: bytes, *, max_pixels: int = MAX_PIXELS,
+                      max_bytes: int = MAX_BYTES) -> tuple[str, int, int]:
+    """(format, width, height) of an image held in memory (a dataset's embedded bytes), under the same
+    caps as check_image, from its header only. Raises BadImage."""
+    return _probe(io.BytesIO(data), "image bytes", len(data), max_pixels=max_pixels, max_bytes=max_bytes,
+                  verify=False)
 
 
 def open_image(path: str | Path, *, mode: str | None = "RGB", max_pixels: int = MAX_PIXELS,
