@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_server import child_server  # noqa: E402
 from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
 
 from kbvqa.data.formats import read_samples  # noqa: E402
@@ -63,12 +64,7 @@ def main() -> None:
     bench = build_bench(tmp / "bench")
     base = [s.dump() for s in read_samples(bench.samples, "kbvqa")]
     records = [{**base[i % len(base)], "id": f"ep{i:05d}", "images": []} for i in range(a.n)]
-    parent, child = mp.Pipe()
-    stop = mp.Event()
-    proc = mp.Process(target=_serve, args=(a.latency, a.server_ceiling, child, stop), daemon=True)
-    proc.start()
-    try:
-        url = parent.recv()
+    with child_server(_serve, a.latency, a.server_ceiling) as (url, conn, stop):
         kb = KBStore(bench.kb)
         client = OpenAIChatClient(url, "bench-agent", concurrency=a.concurrency, timeout=30)
         job = build_answer_job("agent", kb=kb, roles={"agent": client}, image_root=bench.root)
@@ -76,10 +72,7 @@ def main() -> None:
         summary = job.run(records, out=tmp / "agent.jsonl", concurrency=a.concurrency, progress=False, resume=False)
         dt = time.perf_counter() - t0
         stop.set()
-        served = parent.recv()
-    finally:
-        stop.set()
-        proc.join(timeout=5)
+        served = conn.recv()
     if summary.ok != a.n:
         raise SystemExit(f"only {summary.ok}/{a.n} episodes ended ok")
     ideal = min(a.concurrency, a.server_ceiling) / a.latency / 2

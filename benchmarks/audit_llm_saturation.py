@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -24,6 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_server import child_server  # noqa: E402
 from fake_llm_server import FakeLLMServer, ok  # noqa: E402
 
 from kbvqa.data.schema import Evidence, Sample  # noqa: E402
@@ -146,33 +147,24 @@ def main() -> None:
     a = ap.parse_args()
     workers = a.workers or a.concurrency + max(1, a.concurrency // 4)
 
-    parent, child = mp.Pipe()
-    stop = mp.Event()
     target = _serve_asyncio if a.server == "asyncio" else _serve
-    proc = mp.Process(target=target, args=(a.latency, a.server_ceiling, child, stop), daemon=True)
-    proc.start()
     rates, counts = [], []
-    try:
-        url = parent.recv()
+    with child_server(target, a.latency, a.server_ceiling) as (url, conn, _):
         ideal = min(a.concurrency, a.server_ceiling) / a.latency
         bares = []
         with tempfile.TemporaryDirectory() as d:
             for r in range(a.repeats):  # interleaved: the stage path, then the bare client, each round
-                parent.send("count")
-                before = parent.recv()
+                conn.send("count")
+                before = conn.recv()
                 dt, c = asyncio.run(_run(url, a.n, a.concurrency, workers, str(r), Path(d)))
-                parent.send("count")
-                served = parent.recv() - before - a.concurrency  # minus the warm-up requests
+                conn.send("count")
+                served = conn.recv() - before - a.concurrency  # minus the warm-up requests
                 if c["ok"] != a.n or served != a.n:
                     raise SystemExit(f"expected {a.n} ok records and requests, got {c} / {served} requests")
                 rates.append(served / dt)
                 counts.append(c)
                 bares.append(asyncio.run(_bare(url, a.n, a.concurrency)))
         bare = sorted(bares)[a.repeats // 2]
-        stop.set()
-    finally:
-        stop.set()
-        proc.join(timeout=5)
     rates_sorted = sorted(rates)
     median = rates_sorted[len(rates) // 2]
     out = {"server": a.server, "n": a.n, "concurrency": a.concurrency, "runner_workers": workers, "latency_s": a.latency, "server_ceiling": a.server_ceiling,

@@ -13,7 +13,6 @@ shows both the steady rate and what a cold `--executor ray` run pays on top.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -21,6 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_server import child_server  # noqa: E402
 from fake_llm_server import FakeLLMServer, ok  # noqa: E402
 
 from kbvqa.models.client import OpenAIChatClient  # noqa: E402
@@ -69,13 +70,8 @@ def main() -> None:
 
     import ray
 
-    parent, child = mp.Pipe()
-    stop = mp.Event()
-    server = mp.Process(target=_serve, args=(args.latency, child, stop), daemon=True)
-    server.start()
-    url = parent.recv()
     rows = []
-    try:
+    with child_server(_serve, args.latency) as (url, _, _):
         with tempfile.TemporaryDirectory() as tmp:
             dt, n_ok, calls = _job(url, args.n, args.concurrency, Path(tmp) / "local.jsonl", "local", {})
             rows.append(("local", dt, n_ok, calls))
@@ -89,9 +85,6 @@ def main() -> None:
             t0 = time.perf_counter()
             ray.shutdown()
             shutdown = time.perf_counter() - t0
-    finally:
-        stop.set()
-        server.join(timeout=5)
 
     ideal = args.concurrency / args.latency
     print(f"{args.n} records, one model call each, concurrency {args.concurrency}, server latency "

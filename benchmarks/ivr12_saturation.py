@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_server import child_server  # noqa: E402
 from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
 
 from kbvqa.demo.bench import build_bench, build_community  # noqa: E402
@@ -74,16 +75,8 @@ class _Log(list):
 
 def _reference(a: argparse.Namespace) -> float:
     """Seconds the bare client needs for as many requests as the judge sent, on a fresh server."""
-    parent, child = mp.Pipe()
-    stop = mp.Event()
-    proc = mp.Process(target=_serve, args=(a.latency, a.server_ceiling, child, stop), daemon=True)
-    proc.start()
-    try:
-        url = parent.recv()
+    with child_server(_serve, a.latency, a.server_ceiling) as (url, _, _):
         return asyncio.run(_bare(url, CALLS_PER_ITEM * a.n, a.concurrency))
-    finally:
-        stop.set()
-        proc.join(timeout=5)
 
 
 def _serve(latency: float, ceiling: int, conn, stop) -> None:
@@ -119,22 +112,14 @@ def main() -> None:
     items = community.with_name("ivr12_items.jsonl")
     items.write_text("".join(json.dumps({**base[i % len(base)], "id": f"it{i:05d}"}) + "\n" for i in range(a.n)),
                      encoding="utf-8")
-    parent, child = mp.Pipe()
-    stop = mp.Event()
-    proc = mp.Process(target=_serve, args=(a.latency, a.server_ceiling, child, stop), daemon=True)
-    proc.start()
-    try:
-        url = parent.recv()
+    with child_server(_serve, a.latency, a.server_ceiling) as (url, conn, stop):
         client = OpenAIChatClient(url, "bench-judge", concurrency=a.concurrency, timeout=60)
         t0 = time.perf_counter()
         summary = ivr12_files(items, items, [client], out=tmp / "ivr12.jsonl", resume=False,
                               concurrency=a.concurrency)
         dt = time.perf_counter() - t0
         stop.set()
-        served = parent.recv()  # the judge's requests only: the bare client runs on a fresh server below
-    finally:
-        stop.set()
-        proc.join(timeout=5)
+        served = conn.recv()  # the judge's requests only: the bare client runs on a fresh server below
     bare = _reference(a)
     if summary["status"]["ok"] != a.n:
         raise SystemExit(f"only {summary['status']['ok']}/{a.n} items ended ok: {summary['status']}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_server import child_server  # noqa: E402
 from audit_llm_saturation import _serve_asyncio  # noqa: E402
 
 from kbvqa.models.client import OpenAIChatClient  # noqa: E402
@@ -80,23 +80,18 @@ def main() -> None:
     ceiling = a.server_ceiling or a.concurrency
     ideal = min(a.concurrency, ceiling) / a.latency
 
-    parent, child = mp.Pipe()
-    stop = mp.Event()
-    proc = mp.Process(target=_serve_asyncio, args=(a.latency, ceiling, child, stop, VERDICT), daemon=True)
-    proc.start()
     job_rates, bare_rates, in_flight = [], [], []
     cli = None
-    try:
-        url = parent.recv()
+    with child_server(_serve_asyncio, a.latency, ceiling, reply=VERDICT) as (url, conn, _):
         with tempfile.TemporaryDirectory() as d:
             root = Path(d)
             for r in range(a.repeats):
                 refs, preds = write_inputs(root, a.n, str(r))
-                parent.send("stats")
-                before = parent.recv()["count"]
+                conn.send("stats")
+                before = conn.recv()["count"]
                 dt, summary, conc = job(url, refs, preds, root / f"judge_{r}.jsonl", a.concurrency)
-                parent.send("stats")
-                stats = parent.recv()
+                conn.send("stats")
+                stats = conn.recv()
                 served = stats["count"] - before
                 if summary["n_correct"] != a.n or served != a.n:
                     raise SystemExit(f"expected {a.n} correct verdicts and requests, got {summary['n_correct']} / {served}")
@@ -105,8 +100,8 @@ def main() -> None:
                 job_rates.append(a.n / dt)
                 in_flight.append(stats["max_in_flight"])
                 bare_rates.append(asyncio.run(bare(url, a.n, a.concurrency)))
-                parent.send("stats")
-                parent.recv()  # reset the in-flight maximum
+                conn.send("stats")
+                conn.recv()  # reset the in-flight maximum
             if not a.skip_cli:
                 refs, preds = write_inputs(root, a.n, "cli")
                 cmd = [sys.executable, "-m", "kbvqa.cli.app", "score", "judge", "-p", str(preds), "-r", str(refs),
@@ -117,13 +112,9 @@ def main() -> None:
                 wall = time.perf_counter() - t0
                 if out.returncode != 0:
                     raise SystemExit(f"CLI failed: {out.stderr[-2000:]}")
-                parent.send("stats")
-                cli = {"req_s": a.n / wall, "max_in_flight": parent.recv()["max_in_flight"],
+                conn.send("stats")
+                cli = {"req_s": a.n / wall, "max_in_flight": conn.recv()["max_in_flight"],
                        "correct": json.loads(out.stdout)["n_correct"]}
-        stop.set()
-    finally:
-        stop.set()
-        proc.join(timeout=5)
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     j, b = med(job_rates), med(bare_rates)
     res = {"n": a.n, "concurrency": a.concurrency, "latency_s": a.latency, "server_ceiling": ceiling,

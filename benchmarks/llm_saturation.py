@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -38,6 +37,7 @@ import kbvqa.models.client as client_mod  # noqa: E402
 from kbvqa.models.client import OpenAIChatClient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_server import child_server  # noqa: E402
 from audit_llm_saturation import _serve_asyncio  # noqa: E402
 
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "q"}], "temperature": 0.0}).encode()
@@ -113,24 +113,16 @@ def fast_table(n: int, latency: float, concurrency: int, repeats: int) -> dict:
         have_aiohttp = True
     except ImportError:
         have_aiohttp = False
-    parent, child = mp.Pipe()
-    stop = mp.Event()
-    proc = mp.Process(target=_serve_asyncio, args=(latency, concurrency, child, stop), daemon=True)
-    proc.start()
     runs: dict[str, list[float]] = {"raw": [], "kbvqa": [], "kbvqa_httpx": []}
     if have_aiohttp:
         runs["aiohttp"] = []
-    try:
-        url = parent.recv()
+    with child_server(_serve_asyncio, latency, concurrency) as (url, _, _):
         for _ in range(repeats):
             runs["raw"].append(asyncio.run(raw_generator(url, n, concurrency)))
             runs["kbvqa"].append(asyncio.run(client_rate(url, n, concurrency)))
             runs["kbvqa_httpx"].append(asyncio.run(client_rate(url, max(n // 4, concurrency * 4), concurrency, "httpx")))
             if have_aiohttp:
                 runs["aiohttp"].append(asyncio.run(aiohttp_rate(url, n, concurrency)))
-    finally:
-        stop.set()
-        proc.join(timeout=5)
     med = {k: sorted(v)[len(v) // 2] for k, v in runs.items()}
     return {"n": n, "latency_s": latency, "concurrency": concurrency, "ideal_req_s": concurrency / latency,
             "req_s_median": {k: round(v, 1) for k, v in med.items()},
@@ -207,12 +199,7 @@ def main() -> None:
 
 
 def slow_check(a: argparse.Namespace) -> bool:
-    parent, child = mp.Pipe()
-    stop = mp.Event()
-    proc = mp.Process(target=_serve, args=(a.latency, a.server_ceiling, child, stop), daemon=True)
-    proc.start()
-    try:
-        url = parent.recv()
+    with child_server(_serve, a.latency, a.server_ceiling) as (url, conn, stop):
         ideal = min(a.concurrency, a.server_ceiling) / a.latency
         rates = []
         for _ in range(a.repeats):
@@ -224,10 +211,7 @@ def slow_check(a: argparse.Namespace) -> bool:
         median = rates[len(rates) // 2]
         naive_rate = a.naive_n / _naive(url, a.naive_n)
         stop.set()
-        server = parent.recv()
-    finally:
-        stop.set()
-        proc.join(timeout=5)
+        server = conn.recv()
     out = {"n": a.n, "concurrency": a.concurrency, "latency_s": a.latency, "server_ceiling": a.server_ceiling,
            "ideal_req_s": round(ideal, 1), "kbvqa_req_s_median": round(median, 1),
            "kbvqa_req_s_runs": [round(r, 1) for r in rates], "ratio_of_ideal": round(median / ideal, 4),
