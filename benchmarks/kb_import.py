@@ -244,7 +244,7 @@ def main() -> None:
     for r in rows:
         n = r["n"]
         one, sh = r.get("one"), r["sharded"]
-        o_rate, s_rate = (n / one["wall"] if one else float("nan")), n / sh["wall"]
+        o_rate, s_rate = (n / one["wall"] if one else None), n / sh["wall"]
         nv = r.get("naive")
         n_rate = n / nv["seconds"] if nv else None
         naive_cell = f"{n_rate:,.0f}/s" if nv else "–"
@@ -253,8 +253,9 @@ def main() -> None:
         one_cpu = f"{1000 * one['cpu_seconds'] / n:.2f}" if one else "–"
         rss = (f"{nv['peak_rss_mb']:.0f} / " if nv else "– / ") + f"{one_rss} / {sh['peak_rss_mb']:.0f} MB"
         cpu = (f"{1000 * nv['cpu_seconds'] / n:.2f} / " if nv else "– / ") + f"{one_cpu} / {1000 * sh['cpu_seconds'] / n:.2f}"
-        print(f"| {n:,} | {r['mb']:,.0f} MB | {naive_cell} | {o_rate:,.0f}/s | {s_rate:,.0f}/s "
-              f"({sh['workers']} workers) | {vs} | {s_rate / o_rate:.2f}x | {rss} | {cpu} | >= 5,000/s, >= 2.3x, < 500 MB |")
+        one_cell, vs_one = (f"{o_rate:,.0f}/s", f"{s_rate / o_rate:.2f}x") if o_rate else ("–", "–")
+        print(f"| {n:,} | {r['mb']:,.0f} MB | {naive_cell} | {one_cell} | {s_rate:,.0f}/s "
+              f"({sh['workers']} workers) | {vs} | {vs_one} | {rss} | {cpu} | >= 5,000/s, >= 2.3x, < 500 MB |")
     if len(rows) >= 2:
         xs = [math.log(r["n"]) for r in rows]
         ys = [r["n"] / r["sharded"]["wall"] for r in rows]

@@ -57,7 +57,7 @@ def test_every_registered_prompt_is_pinned():
 
 def test_every_stage_prompt_is_registered():
     """A stage's declared prompts are the registered ones (the manifest records their hashes)."""
-    import kbvqa.cli.app  # noqa: F401 - registers every stage, whatever ran before this test
+    from kbvqa.cli.app import app  # noqa: F401 - the full app imports every command: every stage registered
     from kbvqa.stages import STAGES
 
     registered = {p.id for p in prompts.all_prompts().values()}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -13,60 +15,58 @@ from kbvqa.data.images import ALLOW_OUTSIDE_ROOT_ENV
 from kbvqa.models.config import CACHE_ENV
 from kbvqa.runner.executor import EXECUTORS, set_default_executor
 from kbvqa.runner.stage import set_record_deadline
-from kbvqa.cli import answer as answer_cmd
-from kbvqa.cli import audit as audit_cmd
-from kbvqa.cli import augment as augment_cmd
-from kbvqa.cli import curate as curate_cmd
-from kbvqa.cli import data as data_cmd
-from kbvqa.cli import demo as demo_cmd
-from kbvqa.cli import eval as eval_cmd
-from kbvqa.cli import index as index_cmd
-from kbvqa.cli import journal as journal_cmd
-from kbvqa.cli import kb as kb_cmd
-from kbvqa.cli import reference as reference_cmd
-from kbvqa.cli import report as report_cmd
-from kbvqa.cli import retrieve as retrieve_cmd
-from kbvqa.cli import score as score_cmd
-from kbvqa.cli import study as study_cmd
-from kbvqa.cli import view as view_cmd
+
+# Every sub-command in the order a user meets them (data and KB, audit, augment, retrieve/answer,
+# score, study, report): name -> (module under kbvqa.cli, its Typer app or command function, help).
+# A command's module is imported only when that command runs (or for the full `--help`): `kbvqa score
+# infoseek` must not pay for the HTTP stack, Pillow and numpy that other commands need.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "data": ("data", "app", "Convert benchmark files between formats; dataset statistics."),
+    "kb": ("kb", "app", "Import a wiki JSON into the SQLite/FTS5 KB store; search it."),
+    "audit": ("audit", "app", "Audit and repair a benchmark against its KB (rules first, LLM roles when configured)."),
+    "augment": ("augment", "augment", "Multi-entity composite images (intra/inter/blank/double) with rewritten "
+                                      "questions."),
+    "index": ("index", "app", "Build FAISS image indexes and dense section indexes over a KB."),
+    "retrieve": ("retrieve", "retrieve", "Image-to-image KB retrieval: ranked, entity-deduplicated records for "
+                                         "Recall@K."),
+    "answer": ("answer", "answer", "Answer with a reference MM-RAG pipeline (a registered preset: --pipeline)."),
+    "score": ("score", "app", "Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval."),
+    "eval": ("eval", "evaluate", "Answer + score in one run: predictions as `kbvqa answer` writes them, every "
+                                 "--metric as `kbvqa score` scores it, one results.json."),
+    "study": ("study", "app", "Studies: per-type bootstrap CIs, fixed-vs-unfixed comparisons and ranking "
+                              "reversals, retrieval 2x2, augmentation recall."),
+    "reference": ("reference", "app", "Interleaved reference construction from agent trajectories (seed 001) "
+                                      "and its human audit."),
+    "curate": ("curate", "app", "Curate a community-sourced visual QA benchmark from posts (seed 001 §3.1): the "
+                                "four-step funnel and its proofreading."),
+    "report": ("report", "app", "Tables (markdown/CSV/LaTeX), plots and an HTML page from study results."),
+    "journal": ("journal", "app", "Inspect or repair a job's output journal (what --resume reads)."),
+    "demo": ("demo", "demo", "End-to-end offline demo on real photographs shipped in PyPI packages."),
+    "view": ("view", "view", "Browse runs in a local read-only web app (or --export a static site)."),
+}
 
 
-
-app = typer.Typer(
-    name="kbvqa",
-    help="Audit, repair, augment and evaluate knowledge-seeking VQA benchmarks and the MM-RAG "
-         "pipelines and search agents that answer them.",
-    no_args_is_help=True,
-    rich_markup_mode=None,  # help texts carry [brackets] (TOML tables, extras): never read them as markup
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-# Registered in the order a user meets them: data and KB, audit, augment, retrieve/answer, score, study, report.
-app.add_typer(data_cmd.app, name="data", help="Convert benchmark files between formats; dataset statistics.")
-app.add_typer(kb_cmd.app, name="kb", help="Import a wiki JSON into the SQLite/FTS5 KB store; search it.")
-app.add_typer(audit_cmd.app, name="audit",
-              help="Audit and repair a benchmark against its KB (rules first, LLM roles when configured).")
-app.command("augment", help="Multi-entity composite images (intra/inter/blank/double) with rewritten "
-                            "questions.")(augment_cmd.augment)
-app.add_typer(index_cmd.app, name="index", help="Build FAISS image indexes and dense section indexes over a KB.")
-app.command("retrieve", help="Image-to-image KB retrieval: ranked, entity-deduplicated records for "
-                             "Recall@K.")(retrieve_cmd.retrieve)
-app.command("answer", help="Answer with a reference MM-RAG pipeline (a registered preset: --pipeline).")(
-    answer_cmd.answer)
-app.add_typer(score_cmd.app, name="score", help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
-app.command("eval", help="Answer + score in one run: predictions as `kbvqa answer` writes them, every --metric "
-                        "as `kbvqa score` scores it, one results.json.")(eval_cmd.evaluate)
-app.add_typer(study_cmd.app, name="study", help="Studies: per-type bootstrap CIs, fixed-vs-unfixed comparisons and "
-                                                "ranking reversals, retrieval 2x2, augmentation recall.")
-app.add_typer(reference_cmd.app, name="reference", help="Interleaved reference construction from agent "
-                                                        "trajectories (seed 001) and its human audit.")
-app.add_typer(curate_cmd.app, name="curate", help="Curate a community-sourced visual QA benchmark from posts "
-                                                  "(seed 001 §3.1): the four-step funnel and its proofreading.")
-app.add_typer(report_cmd.app, name="report", help="Tables (markdown/CSV/LaTeX), plots and an HTML page from study "
-                                                  "results.")
-app.add_typer(journal_cmd.app, name="journal", help="Inspect or repair a job's output journal (what --resume reads).")
-app.command("demo", help="End-to-end offline demo on real photographs shipped in PyPI packages.")(demo_cmd.demo)
-app.command("view", help="Browse runs in a local read-only web app (or --export a static site).")(view_cmd.view)
+def build_app(only: str | None = None) -> typer.Typer:
+    """The `kbvqa` Typer app with every sub-command, or with `only` that one (what `main` runs)."""
+    root = typer.Typer(
+        name="kbvqa",
+        help="Audit, repair, augment and evaluate knowledge-seeking VQA benchmarks and the MM-RAG "
+             "pipelines and search agents that answer them.",
+        no_args_is_help=True,
+        rich_markup_mode=None,  # help texts carry [brackets] (TOML tables, extras): never read them as markup
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+    root.callback()(_root)
+    for name, (module, attr, help_) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        obj = getattr(importlib.import_module(f"kbvqa.cli.{module}"), attr)
+        if isinstance(obj, typer.Typer):
+            root.add_typer(obj, name=name, help=help_)
+        else:
+            root.command(name, help=help_)(obj)
+    return root
 
 
 def _version(value: bool) -> None:
@@ -78,7 +78,6 @@ def _version(value: bool) -> None:
 ExecutorName = Literal[tuple(EXECUTORS.names())]  # type: ignore[valid-type]
 
 
-@app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the version and exit."),
           executor: ExecutorName = typer.Option(  # type: ignore[valid-type]
@@ -119,8 +118,34 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     set_default_executor(executor, **options)
 
 
+# root options that take a value: skipped (with it) when looking for the sub-command in argv
+_VALUED = {"--executor", "--ray-address", "--ray-actors", "--record-deadline", "--cache"}
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The sub-command `argv` names, if it is one of COMMANDS (else None: the full app answers)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return None
+        if arg.startswith("-"):
+            i += 2 if arg in _VALUED else 1
+            continue
+        return arg if arg in COMMANDS else None
+    return None
+
+
 def main() -> None:
-    app()
+    build_app(_command_in(sys.argv[1:]))(prog_name="kbvqa")
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`kbvqa.cli.app.app`: the full app (every command), built on first use (tests, entry points)."""
+    if name == "app":
+        globals()["app"] = full = build_app()
+        return full
+    raise AttributeError(f"module 'kbvqa.cli.app' has no attribute {name!r}")
 
 
 if __name__ == "__main__":

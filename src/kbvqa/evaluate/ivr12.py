@@ -46,16 +46,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
-
-from kbvqa.data import phash as ph
 from kbvqa.data.images import ImageRefError, open_image, resolve_image
 from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.notevqa import looks_like_notevqa, reference_tags, sample_from_notevqa
 from kbvqa.evaluate import METRICS
-from kbvqa.evaluate.agreement import krippendorff_alpha, pearson, spearman
 from kbvqa.evaluate.io import ScoreInputError
-from kbvqa.models.images import image_to_data_url
 from kbvqa.models.jsonx import extract_json
 from kbvqa.models.prompts import Prompt
 from kbvqa.models.prompts.ivr12 import GROUP_PROMPTS
@@ -577,7 +572,10 @@ def parse_verdict(text: str | None, keys: Sequence[str], *, what: str, gate: boo
 @functools.lru_cache(maxsize=4096)
 def _facts(path: str, mtime_ns: int, size: int, side: int) -> tuple[int, int, float, int]:
     """(width, height, Laplacian variance at `side`, phash) of one image file; keyed on its stat."""
+    import numpy as np  # numpy and Pillow only when images are judged
     from PIL import Image
+
+    from kbvqa.data import phash as ph
 
     img = open_image(path, mode="L")
     w, h = img.size
@@ -601,6 +599,8 @@ def _steps(value: float, steps: Sequence[float]) -> int:
 def measure_rules(record: Mapping[str, Any], rubric: Rubric) -> dict[str, dict[str, Any]]:
     """The rule-measured dimensions of one record: {dim: {score, na, detail}}. A missing or
     undecodable local image raises (the item becomes an error line naming it), never a score."""
+    from kbvqa.data import phash as ph  # numpy only when a rubric is measured
+
     out: dict[str, dict[str, Any]] = {}
     rules = rubric.rules
     if record.get("no_answer"):
@@ -677,6 +677,8 @@ class IVR12Config(StageConfig):
 
 @functools.lru_cache(maxsize=512)
 def _data_url(path: str, mtime_ns: int, size: int, max_side: int) -> str:
+    from kbvqa.models.images import image_to_data_url
+
     return image_to_data_url(path, max_side=max_side)
 
 
@@ -905,6 +907,8 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 def _agreement(ok: list[Mapping[str, Any]], rubric: Rubric, judges: Sequence[str]) -> dict[str, Any]:
     """Per dimension (and model gate): α across each judge's repeats and α across judges (each
     judge's mean over its repeats), ordinal and interval (nominal for gates)."""
+    from kbvqa.evaluate.agreement import krippendorff_alpha  # numpy only when a summary is made
+
     out: dict[str, Any] = {}
     keys = [(d.key, False) for d in rubric.dimensions] + [(g.key, True) for g in rubric.model_gates()]
     for key, gate in keys:
@@ -954,6 +958,8 @@ def summarize(lines: Iterable[Mapping[str, Any]], rubric: Rubric, *, judges: Seq
     """The IVR-12 summary of a finished journal: per-dimension / per-group / overall means, ungated
     and gated, each with its denominator; n/a counts by reason; gate counts; item statuses; judge
     agreement (with repeats or several judges); the length–score correlation."""
+    from kbvqa.evaluate.agreement import pearson, spearman  # numpy only when a summary is made
+
     lines = list(lines)
     status = Counter(str(x.get("status")) for x in lines)
     ok = [x for x in lines if x.get("status") == "ok" and isinstance(x.get("ivr12"), dict)]

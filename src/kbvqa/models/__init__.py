@@ -2,20 +2,31 @@
 
 Every model call in kbvqa goes through this package: `OpenAIChatClient` (servers), `RulesClient`
 (deterministic functions), `ReplayClient` (cassettes), all returning `ChatResult`.
+
+The names below are exported lazily (PEP 562): importing one light submodule (prompts, jsonx,
+replies) must not import the HTTP client stack and Pillow, which a command that makes no model call
+(`kbvqa score infoseek`) never uses.
 """
 
-from kbvqa.models.cache import ResponseCache, make_key
-from kbvqa.models.client import OpenAIChatClient, normalize_base_url
-from kbvqa.models.config import ModelsConfig, RoleConfig, ConfigError, build_roles, describe_roles, load_model_config
-from kbvqa.models.images import image_to_data_url, user_message
-from kbvqa.models.jsonx import extract_json, strip_think
-from kbvqa.models.replay import ReplayClient
-from kbvqa.models.result import ChatResult, ModelClient
-from kbvqa.models.rules import RulesClient, get_rule, register_rule
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "ChatResult", "ConfigError", "ModelClient", "ModelsConfig", "OpenAIChatClient", "ReplayClient",
-    "ResponseCache", "RoleConfig", "RulesClient", "build_roles", "describe_roles", "extract_json",
-    "get_rule", "image_to_data_url", "load_model_config", "make_key", "normalize_base_url",
-    "register_rule", "strip_think", "user_message",
-]
+_EXPORTS = {
+    "ResponseCache": "cache", "make_key": "cache",
+    "OpenAIChatClient": "client", "normalize_base_url": "client",
+    "ModelsConfig": "config", "RoleConfig": "config", "ConfigError": "config", "build_roles": "config",
+    "describe_roles": "config", "load_model_config": "config",
+    "image_to_data_url": "images", "user_message": "images",
+    "extract_json": "jsonx", "strip_think": "jsonx",
+    "ReplayClient": "replay",
+    "ChatResult": "result", "ModelClient": "result",
+    "RulesClient": "rules", "get_rule": "rules", "register_rule": "rules",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kbvqa.models' has no attribute {name!r}")
+    return getattr(import_module(f"kbvqa.models.{module}"), name)

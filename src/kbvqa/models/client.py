@@ -33,16 +33,17 @@ import random
 import re
 import time
 import urllib.request
-from typing import Any, Literal, get_args
+from typing import Any
 
 import httpx
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from kbvqa.data.schema import Provenance, Usage
 from kbvqa.models.cache import ResponseCache, is_deterministic, make_key, schema_json
-from kbvqa.models.jsonx import extract_json, strip_think
-from kbvqa.models.result import ChatResult
+from kbvqa.models.jsonx import strip_think
+from kbvqa.models.replies import interpret_reply
+from kbvqa.models.result import STRUCTURED_OUTPUT_MODES, ChatResult, StructuredOutput, normalize_base_url
 
 POOL_SHARD = 8  # connections per httpx pool (see _ensure_loop_state)
 RETRY_AFTER_CAP = 300.0  # seconds; a Retry-After beyond this is treated as this
@@ -50,76 +51,6 @@ RETRY_AFTER_CAP = 300.0  # seconds; a Retry-After beyond this is treated as this
 # TGI, FastAPI-style 422 validation of wrappers), not a bad request of ours.
 _SCHEMA_REFUSAL = re.compile(r"response_format|json_schema|json_object|guided_(?:json|decoding|grammar)"
                              r"|structured[ _-]?output", re.IGNORECASE)
-StructuredOutput = Literal["auto", "json_schema", "json_object", "off"]
-STRUCTURED_OUTPUT_MODES: tuple[str, ...] = get_args(StructuredOutput)
-
-
-def normalize_base_url(base_url: str) -> str:
-    """Apply the one base-URL rule: strip trailing '/', append '/v1' unless a `/v1` segment exists."""
-    url = base_url.strip().rstrip("/")
-    if not url:
-        raise ValueError("base_url is empty")
-    if not re.match(r"^https?://", url):
-        raise ValueError(f"base_url must start with http:// or https:// (got {base_url!r})")
-    path = httpx.URL(url).path
-    if "/v1" not in [("/" + seg) for seg in path.split("/") if seg]:
-        url += "/v1"
-    return url
-
-
-def _check_json_schema(value: Any, schema: dict, where: str = "$") -> None:
-    """A small JSON-Schema subset check (type, required, enum, properties, items) for dict schemas;
-    pydantic models get full validation instead."""
-    t = schema.get("type")
-    types = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
-    if t in types and not isinstance(value, types[t]):
-        raise ValueError(f"{where}: expected {t}, got {type(value).__name__}")
-    if t in ("number", "integer") and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                        or (t == "integer" and isinstance(value, float) and not value.is_integer())):
-        raise ValueError(f"{where}: expected {t}, got {value!r}")
-    if "enum" in schema and value not in schema["enum"]:
-        raise ValueError(f"{where}: {value!r} not one of {schema['enum']}")
-    if isinstance(value, dict):
-        missing = [k for k in schema.get("required", []) if k not in value]
-        if missing:
-            raise ValueError(f"{where}: missing required {missing}")
-        for k, sub in (schema.get("properties") or {}).items():
-            if k in value and isinstance(sub, dict):
-                _check_json_schema(value[k], sub, f"{where}.{k}")
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, v in enumerate(value):
-            _check_json_schema(v, schema["items"], f"{where}[{i}]")
-
-
-def validate_data(value: Any, schema: type[BaseModel] | dict | None) -> Any:
-    """Validate parsed JSON against the requested schema; returns plain JSON or raises ValueError."""
-    if schema is None:
-        return value
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        try:
-            return schema.model_validate(value).model_dump(mode="json")
-        except ValidationError as e:
-            errs = "; ".join(f"{'.'.join(map(str, er['loc'])) or '$'}: {er['msg']}" for er in e.errors()[:3])
-            raise ValueError(f"schema {schema.__name__} validation failed: {errs}") from None
-    body = schema_json(schema) or {}
-    inner = body.get("schema", body) if "name" in body and "schema" in body else body
-    _check_json_schema(value, inner)
-    return value
-
-
-def interpret_reply(text: str, schema: type[BaseModel] | dict | None) -> tuple[str, Any, str]:
-    """(status, data, reason) for a reply text: think-stripped, then parsed and validated when a
-    schema is requested. Never substitutes a default."""
-    if schema is None:
-        return ("ok", None, "") if text else ("invalid", None, "empty reply")
-    try:
-        value = extract_json(text)
-    except ValueError as e:
-        return "invalid", None, f"unparseable JSON: {e}"
-    try:
-        return "ok", validate_data(value, schema), ""
-    except ValueError as e:
-        return "invalid", None, str(e)
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

@@ -58,9 +58,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from kbvqa.models.cache import ResponseCache
-from kbvqa.models.client import OpenAIChatClient, StructuredOutput, normalize_base_url
 from kbvqa.models.replay import ReplayClient
-from kbvqa.models.result import ModelClient
+from kbvqa.models.result import ModelClient, StructuredOutput, normalize_base_url
 from kbvqa.models.rules import RulesClient, get_rule
 
 ROLES = ("verifier", "repairer", "checker", "judge", "answerer", "agent", "vision", "extractor")
@@ -312,7 +311,9 @@ def _build_one(role: str, rc: RoleConfig, cache: ResponseCache | None, env: dict
         if not key:
             raise ConfigError(f"models.{role}: api_key_env names {rc.api_key_env!r}, which is not set")
 
-    def openai() -> OpenAIChatClient:
+    def openai() -> ModelClient:
+        from kbvqa.models.client import OpenAIChatClient  # the HTTP stack only when a server role is built
+
         return OpenAIChatClient(
             rc.base_url or "", rc.model or "", key, concurrency=rc.concurrency, timeout=rc.read_timeout,
             connect_timeout=rc.connect_timeout, deadline=rc.deadline, structured_output=rc.structured_output,

@@ -13,7 +13,6 @@ from typing import Any, Iterable
 
 from PIL import Image
 
-from kbvqa.data.fetch import url_refusal
 from kbvqa.data.images import ImageRefError, open_image, outside_root_allowed
 
 _MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp"}
@@ -60,6 +59,8 @@ def image_part(image: str | Path | Image.Image, max_side: int = 1024, fmt: str =
     metadata) or CGNAT address, or carrying credentials is refused (ImageRefError) — an answer or a
     dataset row must not turn the server into a proxy (`--allow-outside-root` lifts it)."""
     if isinstance(image, str) and image.startswith(("http://", "https://", "data:")):
+        from kbvqa.data.fetch import url_refusal  # the HTTP stack only for URL images
+
         why = None if image.startswith("data:") or outside_root_allowed() else url_refusal(image)
         if why:
             raise ImageRefError(f"image URL {image[:200]!r} is not sent to the model server: {why}")

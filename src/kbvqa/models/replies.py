@@ -25,9 +25,13 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError, model_validator
 
-__all__ = ["NonBlank", "Reply", "is_placeholder", "not_placeholder", "placeholder_reason"]
+from kbvqa.models.cache import schema_json
+from kbvqa.models.jsonx import extract_json
+
+__all__ = ["NonBlank", "Reply", "interpret_reply", "is_placeholder", "not_placeholder", "placeholder_reason",
+           "validate_data"]
 
 #: A string the stage needs to say something: surrounding whitespace stripped, at least one character.
 NonBlank = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
@@ -97,3 +101,58 @@ class Reply(BaseModel):
             for where, s in _strings(getattr(self, name), name):
                 not_placeholder(s, self.placeholder_examples, field=where)
         return self
+
+
+def _check_json_schema(value: Any, schema: dict, where: str = "$") -> None:
+    """A small JSON-Schema subset check (type, required, enum, properties, items) for dict schemas;
+    pydantic models get full validation instead."""
+    t = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    if t in types and not isinstance(value, types[t]):
+        raise ValueError(f"{where}: expected {t}, got {type(value).__name__}")
+    if t in ("number", "integer") and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                        or (t == "integer" and isinstance(value, float) and not value.is_integer())):
+        raise ValueError(f"{where}: expected {t}, got {value!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ValueError(f"{where}: {value!r} not one of {schema['enum']}")
+    if isinstance(value, dict):
+        missing = [k for k in schema.get("required", []) if k not in value]
+        if missing:
+            raise ValueError(f"{where}: missing required {missing}")
+        for k, sub in (schema.get("properties") or {}).items():
+            if k in value and isinstance(sub, dict):
+                _check_json_schema(value[k], sub, f"{where}.{k}")
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, v in enumerate(value):
+            _check_json_schema(v, schema["items"], f"{where}[{i}]")
+
+
+def validate_data(value: Any, schema: type[BaseModel] | dict | None) -> Any:
+    """Validate parsed JSON against the requested schema; returns plain JSON or raises ValueError."""
+    if schema is None:
+        return value
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            return schema.model_validate(value).model_dump(mode="json")
+        except ValidationError as e:
+            errs = "; ".join(f"{'.'.join(map(str, er['loc'])) or '$'}: {er['msg']}" for er in e.errors()[:3])
+            raise ValueError(f"schema {schema.__name__} validation failed: {errs}") from None
+    body = schema_json(schema) or {}
+    inner = body.get("schema", body) if "name" in body and "schema" in body else body
+    _check_json_schema(value, inner)
+    return value
+
+
+def interpret_reply(text: str, schema: type[BaseModel] | dict | None) -> tuple[str, Any, str]:
+    """(status, data, reason) for a reply text: think-stripped, then parsed and validated when a
+    schema is requested. Never substitutes a default."""
+    if schema is None:
+        return ("ok", None, "") if text else ("invalid", None, "empty reply")
+    try:
+        value = extract_json(text)
+    except ValueError as e:
+        return "invalid", None, f"unparseable JSON: {e}"
+    try:
+        return "ok", validate_data(value, schema), ""
+    except ValueError as e:
+        return "invalid", None, str(e)

@@ -9,7 +9,9 @@ timeout, cassette miss). An `error` or `invalid` result is never an answer and n
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+import re
+from typing import Any, Literal, Protocol, TypeVar, get_args, runtime_checkable
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -17,6 +19,26 @@ from kbvqa.data.schema import Provenance, Usage
 
 ChatStatus = Literal["ok", "invalid", "error"]
 M = TypeVar("M", bound=BaseModel)
+
+# How a server is asked for JSON replies (kbvqa.models.client); a setting of every model role.
+StructuredOutput = Literal["auto", "json_schema", "json_object", "off"]
+STRUCTURED_OUTPUT_MODES: tuple[str, ...] = get_args(StructuredOutput)
+
+
+def normalize_base_url(base_url: str) -> str:
+    """Apply the one base-URL rule: strip trailing '/', append '/v1' unless a `/v1` segment exists."""
+    url = base_url.strip().rstrip("/")
+    if not url:
+        raise ValueError("base_url is empty")
+    if not re.match(r"^https?://", url):
+        raise ValueError(f"base_url must start with http:// or https:// (got {base_url!r})")
+    try:
+        path = urlsplit(url).path
+    except ValueError as exc:  # e.g. an unclosed [IPv6 literal
+        raise ValueError(f"base_url is not a valid URL: {base_url!r} ({exc})") from None
+    if "/v1" not in [("/" + seg) for seg in path.split("/") if seg]:
+        url += "/v1"
+    return url
 
 
 class Invalid(Exception):

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from kbvqa.data.schema import Provenance, Usage
-from kbvqa.models.client import validate_data
+from kbvqa.models.replies import validate_data
 from kbvqa.models.result import ChatResult, Invalid
 
 RuleFn = Callable[[Any], Any]
