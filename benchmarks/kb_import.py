@@ -101,7 +101,8 @@ import json, resource, sys, time
 from kbvqa.kb.importer import import_wiki_json
 workers = None if sys.argv[4] == "auto" else int(sys.argv[4])
 t = time.perf_counter()
-st = import_wiki_json(sys.argv[1], sys.argv[2], batch_size=int(sys.argv[3]), overwrite=True, workers=workers)
+batch = None if sys.argv[3] == "auto" else int(sys.argv[3])
+st = import_wiki_json(sys.argv[1], sys.argv[2], batch_size=batch, overwrite=True, workers=workers)
 wall = time.perf_counter() - t
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0] / 1024
@@ -191,7 +192,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000", help="article counts, comma-separated")
     ap.add_argument("--baseline-max", type=int, default=100_000, help="run the naive loop up to this size")
-    ap.add_argument("--batch-size", type=int, default=2000)
+    ap.add_argument("--batch-size", default="auto", help="articles per batch (auto: the importer's default)")
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--workers", default="auto", help="the sharded run's workers (auto = one per core)")
     ap.add_argument("--modes", default="one,sharded", help="kbvqa runs per size: one (1 process), sharded")

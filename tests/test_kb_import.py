@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from kbvqa.data.schema import Article, Section
-from kbvqa.kb.importer import ImportStats, KBFormatError, build_kb, import_wiki_json
+from kbvqa.kb.importer import ImportStats, KBFormatError, build_kb, default_batch_size, import_wiki_json
 from kbvqa.kb.store import KBStore, open_kb
 
 W = "https://en.wikipedia.org/wiki/"
@@ -238,3 +238,14 @@ def test_open_kb_cache_dir(wiki_json, tmp_path):
     files = list(cache_dir.iterdir())
     assert len(files) == 1 and files[0].name.startswith("wiki.json.") and files[0].name.endswith(".kb.sqlite")
     assert not (tmp_path / "wiki.json.kb.sqlite").exists()
+
+
+def test_batch_size_defaults_to_the_number_of_indexing_processes(wiki_json, tmp_path):
+    """Sharded imports hand smaller batches to their shards (faster and smaller, measured); an explicit
+    batch size wins, and a size below 1 is refused."""
+    assert default_batch_size(1) == 2000 and default_batch_size(2) == default_batch_size(4) == 1000
+    one = import_wiki_json(wiki_json, tmp_path / "one.sqlite", workers=1)
+    two = import_wiki_json(wiki_json, tmp_path / "two.sqlite", workers=2)
+    assert (one.articles, one.sections) == (two.articles, two.sections) and one.articles > 0
+    with pytest.raises(ValueError, match="batch_size"):
+        import_wiki_json(wiki_json, tmp_path / "bad.sqlite", batch_size=0)

@@ -30,7 +30,9 @@ def _open(path: Path):
 def import_cmd(
     wiki: Path = typer.Argument(..., help="E-VQA/EchoSight wiki JSON (url -> article), JSONL, or .gz of either."),
     out: Path = typer.Option(..., "--out", "-o", help="KB file to write (.sqlite)."),
-    batch_size: int = typer.Option(2000, "--batch-size", min=1, help="Articles per insert batch."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1,
+                                             help="Articles per insert batch (default: 1000 when the index is "
+                                                  "built in shard processes, 2000 in one process)."),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
     on_duplicate: str = typer.Option("keep_first", "--on-duplicate",
                                      help="keep_first (count and report) or error."),
