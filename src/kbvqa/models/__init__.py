@@ -13,7 +13,7 @@ from typing import Any
 
 _EXPORTS = {
     "ResponseCache": "cache", "make_key": "cache",
-    "OpenAIChatClient": "client", "normalize_base_url": "client",
+    "OpenAIChatClient": "client", "normalize_base_url": "result",
     "ModelsConfig": "config", "RoleConfig": "config", "ConfigError": "config", "build_roles": "config",
     "describe_roles": "config", "load_model_config": "config",
     "image_to_data_url": "images", "user_message": "images",

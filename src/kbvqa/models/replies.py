@@ -1,5 +1,6 @@
-"""Strict reply models: the base class every LLM stage's reply schema derives from, and the one
-placeholder check.
+"""Strict reply models: the base class every LLM stage's reply schema derives from, the one
+placeholder check, and the one reply interpreter (`interpret_reply`: parse, then validate against a
+reply model or a JSON Schema) that the server client and the rules backend share.
 
 Why: a lax reply model turns model noise into data. Seen in the field: a posedness schema with every
 field optional accepted `{}` as "the question is clear", and an answerer accepted an echo of its
