@@ -241,8 +241,8 @@ def test_open_kb_cache_dir(wiki_json, tmp_path):
 
 
 def test_batch_size_defaults_to_the_number_of_indexing_processes(wiki_json, tmp_path):
-    """Sharded imports hand smaller batches to their shards (faster and smaller, measured); an explicit
-    batch size wins, and a size below 1 is refused."""
+    """Sharded imports hand smaller batches to their shards (faster and smaller, measured) and build the
+    same KB as one process with its larger default; a size below 1 is refused."""
     assert default_batch_size(1) == 2000 and default_batch_size(2) == default_batch_size(4) == 1000
     one = import_wiki_json(wiki_json, tmp_path / "one.sqlite", workers=1)
     two = import_wiki_json(wiki_json, tmp_path / "two.sqlite", workers=2)
