@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from child_server import child_server  # noqa: E402
+from harness import child_server  # noqa: E402
 from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
 
 from kbvqa.data.formats import read_samples  # noqa: E402

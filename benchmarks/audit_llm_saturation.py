@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from child_server import child_server  # noqa: E402
+from harness import bare_client_rate, child_server  # noqa: E402
 from fake_llm_server import FakeLLMServer, ok  # noqa: E402
 
 from kbvqa.data.schema import Evidence, Sample  # noqa: E402
@@ -121,16 +121,6 @@ async def _run(url: str, n: int, concurrency: int, workers: int, tag: str, out_d
     return dt, {"ok": rs.ok, "error": rs.error, "invalid": rs.invalid, "calls": ctx.usage.calls}
 
 
-async def _bare(url: str, n: int, concurrency: int) -> float:
-    """The same number of requests straight through the client (no runner, no stage), for contrast:
-    on a busy machine this shows how much of any shortfall is the client/machine, not the stage."""
-    async with OpenAIChatClient(url, "bench", concurrency=concurrency, timeout=30) as c:
-        await asyncio.gather(*(c.chat([{"role": "user", "content": "warm"}]) for _ in range(concurrency)))
-        t0 = time.perf_counter()
-        await asyncio.gather(*(c.chat([{"role": "user", "content": f"q{i}"}]) for i in range(n)))
-        return n / (time.perf_counter() - t0)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", type=int, default=600)
@@ -163,7 +153,7 @@ def main() -> None:
                     raise SystemExit(f"expected {a.n} ok records and requests, got {c} / {served} requests")
                 rates.append(served / dt)
                 counts.append(c)
-                bares.append(asyncio.run(_bare(url, a.n, a.concurrency)))
+                bares.append(asyncio.run(bare_client_rate(url, a.n, a.concurrency)))
         bare = sorted(bares)[a.repeats // 2]
     rates_sorted = sorted(rates)
     median = rates_sorted[len(rates) // 2]

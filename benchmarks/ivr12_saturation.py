@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from child_server import child_server  # noqa: E402
+from harness import bare_client_rate, child_server  # noqa: E402
 from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
 
 from kbvqa.demo.bench import build_bench, build_community  # noqa: E402
@@ -50,19 +50,6 @@ def _replies() -> dict[str, str]:
     return out
 
 
-async def _bare(url: str, n: int, concurrency: int) -> float:
-    """Seconds for `n` text-only requests through one OpenAIChatClient at `concurrency`."""
-    async with OpenAIChatClient(url, "bench-bare", concurrency=concurrency, timeout=60) as c:
-        msg = [{"role": "user", "content": "Grade the CONTENT of nothing"}]
-        await asyncio.gather(*(c.chat(msg) for _ in range(concurrency)))  # warm the pools
-        t0 = time.perf_counter()
-        res = await asyncio.gather(*(c.chat(msg) for _ in range(n)))
-        dt = time.perf_counter() - t0
-    if any(r.status != "ok" for r in res):
-        raise SystemExit("the bare client's requests failed")
-    return dt
-
-
 class _Log(list):
     """The fake server's request log without the request bodies: it would otherwise hold every base64
     image sent (hundreds of MB over a run), which a model server does not, and pay for it in garbage
@@ -76,7 +63,8 @@ class _Log(list):
 def _reference(a: argparse.Namespace) -> float:
     """Seconds the bare client needs for as many requests as the judge sent, on a fresh server."""
     with child_server(_serve, a.latency, a.server_ceiling) as (url, _, _):
-        return asyncio.run(_bare(url, CALLS_PER_ITEM * a.n, a.concurrency))
+        n = CALLS_PER_ITEM * a.n
+        return n / asyncio.run(bare_client_rate(url, n, a.concurrency, "Grade the CONTENT of nothing", timeout=60))
 
 
 def _serve(latency: float, ceiling: int, conn, stop) -> None:

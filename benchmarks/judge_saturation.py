@@ -27,10 +27,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from child_server import child_server  # noqa: E402
+from harness import bare_client_rate, child_server  # noqa: E402
 from audit_llm_saturation import _serve_asyncio  # noqa: E402
 
-from kbvqa.models.client import OpenAIChatClient  # noqa: E402
 from kbvqa.pipelines.score import judge_client, judge_files  # noqa: E402
 
 os.environ["KBVQA_CACHE"] = "off"  # every item must reach the server (no cached verdicts from an earlier run)
@@ -54,17 +53,6 @@ def job(url: str, refs: Path, preds: Path, out: Path, concurrency: int) -> tuple
     report = judge_files(preds, refs, client, out=out, resume=False, concurrency=concurrency)
     dt = time.perf_counter() - t0
     return dt, report.summary, client.concurrency
-
-
-async def bare(url: str, n: int, concurrency: int) -> float:
-    async with OpenAIChatClient(url, "bench", concurrency=concurrency, timeout=30) as c:
-        await asyncio.gather(*(c.chat([{"role": "user", "content": "warm"}]) for _ in range(concurrency)))
-        t0 = time.perf_counter()
-        res = await asyncio.gather(*(c.chat([{"role": "user", "content": f"q{i}"}]) for i in range(n)))
-        dt = time.perf_counter() - t0
-    if any(r.status != "ok" for r in res):
-        raise SystemExit("bare client: some requests failed")
-    return n / dt
 
 
 def main() -> None:
@@ -99,7 +87,7 @@ def main() -> None:
                     raise SystemExit(f"the judge client has concurrency {conc}, the job asked for {a.concurrency}")
                 job_rates.append(a.n / dt)
                 in_flight.append(stats["max_in_flight"])
-                bare_rates.append(asyncio.run(bare(url, a.n, a.concurrency)))
+                bare_rates.append(asyncio.run(bare_client_rate(url, a.n, a.concurrency)))
                 conn.send("stats")
                 conn.recv()  # reset the in-flight maximum
             if not a.skip_cli:

@@ -34,10 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fake_llm_server import FakeLLMServer  # noqa: E402
 
 import kbvqa.models.client as client_mod  # noqa: E402
-from kbvqa.models.client import OpenAIChatClient  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from child_server import child_server  # noqa: E402
+from harness import bare_client_rate, child_server  # noqa: E402
 from audit_llm_saturation import _serve_asyncio  # noqa: E402
 
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "q"}], "temperature": 0.0}).encode()
@@ -75,17 +74,9 @@ async def client_rate(url: str, n: int, concurrency: int, transport: str = "defa
     if transport == "httpx":
         client_mod._fast_path = lambda base_url: None  # what https / proxied servers get
     try:
-        async with OpenAIChatClient(url, "bench", concurrency=concurrency, timeout=30) as c:
-            await asyncio.gather(*(c.chat([{"role": "user", "content": "warm"}]) for _ in range(concurrency)))
-            t0 = time.perf_counter()
-            res = await asyncio.gather(*(c.chat([{"role": "user", "content": f"q{i}"}]) for i in range(n)))
-            dt = time.perf_counter() - t0
+        return await bare_client_rate(url, n, concurrency)
     finally:
         client_mod._fast_path = saved
-    bad = [r.reason for r in res if r.status != "ok"]
-    if bad:
-        raise SystemExit(f"{len(bad)} requests failed: {bad[0]}")
-    return n / dt
 
 
 async def aiohttp_rate(url: str, n: int, concurrency: int) -> float:
@@ -136,15 +127,6 @@ def _serve(latency: float, ceiling: int, conn, stop) -> None:
         conn.send(srv.base_url)
         stop.wait()
         conn.send({"requests": srv.count, "max_in_flight": srv.max_in_flight})
-
-
-async def _kbvqa(url: str, n: int, concurrency: int) -> tuple[float, int]:
-    async with OpenAIChatClient(url, "bench", concurrency=concurrency, timeout=30) as c:
-        await asyncio.gather(*(c.chat([{"role": "user", "content": "warm"}]) for _ in range(concurrency)))
-        t0 = time.perf_counter()
-        res = await asyncio.gather(*(c.chat([{"role": "user", "content": f"q{i}"}]) for i in range(n)))
-        dt = time.perf_counter() - t0
-    return dt, sum(r.status == "ok" for r in res)
 
 
 def _naive(url: str, n: int) -> float:
@@ -203,10 +185,7 @@ def slow_check(a: argparse.Namespace) -> bool:
         ideal = min(a.concurrency, a.server_ceiling) / a.latency
         rates = []
         for _ in range(a.repeats):
-            dt, n_ok = asyncio.run(_kbvqa(url, a.n, a.concurrency))
-            if n_ok != a.n:
-                raise SystemExit(f"only {n_ok}/{a.n} requests succeeded")
-            rates.append(a.n / dt)
+            rates.append(asyncio.run(bare_client_rate(url, a.n, a.concurrency)))
         rates.sort()
         median = rates[len(rates) // 2]
         naive_rate = a.naive_n / _naive(url, a.naive_n)
