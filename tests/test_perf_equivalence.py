@@ -256,6 +256,43 @@ def test_infoseek_normalize_fast_path_matches_rule():
     check()
 
 
+def test_norm_memo_gives_the_rule_and_stops_remembering_at_its_cap():
+    from kbvqa.evaluate.normalize import NormMemo, infoseek_normalize
+
+    memo = NormMemo(infoseek_normalize, cap=2)
+    texts = ["The U.S. Army", "an Apple", "The U.S. Army", "Paris.", "Lyon!"]
+    assert [memo[t] for t in texts] == [infoseek_normalize(t) for t in texts]
+    assert list(memo) == ["The U.S. Army", "an Apple"]  # the first two distinct texts, no more
+
+
+def test_gc_paused_restores_the_collector_even_on_errors():
+    import gc
+
+    from kbvqa.data.jsonl import gc_paused
+
+    assert gc.isenabled()
+
+    @gc_paused()
+    def load(fail: bool) -> bool:
+        with gc_paused():  # nested: the inner exit must not switch it back on early
+            pass
+        if fail:
+            raise ValueError("bad line")
+        return gc.isenabled()
+
+    assert load(False) is False and gc.isenabled()
+    with pytest.raises(ValueError):
+        load(True)
+    assert gc.isenabled()
+    gc.disable()
+    try:  # a caller that had it off keeps it off
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 # --------------------------------------------------------------------------------------------------
 # The model client's plain-http transport: HTTP/1.1 forms a server may answer with
 

@@ -315,3 +315,13 @@ def test_text_numeric_references_with_number_words(tmp_path):
         score_strict(load_predictions(preds), refs)
     with pytest.raises(ValueError, match="'c'"):
         score_reward(load_predictions(preds), refs)
+
+
+def test_duplicate_reference_ids_name_both_lines(tmp_path):
+    refs = tmp_path / "refs.jsonl"
+    line = {"data_id": "a", "answer_eval": ["Paris"], "data_split": "val_unseen_entity", "question_type": "String"}
+    refs.write_text("".join(json.dumps(x) + "\n" for x in (line, {**line, "data_id": "b"}, line)), encoding="utf-8")
+    for keep_raw in (True, False):
+        with pytest.raises(ScoreInputError, match=r"refs.jsonl:3: field 'data_id' duplicate reference id 'a' "
+                                                  r"\(first on line 1\)"):
+            load_infoseek_references(refs, keep_raw=keep_raw)

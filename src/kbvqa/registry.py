@@ -16,6 +16,7 @@ from importlib import metadata
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
+_ALL = object()  # _load(): every group
 
 __all__ = ["Entry", "Registry", "UnknownName"]
 
@@ -36,13 +37,23 @@ class Entry(Generic[T]):
 
 
 class Registry(Generic[T]):
-    """name -> object (a class, factory or value). `modules` are imported lazily to fill it."""
+    """name -> object (a class, factory or value). `modules` are imported lazily to fill it.
 
-    def __init__(self, kind: str, modules: tuple[str, ...] = ()):
+    `modules` may also be grouped by the value of one info field (`group_by`): then a lookup filtered
+    on that field (`names(family="infoseek")`) imports only that group's modules, so a command that
+    needs one family of entries does not import every other family's dependencies.
+    """
+
+    def __init__(self, kind: str, modules: tuple[str, ...] | dict[str, tuple[str, ...]] = (), *,
+                 group_by: str | None = None):
+        if isinstance(modules, dict) != (group_by is not None):
+            raise ValueError("grouped modules need group_by, and group_by needs grouped modules")
         self.kind = kind
-        self._modules = modules
+        self._groups = modules if isinstance(modules, dict) else {None: modules}
+        self._group_by = group_by
         self._entries: dict[str, Entry[T]] = {}
-        self._loaded = False
+        self._loaded: set[str | None] = set()  # groups imported
+        self._plugins_loaded = False
         self._loading = False
 
     def register(self, name: str, *, help: str = "", **info: Any) -> Callable[[T], T]:
@@ -62,17 +73,22 @@ class Registry(Generic[T]):
         self._entries[name] = Entry(name, obj, doc, dict(info))
         return obj
 
-    def _load(self) -> None:
-        if self._loaded or self._loading:
+    def _load(self, group: Any = _ALL) -> None:
+        """Import the built-in modules (all groups, or one) and the entry-point plugins, once each."""
+        groups = list(self._groups) if group is _ALL else [group] if group in self._groups else []
+        if self._loading or (self._plugins_loaded and self._loaded.issuperset(groups)):
             return
         self._loading = True  # a module being imported may itself ask for names
         try:
-            for mod in self._modules:
-                importlib.import_module(mod)
-            for ep in metadata.entry_points(group=f"kbvqa.{self.kind}"):
-                if ep.name not in self._entries:
-                    self.add(ep.name, ep.load())
-            self._loaded = True
+            for g in groups:
+                for mod in self._groups[g]:
+                    importlib.import_module(mod)
+                self._loaded.add(g)
+            if not self._plugins_loaded:
+                for ep in metadata.entry_points(group=f"kbvqa.{self.kind}"):
+                    if ep.name not in self._entries:
+                        self.add(ep.name, ep.load())
+                self._plugins_loaded = True
         finally:
             self._loading = False
 
@@ -80,6 +96,9 @@ class Registry(Generic[T]):
         return self.entry(name).obj
 
     def entry(self, name: str) -> Entry[T]:
+        got = self._entries.get(name)  # a registered name is final: plugins never replace built-ins
+        if got is not None:
+            return got
         self._load()
         try:
             return self._entries[name]
@@ -88,7 +107,7 @@ class Registry(Generic[T]):
 
     def names(self, **where: Any) -> list[str]:
         """Registered names in registration order; `where` filters on info fields (kind="answer")."""
-        self._load()
+        self._load(where[self._group_by] if self._group_by in where else _ALL)
         return [e.name for e in self._entries.values() if all(e.info.get(k) == v for k, v in where.items())]
 
     def __contains__(self, name: object) -> bool:

@@ -6,15 +6,12 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 import typer
 
 from kbvqa import __version__
 from kbvqa.data.images import ALLOW_OUTSIDE_ROOT_ENV
-from kbvqa.models.config import CACHE_ENV
-from kbvqa.runner.executor import EXECUTORS, set_default_executor
-from kbvqa.runner.stage import set_record_deadline
 
 # Every sub-command in the order a user meets them (data and KB, audit, augment, retrieve/answer,
 # score, study, report): name -> (module under kbvqa.cli, its Typer app or command function, help).
@@ -75,15 +72,12 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-ExecutorName = Literal[tuple(EXECUTORS.names())]  # type: ignore[valid-type]
-
-
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the version and exit."),
-          executor: ExecutorName = typer.Option(  # type: ignore[valid-type]
-              os.environ.get("KBVQA_EXECUTOR") or "local", "--executor",
-              help="Where every per-record job of the command runs: local (asyncio, this process) or ray "
-                   "(actors; the kbvqa[ray] extra). Env: KBVQA_EXECUTOR."),
+          executor: Optional[str] = typer.Option(
+              None, "--executor", show_default="local",
+              help="Where every per-record job of the command runs: local (asyncio, this process), ray "
+                   "(actors; the kbvqa[ray] extra) or a registered plugin. Env: KBVQA_EXECUTOR."),
           ray_address: Optional[str] = typer.Option(None, "--ray-address",
                                                     help="A running Ray cluster (default: RAY_ADDRESS, else a "
                                                          "local cluster started for the run)."),
@@ -107,15 +101,30 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """kbvqa command line. (--fail-on-error is read by each job from this command's parameters.)"""
     if allow_outside_root:  # an environment variable reaches worker processes (Ray actors, image pools)
         os.environ[ALLOW_OUTSIDE_ROOT_ENV] = "1"
-    set_record_deadline(record_deadline)
     if cache is not None and no_cache:
         raise typer.BadParameter("choose --cache PATH or --no-cache", param_hint="--cache")
     if cache is not None or no_cache:  # like the two above: an environment variable reaches every worker
+        from kbvqa.models.config import CACHE_ENV
+
         os.environ[CACHE_ENV] = "off" if no_cache else str(cache.expanduser().resolve())
     options = {k: v for k, v in (("address", ray_address), ("actors", ray_actors)) if v is not None}
     if options and executor != "ray":
         raise typer.BadParameter("--ray-address/--ray-actors need --executor ray", param_hint="--executor")
-    set_default_executor(executor, **options)
+    # The runner holds these process-wide settings. It is imported only when an option sets one or
+    # when it is already loaded (then a value from an earlier call in this process is reset):
+    # `kbvqa score infoseek` never loads the runner, and its start-up is part of every score.
+    if record_deadline is not None or "kbvqa.runner.stage" in sys.modules:
+        from kbvqa.runner.stage import set_record_deadline
+
+        set_record_deadline(record_deadline)
+    if executor is not None or "kbvqa.runner.executor" in sys.modules:
+        from kbvqa.registry import UnknownName
+        from kbvqa.runner.executor import set_default_executor
+
+        try:
+            set_default_executor(executor or os.environ.get("KBVQA_EXECUTOR") or "local", **options)
+        except UnknownName as exc:
+            raise typer.BadParameter(str(exc), param_hint="--executor") from None
 
 
 # root options that take a value: skipped (with it) when looking for the sub-command in argv

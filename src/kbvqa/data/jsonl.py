@@ -9,9 +9,11 @@ so a failed write never leaves a truncated file over a previous good one.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ try:  # optional speed-up for reading
 except ImportError:  # pragma: no cover - exercised only without orjson
     _loads = json.loads
 
-__all__ = ["dumps_line", "read_jsonl", "write_jsonl"]
+__all__ = ["dumps_line", "gc_paused", "read_jsonl", "write_jsonl"]
 
 
 def dumps_line(obj: Any) -> str:
@@ -53,6 +55,24 @@ def read_jsonl(path: str | Path, policy: ErrorPolicy | None = None) -> Iterator[
                 policy.handle(DataError(f"expected a JSON object, got {type(obj).__name__}", file=path, row=lineno))
                 continue
             yield lineno, obj
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while a loader builds a large table of records.
+
+    Parsed JSON and the records made from it hold no reference cycles, so the collector finds nothing
+    to free there, yet it runs again and again as the table grows (about a tenth of loading 300k
+    InfoSeek references). Reference counting still frees everything as usual. Usable as a decorator
+    on functions that return a whole table — not on generators, which would run after it ended.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:

@@ -8,10 +8,10 @@ whether they need the raw reference aliases (`raw_aliases`, the reward mode).
 
 from kbvqa.registry import Registry
 
-METRICS: Registry = Registry("metric", modules=(
-    "kbvqa.evaluate.infoseek", "kbvqa.evaluate.evqa", "kbvqa.evaluate.judge", "kbvqa.evaluate.retrieval",
-    "kbvqa.evaluate.ivr12",
-))
+METRICS: Registry = Registry("metric", group_by="family", modules={
+    "infoseek": ("kbvqa.evaluate.infoseek",), "evqa": ("kbvqa.evaluate.evqa",), "judge": ("kbvqa.evaluate.judge",),
+    "retrieval": ("kbvqa.evaluate.retrieval",), "rubric": ("kbvqa.evaluate.ivr12",),
+})
 
 
 def infoseek_modes() -> list[str]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbvqa.data.jsonl import gc_paused
 from kbvqa.data.schema import Provenance, Verdict
 from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import (PredictionRecord, ScoreInputError, add_reference, kbvqa_alternatives,
@@ -106,6 +107,7 @@ def _make_ref(did: str, question: str, qtype: str, alternatives: list[str], path
     return EVQARef(did, question, qtype, alternatives, norm, ln)
 
 
+@gc_paused()
 def load_evqa_references(path: str | Path) -> dict[str, EVQARef]:
     """E-VQA CSV (needs a `data_id` or `id` column, `answer`, `question_type`; `question` optional)
     or kbvqa JSONL (`id`, `answers` as strings or {text, parts}, `question_type`)."""

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable
 
 from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import InfoSeekRef, PredictionRecord, last_prediction_per_id, ref_norm_aliases
-from kbvqa.evaluate.normalize import evqa_normalize, infoseek_normalize, number_words_to_digits
+from kbvqa.evaluate.normalize import NormMemo, evqa_normalize, infoseek_normalize, number_words_to_digits
 from kbvqa.evaluate.numeric import parse_numeric
 
 __all__ = [
@@ -155,21 +155,21 @@ def _new_tally() -> dict[str, dict[str, list[int]]]:
 
 
 class _Official:
-    """Per-item official correctness (normalised aliases were computed at load time)."""
+    """Per-item official correctness (normalised aliases were computed at load time). Predictions
+    repeat too, so each distinct one is normalised once per run."""
 
-    def __init__(self, refs: dict[str, InfoSeekRef]):
-        self.refs = refs
+    def __init__(self) -> None:
+        self.normalize = NormMemo(infoseek_normalize).__getitem__
 
     norm_aliases = staticmethod(ref_norm_aliases)
 
-    @staticmethod
-    def correct(ref: InfoSeekRef, pred: str | None) -> bool:
+    def correct(self, ref: InfoSeekRef, pred: str | None) -> bool:
         if pred is None:
             return False
         if ref.qtype == "Numerical":
             lo, hi = ref.range  # type: ignore[misc]
             return numeric_correct(parse_numeric(pred), lo, hi)  # type: ignore[arg-type]
-        return infoseek_normalize(pred) in (ref.norm_aliases or ref_norm_aliases(ref))
+        return self.normalize(pred) in (ref.norm_aliases or ref_norm_aliases(ref))
 
 
 def _check_numeric(refs: dict[str, InfoSeekRef]) -> None:
@@ -190,7 +190,7 @@ def score_official(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], 
     unknown = 0
     seen: set[str] = set()
     dup = 0
-    correct, split_of = _Official.correct, _SplitOf()
+    correct, split_of = _Official().correct, _SplitOf()
     for p in preds:
         did, pred = p.data_id, p.prediction
         ref = refs.get(did)
@@ -227,7 +227,7 @@ def score_strict(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], *,
                  per_item: bool = False, time_leniency: bool = True) -> InfoSeekResult:
     """Official per-item rules, every reference counted, coverage reported, Time year leniency."""
     _check_numeric(refs)
-    judge = _Official(refs)
+    judge = _Official()
     by_id, unknown, dup = last_prediction_per_id(preds, refs)
     tally = _new_tally()
     predicted = {"unseen_question": 0, "unseen_entity": 0}
@@ -242,7 +242,7 @@ def score_strict(preds: list[PredictionRecord], refs: dict[str, InfoSeekRef], *,
         ok = has and judge.correct(ref, pred)
         lenient = False
         if has and not ok and time_leniency and ref.qtype == "Time" and pred is not None:
-            lenient = ok = time_lenient(infoseek_normalize(pred), judge.norm_aliases(ref))
+            lenient = ok = time_lenient(judge.normalize(pred), judge.norm_aliases(ref))
             rescued += lenient
         predicted[sp] += has
         t = tally[sp][ref.qtype]

@@ -16,7 +16,8 @@ from typing import Any, Iterator
 
 from kbvqa.data import jsonl as data_jsonl
 from kbvqa.data.errors import DataError
-from kbvqa.evaluate.normalize import infoseek_normalize, number_words_to_digits
+from kbvqa.data.jsonl import gc_paused
+from kbvqa.evaluate.normalize import NormMemo, infoseek_normalize, number_words_to_digits
 from kbvqa.evaluate.numeric import parse_numeric
 
 __all__ = [
@@ -70,6 +71,7 @@ class PredictionRecord:
     status: str = "ok"  # a kbvqa runner line that ended error / invalid: no answer, counted as such
 
 
+@gc_paused()
 def load_predictions(path: str | Path) -> list[PredictionRecord]:
     """Read predictions: {"data_id","prediction"} lines or kbvqa Prediction {"sample_id","answer"}
     (its `short_answer` when it has one: the agent's interleaved answers carry one). Every line a
@@ -206,6 +208,7 @@ def _canon_qtype(value: Any, path: str | Path, ln: int, fld: str) -> str:
     return q
 
 
+@gc_paused()
 def load_qtypes(path: str | Path) -> dict[str, str]:
     """InfoSeek question-type JSONL: {"data_id", "question_type"} -> {id: String|Numerical|Time}."""
     out: dict[str, str] = {}
@@ -249,6 +252,7 @@ def _str_list(value: Any, path: str | Path, ln: int, fld: str) -> list[str]:
     raise ScoreInputError(path, ln, fld, f"expected a string or a list of strings, got {value!r}")
 
 
+@gc_paused()
 def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = None,
                              qtypes_path: str | Path | None = None, *,
                              keep_raw: bool = True) -> dict[str, InfoSeekRef]:
@@ -266,29 +270,32 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
     `norm_aliases`; the reward mode needs the raw ones): it keeps 300k-item runs under 400 MB.
     """
     own_qtypes = qtypes is None and qtypes_path is not None
-    # answers repeat across questions (years, countries, common entities): each distinct alias is
-    # normalised once per load; bounded so a file of all-distinct answers stays small
-    memo = _NormMemo(1 << 17)
     if own_qtypes:
         qtypes = load_qtypes(qtypes_path)  # type: ignore[arg-type]
+    normalized = NormMemo(infoseek_normalize).__getitem__  # each distinct alias normalised once per load
     refs: dict[str, InfoSeekRef] = {}
-    if str(path).lower().endswith(".csv"):
-        rows = ((ln, row, "ara-csv") for ln, row in read_csv(path))
-    else:
-        rows = ((ln, obj, None) for ln, obj in read_jsonl(path))
-    for ln, obj, kind in rows:
-        if kind is None:
-            kind = "official" if "answer_eval" in obj else ("kbvqa" if "answers" in obj else None)
-            if kind is None:
-                raise ScoreInputError(path, ln, "answer_eval", "missing (expected InfoSeek answer_eval or kbvqa answers)")
+    csv_file = str(path).lower().endswith(".csv")
+    rows: Iterator[tuple[int, Any]] = read_csv(path) if csv_file else read_jsonl(path)
+    for ln, obj in rows:
+        if csv_file:
+            kind = "ara-csv"
+        elif "answer_eval" in obj:
+            kind = "official"
+        elif "answers" in obj:
+            kind = "kbvqa"
+        else:
+            raise ScoreInputError(path, ln, "answer_eval", "missing (expected InfoSeek answer_eval or kbvqa answers)")
         ref = _parse_ref(obj, kind, path, ln, qtypes)
+        did = ref.data_id
         if own_qtypes:
-            qtypes.pop(ref.data_id, None)  # type: ignore[union-attr]  # frees memory as we go
+            qtypes.pop(did, None)  # type: ignore[union-attr]  # frees memory as we go
         if not keep_raw:
             if ref.qtype != "Numerical":  # official/strict judge numbers by the range alone
-                ref_norm_aliases(ref, memo)
+                ref.norm_aliases = tuple(dict.fromkeys(map(normalized, ref.aliases)))
             ref.aliases = []
-        add_reference(refs, ref, path)
+        if did in refs:
+            add_reference(refs, ref, path)  # raises, naming both lines
+        refs[did] = ref
     return refs
 
 
@@ -299,9 +306,8 @@ def _parse_ref(obj: dict[str, Any], kind: str, path: str | Path, ln: int,
     if not isinstance(did, str) or not did:
         raise ScoreInputError(path, ln, id_field, f"must be a non-empty string, got {did!r}")
     # question type: the qtypes file wins (official behaviour), then the line itself
-    if qtypes is not None and did in qtypes:
-        qtype = qtypes[did]
-    else:
+    qtype = qtypes.get(did) if qtypes is not None else None
+    if qtype is None:
         qfield = "answer_type" if kind == "kbvqa" and obj.get("answer_type") else "question_type"
         raw_q = obj.get(qfield)
         if raw_q is None:
@@ -352,23 +358,9 @@ def _parse_ref(obj: dict[str, Any], kind: str, path: str | Path, ln: int,
     return InfoSeekRef(did, qtype, split, aliases, rng, ln, kind)
 
 
-class _NormMemo(dict):
-    """alias -> infoseek_normalize(alias), at most `cap` entries (then it stops remembering)."""
-
-    def __init__(self, cap: int):
-        super().__init__()
-        self.cap = cap
-
-    def __missing__(self, text: str) -> str:
-        norm = infoseek_normalize(text)
-        if len(self) < self.cap:
-            self[text] = norm
-        return norm
-
-
 def ref_norm_aliases(ref: InfoSeekRef, memo: dict[str, str] | None = None) -> tuple[str, ...]:
     """The reference's InfoSeek-normalised aliases, computed once and kept on the record (`memo`:
-    a mapping alias -> normalised alias to look up first, as `_NormMemo`)."""
+    a mapping alias -> normalised alias to look up first, as `NormMemo`)."""
     norm = ref.norm_aliases
     if not norm and ref.aliases:
         a = ref.aliases

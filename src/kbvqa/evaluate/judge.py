@@ -32,6 +32,7 @@ from typing import Any, Iterable, Literal, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from kbvqa.data.jsonl import gc_paused
 from kbvqa.data.schema import Provenance, Verdict
 from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
@@ -204,6 +205,7 @@ def simpleqa_metrics(labels: Iterable[str | None | Verdict]) -> dict[str, float 
 # references
 
 
+@gc_paused()
 def load_judge_references(path: str | Path) -> dict[str, tuple[str, str]]:
     """id -> (question, target) from kbvqa JSONL (`id`, `question`, `answers`; NoteVQA-style `answer`) or a CSV with
     `data_id`/`id`, `problem`/`question` and `answer` (SimpleQA / ARA style)."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable
 
 __all__ = [
-    "infoseek_normalize", "evqa_normalize", "number_words_to_digits", "contains_word_bounded",
+    "NormMemo", "infoseek_normalize", "evqa_normalize", "number_words_to_digits", "contains_word_bounded",
     "DIGIT_WORDS",
 ]
 
@@ -80,6 +81,24 @@ def infoseek_normalize(text: str) -> str:
             return " ".join([w for w in s.split(" ") if w and w not in _ARTICLE_WORDS])
         return " ".join(_ARTICLES.sub(" ", s).split())
     return " ".join(_ARTICLES.sub(" ", s.translate(_ASCII_PUNCT_TABLE)).split())
+
+
+class NormMemo(dict):
+    """text -> normalize(text), remembering at most `cap` texts (then it stops remembering).
+
+    Answers and predictions repeat (years, countries, common entities), so a scorer normalises each
+    distinct text once; the cap keeps a file of all-distinct texts small.
+    """
+
+    def __init__(self, normalize: Callable[[str], str], cap: int = 1 << 17):
+        super().__init__()
+        self.normalize, self.cap = normalize, cap
+
+    def __missing__(self, text: str) -> str:
+        norm = self.normalize(text)
+        if len(self) < self.cap:
+            self[text] = norm
+        return norm
 
 
 def evqa_normalize(text: str) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, get_args
 
+from kbvqa.data.jsonl import gc_paused
 from kbvqa.data.urls import canonical_url, dedupe_urls
 from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import ScoreInputError, add_reference, kbvqa_alternatives, read_csv, read_jsonl
@@ -44,6 +45,7 @@ class RetrievalRef:
     line: int
 
 
+@gc_paused()
 def load_retrieval_references(path: str | Path) -> dict[str, RetrievalRef]:
     """Gold urls (and answers) per id from kbvqa JSONL or an ARA / E-VQA CSV with `wikipedia_url`."""
     refs: dict[str, RetrievalRef] = {}
@@ -75,6 +77,7 @@ def load_retrieval_references(path: str | Path) -> dict[str, RetrievalRef]:
     return refs
 
 
+@gc_paused()
 def load_retrieval_records(path: str | Path) -> tuple[dict[str, dict[str, list[str]]], int]:
     """stage -> id -> de-duplicated canonical ranking. Returns (records, n_duplicate_lines);
     a repeated (id, stage) keeps the last line and is counted."""
@@ -201,6 +204,7 @@ def answer_in_text_recall(records: dict[str, list[str]], refs: dict[str, Retriev
             "n_without_answers": no_answers, "n_urls_without_text": len(missing_text)}
 
 
+@gc_paused()
 def load_answer_texts(path: str | Path) -> dict[str, str]:
     """Article texts for answer-in-text recall: JSONL {url, text} -> {canonical url: text}."""
     table: dict[str, str] = {}

@@ -12,15 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbvqa.data.jsonl import read_jsonl, write_jsonl
+from kbvqa.data.jsonl import gc_paused, read_jsonl, write_jsonl
 from kbvqa.evaluate import METRICS
-from kbvqa.evaluate import evqa as ev
-from kbvqa.evaluate import judge as jd
 from kbvqa.evaluate import methods as mt
 from kbvqa.evaluate import retrieval as rt
 from kbvqa.evaluate.io import (last_prediction_per_id, load_infoseek_references, load_predictions,
                                prediction_status_counts)
-from kbvqa.models.config import ConfigError, one_role, roles_from_flags, split_shorthand
 
 __all__ = ["ScoreReport", "agent_failures", "judge_client", "score_infoseek_files", "score_evqa_files", "judge_files",
            "score_retrieval_files", "convert_predictions"]
@@ -46,6 +43,8 @@ def judge_client(*, config: Path | None = None, role: str | None = None, base_ur
     it is always clear which model judged. Built by `roles_from_flags`: the flags' client gets
     `concurrency` slots, so the job's --concurrency is what reaches the server (a role from the file
     keeps the `concurrency` written there)."""
+    from kbvqa.models.config import ConfigError, one_role, roles_from_flags, split_shorthand
+
     flags = bool(base_url or model or replay is not None)
     if config is not None or role is not None:
         if flags:
@@ -94,6 +93,7 @@ def _beside(predictions: Path, suffix: str) -> Path:
 # InfoSeek
 
 
+@gc_paused()  # rules only: loading and scoring build no reference cycles
 def score_infoseek_files(predictions: Path, references: Path, *, qtypes: Path | None = None, mode: str = "official",
                          per_item: Path | None = None, time_leniency: bool = True) -> ScoreReport:
     """InfoSeek accuracy with the registered mode `infoseek-<mode>`."""
@@ -141,6 +141,8 @@ def score_infoseek_files(predictions: Path, references: Path, *, qtypes: Path | 
 def _evqa_backend(judge: Any, *, bem_dir: Path | None, semantic: bool, semantic_threshold: float,
                   semantic_model_dir: Path | None, out: Path | None, resume: bool, concurrency: int,
                   progress: bool) -> Any:
+    from kbvqa.evaluate import evqa as ev
+
     chosen = [n for n, on in (("--bem-dir", bem_dir is not None), ("an LLM judge", judge is not None),
                               ("--semantic", semantic)) if on]
     if len(chosen) > 1:
@@ -164,6 +166,8 @@ def score_evqa_files(predictions: Path, references: Path, *, judge: Any = None, 
 
     With an LLM judge the fallback is a runner job whose journal is `out` (default
     `<predictions stem>.evqa-judge.jsonl`); BEM and --semantic run in-process, batched."""
+    from kbvqa.evaluate import evqa as ev
+
     if out is not None and judge is None:
         raise ValueError("--out is the LLM judge's journal; it needs a judge (--judge-base-url/--judge-model, "
                          "--judge-replay or --config)")
@@ -199,6 +203,8 @@ def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | 
     """SimpleQA-style grading of every reference id as a runner job (journal `out`, default
     `<predictions stem>.judge.jsonl`). A missing or empty prediction is not_attempted without a
     call; the summary is computed from the journal, so a resumed run reports every id."""
+    from kbvqa.evaluate import judge as jd
+
     if judge is None:
         raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
                          "or --judge-replay")
@@ -235,6 +241,7 @@ def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | 
 # retrieval
 
 
+@gc_paused()
 def score_retrieval_files(records: Path, references: Path, *, ks: list[int] | tuple[int, ...] = rt.DEFAULT_KS,
                           two_hop: str = "any", texts: Path | None = None) -> ScoreReport:
     """Recall@K and MRR per stage; with `texts`, answer-in-retrieved-text recall too."""
@@ -308,6 +315,8 @@ def judge_clients(*, config: Path | None = None, roles: list[str] | None = None,
     several models — `[[models.verifier]]` — gives all of them), and `--judge-model` may be repeated
     with one `--judge-base-url` (one client each, each with `concurrency` slots). Mixing the two
     ways is an error, as in `judge_client`."""
+    from kbvqa.models.config import ConfigError, one_role, roles_from_flags
+
     models = list(models or [])
     if config is not None or roles:
         if base_url or models or replay is not None:
