@@ -42,6 +42,7 @@ def test_cli_augment(tmp_path):
     assert res.exit_code == 0, res.output
     stats = json.loads(res.output)
     assert stats["augmented_anchors"] == 6 and stats["variants"] == ["intra", "inter"] and stats["with_position"]
+    assert stats["resample"] == "fast"
     rows = list(csv.DictReader(open(out / "manifest.csv", newline="")))
     assert tuple(rows[0].keys()) == ARA_COLUMNS
     assert all(r["method2_query"] == r["method2_query_with_position"] != r["method2_query_without_position"]
@@ -50,3 +51,6 @@ def test_cli_augment(tmp_path):
     bad = CliRunner().invoke(_app(), ["augment", str(tmp_path / "in.jsonl"), "--images", str(imgs), "--out",
                                       str(out), "--variants", "intra,sideways"])
     assert bad.exit_code != 0 and "sideways" in bad.output
+    bad = CliRunner().invoke(_app(), ["augment", str(tmp_path / "in.jsonl"), "--images", str(imgs), "--out",
+                                      str(tmp_path / "out2"), "--resample", "nearest", "--min-entities", "3"])
+    assert bad.exit_code == 2 and "unknown resample 'nearest' (one of: fast, lanczos)" in bad.output

@@ -142,7 +142,7 @@ def _decode_before(path, height):
         if im.mode != "RGB":
             im = im.convert("RGB")
         if (width, height) != im.size:
-            im = im.resize((width, height), Image.Resampling.LANCZOS, reducing_gap=3.0)
+            im = comp.resize_panel(im, (width, height))  # the resampling itself is tested in test_augment_units
         else:
             im.load()
         return im

@@ -38,6 +38,8 @@ def augment(
     k: int = typer.Option(1, "--k", min=1, help="Distractors per composite."),
     layout: str = typer.Option("row", "--layout", help="row or grid."),
     image_format: str = typer.Option("jpg", "--image-format", help="jpg or png."),
+    resample: str = typer.Option("fast", "--resample", help="fast: OpenCV bicubic to enlarge a panel, LANCZOS to "
+                                 "shrink it (within 1/255 of LANCZOS); lanczos: LANCZOS both ways, as the authors."),
     min_entities: int = typer.Option(4, "--min-entities", min=2, help="Drop types with fewer distinct entities."),
     types: Optional[str] = typer.Option(None, "--types", help="Comma-separated type vocabulary (default: the 19 InfoSeek types)."),
     url_types: Optional[Path] = typer.Option(None, "--url-types", exists=True, dir_okay=False, help="JSON {url: type} KB-category fallback."),
@@ -52,7 +54,7 @@ def augment(
     try:
         cfg = AugmentConfig(
             height=height, gap=gap, background=_colour(background), workers=workers, with_position=with_position,
-            k=k, layout=layout, image_format=image_format, min_entities=min_entities,
+            k=k, layout=layout, image_format=image_format, resample=resample, min_entities=min_entities,
             types=tuple(t.strip() for t in types.split(",") if t.strip()) if types else INFOSEEK_TYPES,
             url_types=json.loads(url_types.read_text(encoding="utf-8")) if url_types else None)
         if similar:

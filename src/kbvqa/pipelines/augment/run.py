@@ -58,6 +58,7 @@ class AugmentConfig:
     blank_colour: tuple[int, int, int] = (255, 255, 255)
     image_format: str = "jpg"
     quality: int = 95
+    resample: str = "fast"  # composite.RESAMPLE: "lanczos" resizes exactly as the authors' script
     workers: int | None = None  # None = os.cpu_count()
     with_position: bool = False  # inter query with the spatial cue (the authors' release) instead of unchanged
     k: int = 1  # distractors per composite
@@ -84,6 +85,7 @@ class AugmentConfig:
             raise ValueError("need k >= 1, height >= 8, gap >= 0, min_entities >= 2, concurrency >= 1")
         if self.image_format not in ("jpg", "png"):
             raise ValueError("image_format must be jpg or png")
+        comp.check_resample(self.resample)
 
 
 def _locate(image: str, root: Path) -> Path:
@@ -204,7 +206,8 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
                                 "status": "not_sampled", "reason": f"num_samples={cfg.num_samples}"}
 
     style = comp.Style(height=cfg.height, gap=cfg.gap, background=tuple(cfg.background),
-                       blank_colour=tuple(cfg.blank_colour), fmt=cfg.image_format, quality=cfg.quality)
+                       blank_colour=tuple(cfg.blank_colour), fmt=cfg.image_format, quality=cfg.quality,
+                       resample=cfg.resample)
     ext = cfg.image_format
     tasks: list[comp.Task] = []
     task_keys: list[list[str]] = []  # variant per job
@@ -332,7 +335,7 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
     stats = st.compute(ordered, variants=variants, dropped_types=pools.dropped_types,
                        pool_sizes={t: len(v) for t, v in pools.by_type.items()},
                        extra={"seed": cfg.seed, "variants": list(variants), "layout": cfg.layout, "k": cfg.k,
-                              "height": cfg.height, "with_position": cfg.with_position,
+                              "height": cfg.height, "resample": cfg.resample, "with_position": cfg.with_position,
                               "distractor_ineligible_missing_image": len(pooled) - len(eligible),
                               "embedding_failures": len(sampler.embed_failures),
                               "samples_written": len(aug_samples),
