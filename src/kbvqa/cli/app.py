@@ -75,9 +75,9 @@ def _version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the version and exit."),
           executor: Optional[str] = typer.Option(
-              None, "--executor", show_default="local",
-              help="Where every per-record job of the command runs: local (asyncio, this process), ray "
-                   "(actors; the kbvqa[ray] extra) or a registered plugin. Env: KBVQA_EXECUTOR."),
+              None, "--executor", metavar="<local|ray|plugin>",
+              help="Where every per-record job of the command runs: local (asyncio, this process; the "
+                   "default), ray (actors; the kbvqa[ray] extra) or a registered plugin. Env: KBVQA_EXECUTOR."),
           ray_address: Optional[str] = typer.Option(None, "--ray-address",
                                                     help="A running Ray cluster (default: RAY_ADDRESS, else a "
                                                          "local cluster started for the run)."),
