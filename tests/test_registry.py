@@ -64,3 +64,25 @@ def test_metrics_of_one_family_leave_the_others_unimported():
     modes, judge_loaded, ivr12_loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert modes == ["official", "strict", "reward"]
     assert not judge_loaded and not ivr12_loaded
+
+
+def test_a_built_in_of_a_group_imported_after_the_plugins_still_wins(plugin_modules, monkeypatch):
+    """Plugins load with the first lookup; a plugin named like a built-in of a group not imported yet
+    is replaced when that group is (built-ins took precedence when every group loaded up front)."""
+    import kbvqa.registry as registry
+
+    class EP:
+        def __init__(self, name, obj):
+            self.name, self._obj = name, obj
+
+        def load(self):
+            return self._obj
+
+    monkeypatch.setattr(registry.metadata, "entry_points",
+                        lambda group: [EP("b1", "plugin-b1"), EP("p1", "plugin-p1")] if group == "kbvqa.regtest" else [])
+    reg = plugin_modules.REG = Registry("regtest", group_by="family",
+                                        modules={"alpha": ("regtest_alpha",), "beta": ("regtest_beta",)})
+    assert reg.names(family="alpha") == ["a1", "a2"]
+    assert reg.get("p1") == "plugin-p1"
+    assert reg.get("b1") == "b1"  # the lookup imports beta, whose built-in replaces the plugin
+    assert reg.names() == ["a1", "a2", "b1", "p1"]

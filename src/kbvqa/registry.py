@@ -54,6 +54,7 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
         self._loaded: set[str | None] = set()  # groups imported
         self._plugins_loaded = False
+        self._plugin_names: set[str] = set()
         self._loading = False
 
     def register(self, name: str, *, help: str = "", **info: Any) -> Callable[[T], T]:
@@ -67,8 +68,9 @@ class Registry(Generic[T]):
 
     def add(self, name: str, obj: T, *, help: str = "", **info: Any) -> T:
         old = self._entries.get(name)
-        if old is not None and old.obj is not obj and old.obj != obj:
+        if old is not None and old.obj is not obj and old.obj != obj and name not in self._plugin_names:
             raise ValueError(f"{self.kind} {name!r} is already registered ({old.obj!r})")
+        self._plugin_names.discard(name)  # a built-in module imported after the plugins still wins
         doc = help or (getattr(obj, "__doc__", None) or "").strip().split("\n")[0]
         self._entries[name] = Entry(name, obj, doc, dict(info))
         return obj
@@ -88,6 +90,7 @@ class Registry(Generic[T]):
                 for ep in metadata.entry_points(group=f"kbvqa.{self.kind}"):
                     if ep.name not in self._entries:
                         self.add(ep.name, ep.load())
+                        self._plugin_names.add(ep.name)
                 self._plugins_loaded = True
         finally:
             self._loading = False
@@ -96,8 +99,8 @@ class Registry(Generic[T]):
         return self.entry(name).obj
 
     def entry(self, name: str) -> Entry[T]:
-        got = self._entries.get(name)  # a registered name is final: plugins never replace built-ins
-        if got is not None:
+        got = self._entries.get(name)
+        if got is not None and name not in self._plugin_names:  # a built-in's entry is final
             return got
         self._load()
         try:
