@@ -272,7 +272,7 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
     own_qtypes = qtypes is None and qtypes_path is not None
     if own_qtypes:
         qtypes = load_qtypes(qtypes_path)  # type: ignore[arg-type]
-    normalized = NormMemo(infoseek_normalize).__getitem__  # each distinct alias normalised once per load
+    memo = NormMemo(infoseek_normalize)  # each distinct alias normalised once per load
     refs: dict[str, InfoSeekRef] = {}
     csv_file = str(path).lower().endswith(".csv")
     rows: Iterator[tuple[int, Any]] = read_csv(path) if csv_file else read_jsonl(path)
@@ -291,7 +291,7 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
             qtypes.pop(did, None)  # type: ignore[union-attr]  # frees memory as we go
         if not keep_raw:
             if ref.qtype != "Numerical":  # official/strict judge numbers by the range alone
-                ref.norm_aliases = tuple(dict.fromkeys(map(normalized, ref.aliases)))
+                ref_norm_aliases(ref, memo)
             ref.aliases = []
         if did in refs:
             add_reference(refs, ref, path)  # raises, naming both lines
@@ -363,9 +363,8 @@ def ref_norm_aliases(ref: InfoSeekRef, memo: dict[str, str] | None = None) -> tu
     a mapping alias -> normalised alias to look up first, as `NormMemo`)."""
     norm = ref.norm_aliases
     if not norm and ref.aliases:
-        a = ref.aliases
         f = infoseek_normalize if memo is None else memo.__getitem__
-        norm = ref.norm_aliases = ((f(a[0]),) if len(a) == 1 else tuple(dict.fromkeys([f(x) for x in a])))
+        norm = ref.norm_aliases = tuple(dict.fromkeys(map(f, ref.aliases)))
     return norm
 
 
