@@ -15,7 +15,7 @@ worker's panel cache hits only where that reuse happens to fall within its windo
 The ratio that matters on a shared box is composites per CPU-second (user + system of this process
 and its reaped pool workers): it does not move with other load. Wall time is reported too.
 
-    .venv/bin/python benchmarks/composite_speed.py [--pairs 400] [--workers N] [--repeat 3]
+    .venv/bin/python benchmarks/composite_speed.py [--pairs 400] [--workers N] [--repeat 3] [--resample lanczos]
 """
 
 from __future__ import annotations
@@ -89,10 +89,11 @@ def baseline(pairs: list[tuple[Path, Path, Path]], out: Path, height: int) -> No
         canvas.save(out / f"base_{n:04d}.jpg", quality=95)
 
 
-def ours(pairs: list[tuple[Path, Path, Path]], out: Path, height: int, workers: int, group: int) -> None:
+def ours(pairs: list[tuple[Path, Path, Path]], out: Path, height: int, workers: int, group: int,
+         resample: str = "fast") -> None:
     """group 1: one composite per task; 2: intra + inter of one anchor per task; 4: intra, inter,
     blank and double of one anchor per task (what `kbvqa augment` runs by default)."""
-    style = comp.Style(height=height)
+    style = comp.Style(height=height, resample=resample)
     tasks = []
     for i in range(0, len(pairs), group):
         a, d, e = pairs[i]
@@ -126,6 +127,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--height", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--resample", choices=comp.RESAMPLE, default="fast",
+                    help="kbvqa's panel resampling (fast: the default of `kbvqa augment`)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -148,10 +151,10 @@ def main() -> None:
             w = args.workers
             runs = {
                 "ARA-style, 1 process, full decode": lambda o: baseline(pairs, o, args.height),
-                "kbvqa, 1 process, 1 composite/task": lambda o: ours(pairs, o, args.height, 1, 1),
-                f"kbvqa, pool of {w}, 1 composite/task": lambda o: ours(pairs, o, args.height, w, 1),
-                f"kbvqa, pool of {w}, intra+inter per anchor": lambda o: ours(pairs, o, args.height, w, 2),
-                f"kbvqa, pool of {w}, 4 variants per anchor": lambda o: ours(pairs, o, args.height, w, 4),
+                "kbvqa, 1 process, 1 composite/task": lambda o: ours(pairs, o, args.height, 1, 1, args.resample),
+                f"kbvqa, pool of {w}, 1 composite/task": lambda o: ours(pairs, o, args.height, w, 1, args.resample),
+                f"kbvqa, pool of {w}, intra+inter per anchor": lambda o: ours(pairs, o, args.height, w, 2, args.resample),
+                f"kbvqa, pool of {w}, 4 variants per anchor": lambda o: ours(pairs, o, args.height, w, 4, args.resample),
             }
             for name, fn in runs.items():
                 times, cpus = [], []
