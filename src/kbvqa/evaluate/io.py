@@ -286,16 +286,13 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
         else:
             raise ScoreInputError(path, ln, "answer_eval", "missing (expected InfoSeek answer_eval or kbvqa answers)")
         ref = _parse_ref(obj, kind, path, ln, qtypes)
-        did = ref.data_id
         if own_qtypes:
-            qtypes.pop(did, None)  # type: ignore[union-attr]  # frees memory as we go
+            qtypes.pop(ref.data_id, None)  # type: ignore[union-attr]  # frees memory as we go
         if not keep_raw:
             if ref.qtype != "Numerical":  # official/strict judge numbers by the range alone
                 ref_norm_aliases(ref, memo)
             ref.aliases = []
-        if did in refs:
-            add_reference(refs, ref, path)  # raises, naming both lines
-        refs[did] = ref
+        add_reference(refs, ref, path)
     return refs
 
 
