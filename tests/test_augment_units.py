@@ -264,21 +264,33 @@ def test_exif_orientation_and_draft_decode(tmp_path):
 
 @pytest.mark.parametrize("photo", ["coffee", "chelsea", "rocket", "hubble_deep_field"])
 def test_fast_resample_stays_within_one_level_of_lanczos(tmp_path, photo):
-    """Enlarging goes through OpenCV's bicubic in the default mode: on real photographs the panel is
-    within 1/255 of Pillow's LANCZOS on average; shrinking and `resample="lanczos"` are LANCZOS exactly."""
+    """The default mode enlarges with OpenCV's bicubic and shrinks (by up to 4x) with a Lanczos
+    prefilter + bicubic read-out: on real photographs the panel is within 1/255 of Pillow's LANCZOS
+    on average either way; `resample="lanczos"`, and a shrink by more than 4x, are LANCZOS exactly."""
     src = Image.fromarray(getattr(data, photo)()).convert("RGB")
     p = tmp_path / "src.png"  # lossless, so decode() sees exactly `src`
     src.save(p)
-    for height in (src.height + 40, 2 * src.height):  # enlarge a little and a lot
+    for height in (src.height + 40, 2 * src.height, src.height - 40, src.height // 2, src.height // 3):
         width = round(src.width * height / src.height)
-        lanczos = src.resize((width, height), Image.Resampling.LANCZOS)
+        lanczos = src.resize((width, height), Image.Resampling.LANCZOS, reducing_gap=3.0)
         fast = comp.decode(p, height)
         assert fast.size == lanczos.size and fast.mode == "RGB"
         diff = np.abs(np.asarray(fast, dtype=np.int16) - np.asarray(lanczos, dtype=np.int16)).mean()
-        assert 0 < diff <= 1.0, diff  # a different filter, not a different picture
+        assert 0 < diff <= 1.0, (height, diff)  # a different filter, not a different picture
         assert np.array_equal(np.asarray(comp.decode(p, height, "lanczos")), np.asarray(lanczos))
-    small = src.height // 2
-    assert np.array_equal(np.asarray(comp.decode(p, small)), np.asarray(comp.decode(p, small, "lanczos")))
+    tiny = src.height // 5
+    assert np.array_equal(np.asarray(comp.decode(p, tiny)), np.asarray(comp.decode(p, tiny, "lanczos")))
+
+
+def test_fast_shrink_handles_degenerate_sizes():
+    """Panels one pixel wide or high, and kernels longer than the image, still come out whole."""
+    rng = np.random.default_rng(0)
+    for (w0, h0), size in (((3, 40), (1, 10)), ((40, 3), (13, 1)), ((2, 2), (1, 1)), ((9, 9), (3, 3))):
+        im = Image.fromarray(rng.integers(0, 256, (h0, w0, 3), dtype=np.uint8))
+        out = comp.resize_panel(im, size)
+        assert out.size == size and out.mode == "RGB"
+        ref = np.asarray(im.resize(size, Image.Resampling.LANCZOS), dtype=np.int16)
+        assert np.abs(np.asarray(out, dtype=np.int16) - ref).mean() < 16  # noise, the worst case
 
 
 def test_unknown_resample_mode_is_refused():

@@ -38,8 +38,8 @@ def augment(
     k: int = typer.Option(1, "--k", min=1, help="Distractors per composite."),
     layout: str = typer.Option("row", "--layout", help="row or grid."),
     image_format: str = typer.Option("jpg", "--image-format", help="jpg or png."),
-    resample: str = typer.Option("fast", "--resample", help="fast: OpenCV bicubic to enlarge a panel, LANCZOS to "
-                                 "shrink it (within 1/255 of LANCZOS); lanczos: LANCZOS both ways, as the authors."),
+    resample: str = typer.Option("fast", "--resample", help="fast: OpenCV resizes panels (bicubic to enlarge, a Lanczos "
+                                 "low-pass + bicubic to shrink; within 1/255 of LANCZOS); lanczos: Pillow's LANCZOS, as the authors."),
     min_entities: int = typer.Option(4, "--min-entities", min=2, help="Drop types with fewer distinct entities."),
     types: Optional[str] = typer.Option(None, "--types", help="Comma-separated type vocabulary (default: the 19 InfoSeek types)."),
     url_types: Optional[Path] = typer.Option(None, "--url-types", exists=True, dir_okay=False, help="JSON {url: type} KB-category fallback."),
