@@ -50,11 +50,14 @@ def _norm_path(path: str, *, strip_left: bool = False) -> str:
         if trimmed == decoded:
             break
         decoded = trimmed
+    return _reescape(decoded).replace(" ", "_")
+
+
+def _reescape(decoded: str) -> str:
+    """`decoded` with the characters `_needs_escape` names percent-encoded again."""
     if decoded.isprintable() and "%" not in decoded and "#" not in decoded and "?" not in decoded:
-        out = decoded  # fast path: nothing to re-escape (printable excludes controls and odd spaces)
-    else:
-        out = "".join(_escape(c) if _needs_escape(c) else c for c in decoded)
-    return out.replace(" ", "_")
+        return decoded  # fast path: nothing to re-escape (printable excludes controls and odd spaces)
+    return "".join(_escape(c) if _needs_escape(c) else c for c in decoded)
 
 
 def _norm_title_part(title: str) -> str:
@@ -71,7 +74,7 @@ def _norm_title_part(title: str) -> str:
         first = decoded[0].upper()
         if len(first) == 1:  # 'ß'.upper() == 'SS': MediaWiki keeps such letters, so do we
             decoded = first + decoded[1:]
-    return "".join(_escape(c) if _needs_escape(c) else c for c in decoded).replace(" ", "_")
+    return _reescape(decoded).replace(" ", "_")
 
 
 def canonical_url(url: str) -> str:

@@ -215,9 +215,10 @@ def _to_row(src: str, where: str, key: Any, value: Any) -> tuple[str, str, str, 
     if len(titles) != len(texts):
         raise bad(f"section_titles has {len(titles)} entries but section_texts has {len(texts)}")
     for name, seq in (("section_titles", titles), ("section_texts", texts)):
-        for i, s in enumerate(seq):
-            if not isinstance(s, str):
-                raise bad(f"field '{name}[{i}]' must be a string, got {type(s).__name__}")
+        if not set(map(type, seq)) <= {str}:  # one C-level pass; the loop below only names the culprit
+            for i, s in enumerate(seq):
+                if not isinstance(s, str):
+                    raise bad(f"field '{name}[{i}]' must be a string, got {type(s).__name__}")
     images = value.get("image_urls", [])
     if not isinstance(images, list) or not all(isinstance(u, str) for u in images):
         raise bad("field 'image_urls' must be a list of strings")
@@ -237,6 +238,7 @@ def _to_row(src: str, where: str, key: Any, value: Any) -> tuple[str, str, str, 
 # Writing
 
 FTS_PGSZ = 8000
+_to_json = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder for all rows
 FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"  # must match SCHEMA_SQL's fts table
 _SEG_SHIFT = 37  # FTS5 %_data rowid = segid << 37 | dlidx << 36 | height << 31 | page (fts5_index.c)
 _SHARD_HASHSIZE = 24 << 20
@@ -558,7 +560,7 @@ class _Writer:
         first = self.next_section
         self.next_section += len(sections)
         self.art_rows.append((aid, canon, raw, title, first, len(sections),
-                              json.dumps(images, ensure_ascii=False), json.dumps(meta, ensure_ascii=False)))
+                              _to_json(images), _to_json(meta)))
         self.sec_rows.extend((first + i, aid, i, t, x) for i, (t, x) in enumerate(sections))
         if self.sampled < self.SAMPLE_CAP:
             for i, (t, x) in enumerate(sections):
