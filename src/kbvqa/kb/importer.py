@@ -238,7 +238,6 @@ def _to_row(src: str, where: str, key: Any, value: Any) -> tuple[str, str, str, 
 # Writing
 
 FTS_PGSZ = 8000
-_to_json = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder for all rows
 FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"  # must match SCHEMA_SQL's fts table
 _SEG_SHIFT = 37  # FTS5 %_data rowid = segid << 37 | dlidx << 36 | height << 31 | page (fts5_index.c)
 _SHARD_HASHSIZE = 24 << 20
@@ -486,6 +485,9 @@ class _Shard:
         for p in (self.path, Path(f"{self.path}-journal")):
             if p.exists():
                 p.unlink()
+
+
+_to_json = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder for all rows
 
 
 class _Writer:

@@ -14,8 +14,9 @@ Either way the pixels differ from Pillow's LANCZOS by ~0.2-0.7/255 on average. B
 Work per composite (issue 17): a panel is decoded and resized once per worker process, not once per
 task: each worker keeps a byte-bounded LRU of the panels it made (keyed by path, size, mtime,
 height and resample mode), and `run_tasks` hands each worker consecutive tasks, so an image that is
-the anchor of one task and the distractor of the next is read once. An image without an EXIF rotation is not copied
-by `exif_transpose`. The pixels are exactly what the one-decode-per-use path produces.
+the anchor of one task and the distractor of the next is read once. An image without an EXIF
+rotation is not copied by `exif_transpose`. The pixels are exactly what the one-decode-per-use path
+produces.
 
 A failure to read or decode an image ends only the composites that need it, with the reason.
 """
