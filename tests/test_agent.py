@@ -43,7 +43,7 @@ SCRIPTS: dict[str, list] = {
                             + tag("Eileen Collins", 1))],
     "malformed call": ["<think>x</think><tool_call>{not json</tool_call>", answer("Elmira.")],
     "identical calls": [call("search", query=["Elmira"]), call("search", query=["Elmira"]),
-                        call("search", query=["Elmira"]), answer("never reached")],
+                        call("search", query=["Elmira"]), answer("Elmira, as far as I can tell.")],
     "second image search": [call("image_search", goal="a"), call("image_search", goal="b"), answer("A cat.")],
     "tag without search": [answer("It is Mars.\n" + tag("Mars", 1))],
     "idx out of range": [call("text_to_image_search", query="Eileen Collins"),
@@ -125,10 +125,16 @@ def test_scripted_episodes_end_as_scripted(bench):
     bad = by_q["malformed call"]
     assert bad["meta"]["termination"] == "answer" and "not valid JSON" in bad["trajectory"][0]["problem"]
 
-    rep = by_q["identical calls"]
-    assert rep["meta"]["termination"] == "repeated_behaviour" and rep["answer"] is None
-    assert [t["status"] for t in rep["trajectory"]] == ["ok", "repeated", "repeated"]
+    rep = by_q["identical calls"]  # the loop guard ends the tool phase; the model still answers, told why
+    assert rep["meta"]["termination"] == "repeated_behaviour" and rep["meta"]["forced_answer"] is True
+    assert rep["answer"] == "Elmira, as far as I can tell."
+    assert [t.get("status") for t in rep["trajectory"]] == ["ok", "repeated", "repeated", None]
     assert "not run" in rep["trajectory"][1]["reason"]
+    assert [n["kind"] for n in rep["trajectory"][2]["notices"]] == ["repeat_warning"]
+    last = rep["trajectory"][-1]
+    assert last["forced"] and last["answer"] and [n["kind"] for n in last["notices"]] == ["forced_answer"]
+    assert "repeated earlier ones" in last["notices"][0]["text"]
+    assert good["meta"]["forced_answer"] is False
 
     quota = by_q["second image search"]
     assert [t.get("status") for t in quota["trajectory"]] == ["ok", "quota", None]
@@ -141,9 +147,11 @@ def test_scripted_episodes_end_as_scripted(bench):
     dup = by_q["duplicate image"]["meta"]["provenance"]
     assert dup["tags"] == 2 and dup["valid"] == 1 and [v["kind"] for v in dup["violations"]] == ["duplicate_image"]
 
-    plain = by_q["plain text"]
+    plain = by_q["plain text"]  # the forced turn is plain text again: no answer is made up
     assert plain["meta"]["termination"] == "format_error" and plain["answer"] is None
+    assert plain["meta"]["forced_answer"] is True and len(plain["trajectory"]) == 3
     assert all("neither" in t["problem"] for t in plain["trajectory"])
+    assert [n["kind"] for n in plain["trajectory"][1]["notices"]] == ["format_error"]
 
     failed = next(r for r in lines if r["status"] == "error")
     assert "agent model call failed" in failed["reason"] and "HTTP 500" in failed["reason"]
@@ -152,11 +160,59 @@ def test_scripted_episodes_end_as_scripted(bench):
 def test_turn_budget_and_answer_now(bench):
     with FakeLLMServer(handler=_handler) as srv:
         summary, by_q, _ = _run(bench, srv, ["never answers"], "budget.jsonl", max_turns=3)
-        last = srv.requests[-1]["json"]["messages"]
+        third, forced = (r["json"]["messages"] for r in srv.requests[2:4])
     ep = by_q["never answers"]
-    assert ep["meta"]["termination"] == "turn_budget" and ep["answer"] is None and ep["meta"]["turns"] == 3
-    assert "run out of turns" in last[-1]["content"]  # told to answer before the cap
+    # three tool turns, then the forced turn: this model calls a tool even then, which is not run
+    assert ep["meta"]["termination"] == "turn_budget" and ep["answer"] is None and ep["meta"]["turns"] == 4
+    assert ep["meta"]["tool_calls"] == {"search": 3} and "after the tools were closed" in ep["trajectory"][-1]["problem"]
+    assert "run out of turns" in third[-1]["content"]  # told to answer before the cap
+    assert "tools are now closed" in forced[-1]["content"] and "turn budget (3 turns)" in forced[-1]["content"]
+    assert [n["kind"] for n in ep["trajectory"][2]["notices"]] == ["budget_warning"]
     assert srv.requests[0]["json"]["stop"] == ["<tool_response>"]
+
+
+def test_a_forced_stop_still_yields_the_models_answer(bench):
+    """Turn cap and repeated tool failures: the model answers in its forced turn and that is the prediction."""
+    SCRIPTS["capped"] = [call("search", query=["Falcon 9"]), call("search", query=["Chelsea"]),
+                         answer("From what I know, Elmira.")]
+    with FakeLLMServer(handler=_handler) as srv:
+        _, by_q, _ = _run(bench, srv, ["capped"], "capped.jsonl", max_turns=2)
+    ep = by_q["capped"]
+    assert ep["status"] == "ok" and ep["answer"] == "From what I know, Elmira."
+    assert ep["short_answer"] == "From what I know, Elmira."
+    assert ep["meta"]["termination"] == "turn_budget" and ep["meta"]["forced_answer"] is True
+    assert ep["trajectory"][-1]["forced"] is True and ep["trajectory"][-1]["answer"] is True
+
+
+def test_two_empty_searches_then_an_answer(bench):
+    """Searches that find nothing new are information, not a loop: the episode goes on to its answer."""
+    SCRIPTS["empty searches"] = [call("text_to_image_search", query="zzqx nonexistent thing"),
+                                 call("text_to_image_search", query="another qqzv unknown item"),
+                                 answer("I found nothing; from what I know, it is Elmira.")]
+    with FakeLLMServer(handler=_handler) as srv:
+        _, by_q, _ = _run(bench, srv, ["empty searches"], "empty.jsonl")
+        second = srv.requests[1]["json"]["messages"][-1]["content"]
+    ep = by_q["empty searches"]
+    assert [t.get("status") for t in ep["trajectory"]] == ["empty", "empty", None]
+    assert ep["meta"]["termination"] == "answer" and ep["meta"]["forced_answer"] is False
+    assert ep["answer"].startswith("I found nothing")
+    assert "nothing that earlier calls had not already returned" in second
+    assert [n["kind"] for n in ep["trajectory"][1]["notices"]] == ["nothing_new"]
+
+
+def test_a_repeated_image_search_does_not_shadow_the_first(bench):
+    """The same text_to_image_search twice: the second is answered `repeated`; a tag to the query still
+    resolves against the call whose results the model saw."""
+    SCRIPTS["repeat images"] = [call("text_to_image_search", query="Eileen Collins"),
+                                call("text_to_image_search", query="Eileen Collins"),
+                                answer("Eileen Collins.\n" + tag("Eileen Collins", 1))]
+    with FakeLLMServer(handler=_handler) as srv:
+        _, by_q, _ = _run(bench, srv, ["repeat images"], "repeat_images.jsonl")
+    ep = by_q["repeat images"]
+    assert [t.get("status") for t in ep["trajectory"]] == ["ok", "repeated", None]
+    prov = ep["meta"]["provenance"]
+    assert prov["tags"] == 1 and prov["valid"] == 1 and prov["violations"] == []
+    assert len(ep["images"]) == 1
 
 
 def test_native_tool_calling(bench):
@@ -241,7 +297,8 @@ def test_bad_inputs_are_clear_errors_or_tool_statuses(bench, tmp_path, monkeypat
     SCRIPTS["no image"] = [call("image_search", goal="what is it"), answer("I cannot tell.")]
     with FakeLLMServer(handler=_handler) as srv:
         roles = {"agent": OpenAIChatClient(srv.base_url, "fake-agent", max_retries=0)}
-        job = build_answer_job("agent", kb=kb, roles=roles, index=index, encoder=enc, image_root=b.root)
+        job = build_answer_job("agent", kb=kb, roles=roles, index=index, encoder=enc, image_root=b.root,
+                               kb_images=b.root)
         s = job.run([{**base, "id": "noimg", "question": "no image", "images": []}], out=tmp_path / "noimg.jsonl",
                     progress=False)
     line = next(iter(read_results(tmp_path / "noimg.jsonl")))
@@ -254,7 +311,7 @@ def test_bad_inputs_are_clear_errors_or_tool_statuses(bench, tmp_path, monkeypat
                     tmp_path / "bare.sqlite")
     assert bare.articles == 1
     bare_kb = KBStore(tmp_path / "bare.sqlite")
-    job = build_answer_job("agent", kb=bare_kb, image_root=b.root)
+    job = build_answer_job("agent", kb=bare_kb, image_root=b.root, kb_images=b.root)
     s = job.run([{**base, "id": "bare", "images": []}], out=tmp_path / "bare.jsonl", progress=False)
     line = next(iter(read_results(tmp_path / "bare.jsonl")))
     t2i = [t for t in line["trajectory"] if t.get("tool") == "text_to_image_search"]
@@ -272,6 +329,9 @@ def test_bad_inputs_are_clear_errors_or_tool_statuses(bench, tmp_path, monkeypat
         build_answer_job("agent", kb=kb, tools="web")
     with pytest.raises(AgentSetupError, match="--cassette"):
         build_answer_job("agent", kb=kb, tools="replay")
+    # local tools without the KB's image folder would answer without pictures, silently: refused
+    with pytest.raises(AgentSetupError, match="--kb-images"):
+        build_answer_job("agent", kb=kb, index=index, encoder=enc)
 
 
 def test_guided_episodes_carry_the_short_reference(bench):

@@ -1,8 +1,13 @@
-"""The one response cache every model call goes through (SQLite, WAL).
+"""The one response cache every model call goes through (SQLite, WAL), and a run's model cassette.
 
 Only deterministic calls are cached (temperature 0 or an explicit seed) and only `ok` results are
 stored: errors and invalid replies are never cached, so resuming a run retries them. The key is a
 sha256 over canonical JSON of everything that decides the reply; the API key is never part of it.
+
+A `ModelCassette` is the other use of the same key: the record of one run. It keeps every call the
+run made, whatever its status and whether or not the call was deterministic or answered by the
+response cache, so that replaying the run gives back exactly what the run saw (an invalid reply
+replays as invalid, a failed call as the same failure).
 """
 
 from __future__ import annotations
@@ -122,3 +127,13 @@ class ResponseCache:
 
     def close(self) -> None:
         self.store.close()
+
+
+class ModelCassette(ResponseCache):
+    """Every model call of one run by request key, any status (see the module docstring). Written
+    while a run records (`OpenAIChatClient.cassette`), read when it replays (`cassette_replay`)."""
+
+    def put(self, key: str, result: ChatResult) -> bool:
+        self.store.put(key, result.model_dump_json(), label=f"{result.provenance.backend}:{result.provenance.model}")
+        self.writes += 1
+        return True

@@ -234,7 +234,10 @@ class OpenAIChatClient:
         self.price_in_per_mtok = price_in_per_mtok
         self.price_out_per_mtok = price_out_per_mtok
         self.cache = cache
-        self.cache_only = False  # exact replay from a cassette: a cache miss is an error, never a live call
+        # A run's model cassette (models.cache.ModelCassette): recording writes every call into it, whatever
+        # `cache` does; `cassette_replay` answers from it only (a miss is an error, never a live call).
+        self.cassette: ResponseCache | None = None
+        self.cassette_replay = False
         self.extra_params = dict(extra_params or {})
         self.json_schema_strict = json_schema_strict
         self.supports_json_schema: bool | None = None  # None = not yet known; False once a server refused it
@@ -334,24 +337,31 @@ class OpenAIChatClient:
         t0 = time.perf_counter()
         prov = self.provenance.model_copy(update={"prompt_version": prompt_version or None})
         call_params = self._params(params)
+        cacheable = self.cache is not None and is_deterministic(call_params)
         key = None
-        if self.cache is not None and is_deterministic(call_params):
+        if cacheable or self.cassette is not None:
             key = make_key("openai", self.base_url, self.model, messages, call_params, prompt_version, schema)
-            hit = self.cache.get(key)
-            if hit is not None:
+        if self.cassette_replay:
+            hit = self.cassette.get(key) if self.cassette is not None else None  # type: ignore[arg-type]
+            if hit is None:
+                res = ChatResult(status="error", provenance=prov, usage=Usage(seconds=time.perf_counter() - t0),
+                                 reason="cassette miss: this request was not recorded (replay never goes live)")
+            else:
                 res = hit.model_copy(update={"cached": True, "provenance": prov,
                                              "usage": Usage(seconds=time.perf_counter() - t0)})
-                self.total_usage = self.total_usage.add(res.usage)
-                return res
-        if self.cache_only:
-            res = ChatResult(status="error", provenance=prov, usage=Usage(seconds=time.perf_counter() - t0),
-                             reason="cassette miss: this request was not recorded (replay never goes live)")
             self.total_usage = self.total_usage.add(res.usage)
             return res
-        res = await self._call(messages, schema, call_params, prov, t0)
+        hit = self.cache.get(key) if cacheable else None  # type: ignore[union-attr, arg-type]
+        if hit is not None:
+            res = hit.model_copy(update={"cached": True, "provenance": prov,
+                                         "usage": Usage(seconds=time.perf_counter() - t0)})
+        else:
+            res = await self._call(messages, schema, call_params, prov, t0)
+            if cacheable and res.status == "ok":
+                self.cache.put(key, res)  # type: ignore[union-attr, arg-type]
         self.total_usage = self.total_usage.add(res.usage)
-        if key is not None and res.status == "ok":
-            self.cache.put(key, res)  # type: ignore[union-attr]
+        if self.cassette is not None:  # the run's record: every call, as the run saw it
+            self.cassette.put(key, res)  # type: ignore[arg-type]
         return res
 
     def _response_format(self, schema: type[BaseModel] | dict | None) -> dict[str, Any] | None:

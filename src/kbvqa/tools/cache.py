@@ -1,9 +1,11 @@
 """The tool-result cache, separate from the model cache: half of a run's cassette.
 
-Key: backend name and version, tool, canonical arguments, the query image's sha256 (never its path
-or URL, which change between machines) and the locale. Only `ok` and `empty` results are stored —
-`empty` explicitly, since "nothing found" is an answer — while errors, quotas and blocks never are,
-so a transient outage is retried on the next run instead of being replayed forever.
+Key: backend name and version, tool, canonical arguments, the query image (for `image_search`: its
+bytes' sha256 — never its path, which changes between machines — or, for a sample with no local image
+file, its URL) and the locale. Every result is stored, errors, quota and blocked results included,
+because a replay must give the episode exactly what the run saw. A live run reuses only `ok` and
+`empty` results (`empty` explicitly, since "nothing found" is an answer): an error stored by an
+earlier run is tried again, so a transient outage is never replayed into a new run.
 """
 
 from __future__ import annotations
@@ -19,10 +21,18 @@ from kbvqa.tools.base import ToolResult
 CACHEABLE = ("ok", "empty")
 
 
-def tool_key(backend: str, version: str, tool: str, args: dict[str, Any], image_sha256: str | None,
+def query_image_key(image_sha256: str | None, image_url: str | None) -> str | None:
+    """What identifies the query image in a key: its bytes' hash, else (no local file) its URL."""
+    if image_sha256:
+        return image_sha256
+    return f"url:{image_url}" if image_url else None
+
+
+def tool_key(backend: str, version: str, tool: str, args: dict[str, Any], image: str | None,
              locale: str) -> str:
+    """`image`: `query_image_key` of the episode's query image (used by image_search only)."""
     payload = {"backend": backend, "version": version, "tool": tool, "args": args,
-               "image": image_sha256 if tool == "image_search" else None, "locale": locale}
+               "image": image if tool == "image_search" else None, "locale": locale}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
@@ -35,17 +45,17 @@ class ToolCache:
     def path(self) -> Path:
         return self.store.path
 
-    def get(self, key: str) -> ToolResult | None:
+    def get(self, key: str, *, replay: bool = False) -> ToolResult | None:
+        """The stored result; a live run (`replay=False`) gets only a reusable one (`CACHEABLE`)."""
         raw = self.store.get(key)
-        if raw is None:
+        result = ToolResult.model_validate_json(raw) if raw is not None else None
+        if result is None or (not replay and result.status not in CACHEABLE):
             self.misses += 1
             return None
         self.hits += 1
-        return ToolResult.model_validate_json(raw)
+        return result
 
     def put(self, key: str, result: ToolResult) -> bool:
-        if result.status not in CACHEABLE:
-            return False
         self.store.put(key, result.model_dump_json(), label=result.tool)
         self.writes += 1
         return True

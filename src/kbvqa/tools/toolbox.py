@@ -2,9 +2,9 @@
 
 The agent loop hands every tool call to `Toolbox.call`. Whatever happens — unknown tool, arguments
 that do not validate, a backend failure, every result on a blocked domain — the loop gets a
-ToolResult whose status says so and whose text the model reads. Replay mode answers only from the
-tool cache: a miss raises `ReplayMiss`, which fails the record, because an exact re-run must never
-silently go live.
+ToolResult whose status says so and whose text the model reads. Every result the backend gives
+(errors included) goes into the run's cassette; replay mode answers only from it: a miss raises
+`ReplayMiss`, which fails the record, because an exact re-run must never silently go live.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from kbvqa.tools.base import TOOL_ARGS, EpisodeInfo, ToolBackend, ToolItem, ToolResult
-from kbvqa.tools.cache import ToolCache, tool_key
+from kbvqa.tools.cache import ToolCache, query_image_key, tool_key
 
 OBSERVATION_CHARS = 3000  # per item text shown to the model (the full text stays in the trajectory)
 
@@ -110,8 +110,9 @@ class Toolbox:
         """Run one validated call (from `parse`): cache, backend, domain guard, rendering."""
         t0 = time.perf_counter()
         self.calls[name] = self.calls.get(name, 0) + 1
-        key = tool_key(self.backend.name, self.backend.version, name, canonical, episode.image_sha256, episode.locale)
-        result = self.cache.get(key) if self.cache is not None else None
+        key = tool_key(self.backend.name, self.backend.version, name, canonical,
+                       query_image_key(episode.image_sha256, episode.image_url), episode.locale)
+        result = self.cache.get(key, replay=self.replay) if self.cache is not None else None
         if result is not None:
             result.provenance = {**result.provenance, "cached": True}
         elif self.replay:

@@ -1,6 +1,7 @@
 """The search agent's prompts (seed 001 §3.3, App. D): the ReAct system prompt with the Subject /
 Background image protocol and the image-tag grammar, the harness's own messages (format errors,
-"answer now" near a budget), and the visit extractor."""
+"answer now" near a budget, the notice that a call added nothing new, the forced last turn after the
+harness stops the tool phase), and the visit extractor."""
 
 from __future__ import annotations
 
@@ -66,6 +67,21 @@ REPEAT_WARNING = register(Prompt(
     fields=("detail_raw",),
 ))
 
+NOTHING_NEW = register(Prompt(
+    name="agent.nothing_new", version="1", system="",
+    user=("Note: that call returned nothing that earlier calls had not already returned. Use what you have, "
+          "look elsewhere, or answer."),
+    fields=(),
+))
+
+FORCED_ANSWER = register(Prompt(
+    name="agent.forced_answer", version="1", system="",
+    user=("The tools are now closed: {reason_raw}. This is your last turn. Do not call a tool. Write your final "
+          "<answer>...</answer> from what the tool results showed, what the image shows and what you know; "
+          "if the searches found nothing useful, answer from your own knowledge and say how sure you are."),
+    fields=("reason_raw",),
+))
+
 VISIT_EXTRACT = register(Prompt(
     name="agent.visit_extract", version="1",
     system=("You read a web page for a researcher and report only what serves their goal. Quote the page; do not "
@@ -76,20 +92,34 @@ VISIT_EXTRACT = register(Prompt(
     fields=("url", "goal", "page"),
 ))
 
+#: Seed 001 Table 5's categories. The paper splits failures into tool-related (T1-T4) and non-tool
+#: (N1-N2) and names only T3 ("confirmation or anchoring loops"); every other wording here is kbvqa's.
+FAILURE_CATEGORIES = {
+    "T1": "the searches never surfaced the evidence the answer needed",
+    "T2": "the evidence was in a tool result, but the agent misread, overlooked or discarded it",
+    "T3": "a confirmation or anchoring loop: the agent settled early on a wrong hypothesis and used later "
+          "searches to confirm it instead of testing it",
+    "T4": "tool misuse or an exhausted budget: malformed, repeated or unsuitable calls, failing tools, or running "
+          "out of turns, tokens or time before reaching the answer",
+    "N1": "a knowledge or reasoning error that the tool use did not cause",
+    "N2": "the question or the image was misunderstood",
+}
+
 FAILURE_CATEGORY = register(Prompt(
-    name="agent.failure_category", version="1",
-    system=("You analyse why a search agent answered a question wrongly. You read the question, the correct "
-            "answer, the agent's answer and a summary of its tool calls, and assign exactly one category. "
+    name="agent.failure_category", version="2",
+    system=("You analyse why a search agent did not answer a question correctly. You read the question, the "
+            "correct answer, how the episode went (its outcome, how it ended, its tool calls and the harness's "
+            "notices) and the agent's final answer, and pick the one category that best explains the failure. "
             + JSON_ONLY),
-    user=("Question: {question}\nCorrect answer: {reference}\nAgent's answer: {answer}\n"
+    user=("Question: {question}\nCorrect answer: {reference}\nOutcome: {outcome_raw}\n"
+          "How the episode ended: {ending_raw}\nAgent's answer: {answer}\n"
           "Tool calls, in order:\n{trajectory_raw}\n\n"
-          "Categories:\n"
-          "- T1: the searches never surfaced the evidence needed.\n"
-          "- T2: the evidence was in a tool result, but the agent misread or ignored it.\n"
-          "- T3: the agent settled on a wrong hypothesis early and kept searching to confirm it.\n"
-          "- T4: tool misuse or running out of budget (malformed or repeated calls, wrong tool, no answer in time).\n"
-          "- N1: a knowledge or reasoning error not caused by the tools.\n"
-          "- N2: the question or the image was misunderstood.\n"
+          "Categories:\n" + "".join(f"- {k}: {v}.\n" for k, v in FAILURE_CATEGORIES.items()) +
+          "\nAn episode without an answer (null), or whose answer declines to answer, still gets a category: ask "
+          "why the agent never reached the correct answer. A stop for budget or repetition, failing tools or "
+          "malformed calls point to T4; searches that never turned up the needed facts to T1; evidence it had but "
+          "did not use to T2; a wrong guess it kept trying to confirm to T3. Choose N1 or N2 only when the "
+          "trajectory shows that error.\n"
           'Return {{"category": "T1" | "T2" | "T3" | "T4" | "N1" | "N2", "rationale": "<one sentence>"}}'),
-    fields=("question", "reference", "answer", "trajectory_raw"),
+    fields=("question", "reference", "outcome_raw", "ending_raw", "answer", "trajectory_raw"),
 ))

@@ -5,10 +5,12 @@ chosen tool backend (`local` over the KB, `web`, or `replay` from a cassette), t
 and encoder for reverse image search, the resolver from KB image URLs to files, and — once the
 output path is known — an artifact folder for long observations and the run's cassette.
 
-A run's cassette is `<out stem>.cassette/`: `tools.sqlite` (the tool cache), `models.sqlite` (the
-agent model's response cache, when a model drives the loop) and `cassette.json` (the backend, the
-model and the prompt date). `--tools replay --cassette DIR` re-runs from it with no network, and
-any miss is an error record, never a live call.
+A run's cassette is `<out stem>.cassette/`: `tools.sqlite` (every tool result the backend gave,
+errors included), `models.sqlite` (every call of the agent model, whatever its status, recorded
+whether or not the global response cache answered it) and `cassette.json` (the backend and its
+settings, the model and the prompt date). `--tools replay --cassette DIR` re-runs from it with no
+network, no response cache and no API key (the backend is not even built: a stand-in carries its
+recorded name and version), and any miss is an error record, never a live call.
 """
 
 from __future__ import annotations
@@ -48,12 +50,26 @@ class AgentOptions:
     web: dict[str, Any] | None = None  # options for the web backend (base_url, key_env, ...)
 
 
+class RecordedBackend:
+    """The tool backend of a replayed run, as its cassette describes it: it answers nothing itself
+    (the Toolbox replays every result from the cassette), so it needs no key, network or KB files."""
+
+    def __init__(self, described: dict[str, Any]):
+        self.name, self.version = described["backend"], str(described.get("version"))
+        self._described = dict(described)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._described, "recorded": True}
+
+
 def _kb_image_file(root: Path | None, rule: str) -> Any:
     if root is None:
         return None
     from kbvqa.pipelines.index import ImageResolver
 
-    return ImageResolver(Path(root), rule).resolve
+    # absolute, resolved once here: tool results (and so the cassette and the trajectory) name files that
+    # a replay or the viewer finds from any working directory
+    return ImageResolver(Path(root).resolve(), rule).resolve
 
 
 def _read_cassette(folder: Path) -> dict[str, Any]:
@@ -74,19 +90,20 @@ def _backend(opts: AgentOptions, recorded: dict[str, Any] | None) -> Any:
     if name not in TOOL_BACKENDS.names():
         raise AgentSetupError(f"unknown tool backend {name!r} (choose from {', '.join(TOOL_BACKENDS.names())}, "
                               "or replay)")
-    settings = dict((recorded or {}).get("backend_options") or (opts.web if name == "web" else None) or {})
-    backend = TOOL_BACKENDS.get(name)(**settings)
-    if recorded and str(recorded["backend"].get("version")) != backend.version:
-        raise AgentSetupError(f"the cassette was recorded with {name}@{recorded['backend'].get('version')}, this "
-                              f"kbvqa has {name}@{backend.version}: the results would not match")
-    return backend
+    cls = TOOL_BACKENDS.get(name)
+    if recorded:
+        if str(recorded["backend"].get("version")) != str(cls.version):
+            raise AgentSetupError(f"the cassette was recorded with {name}@{recorded['backend'].get('version')}, "
+                                  f"this kbvqa has {name}@{cls.version}: the results would not match")
+        return RecordedBackend(recorded["backend"])
+    return cls(**dict((opts.web if name == "web" else None) or {}))
 
 
 def _recordable(agent: Any) -> dict[str, Any] | None:
     """What a replay needs to rebuild the agent's request keys (never a key or a secret)."""
     if agent is None:
         return None
-    if not hasattr(agent, "cache_only"):
+    if not hasattr(agent, "cassette"):
         raise AgentSetupError(f"the agent role ({type(agent).__name__}) cannot be recorded into a cassette; use an "
                               "OpenAI-compatible backend")
     return {"base_url": agent.base_url, "model": agent.model, "temperature": agent.temperature,
@@ -94,21 +111,22 @@ def _recordable(agent: Any) -> dict[str, Any] | None:
             "json_schema_strict": agent.json_schema_strict}
 
 
-def _replay_client(recorded: dict[str, Any], cache_path: Path) -> Any:
-    from kbvqa.models.cache import ResponseCache
+def _replay_client(recorded: dict[str, Any], cassette_path: Path) -> Any:
+    """A client that rebuilds the recorded requests' keys and answers them from the cassette only."""
+    from kbvqa.models.cache import ModelCassette
     from kbvqa.models.client import OpenAIChatClient
 
     client = OpenAIChatClient(recorded["base_url"], recorded["model"], temperature=recorded["temperature"],
                               max_tokens=recorded["max_tokens"], extra_params=recorded["extra_params"],
-                              json_schema_strict=recorded["json_schema_strict"], cache=ResponseCache(cache_path))
-    client.cache_only = True
+                              json_schema_strict=recorded["json_schema_strict"])
+    client.cassette, client.cassette_replay = ModelCassette(cassette_path), True
     return client
 
 
 def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: Any = None, encoder: Any = None,
                     image_root: Path | None = None, options: AgentOptions | None = None, **settings: Any) -> Job:
     """The agent Job. `settings` are AgentOptions fields (tools="web", max_turns=8, ...)."""
-    from kbvqa.models.cache import ResponseCache
+    from kbvqa.models.cache import ModelCassette
     from kbvqa.stages.agent.react import AgentConfig, AgentEpisode
     from kbvqa.tools.cache import ToolCache
     from kbvqa.tools.toolbox import Toolbox
@@ -125,6 +143,10 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
             raise AgentSetupError("--tools replay needs --cassette DIR (a previous run's <out stem>.cassette/)")
         recorded = _read_cassette(Path(opts.cassette))
     backend = _backend(opts, recorded)
+    if recorded is None and backend.name == "local" and opts.kb_images is None:
+        # without it every text_to_image_search is empty and answers lose their pictures, silently
+        raise AgentSetupError("--tools local needs --kb-images DIR: the folder holding the KB's image files "
+                              "(text_to_image_search and image_search return those files)")
     today = (recorded or {}).get("today") or opts.today or datetime.now(timezone.utc).date().isoformat()
     stage = AgentEpisode(AgentConfig(protocol=opts.protocol, max_turns=opts.max_turns, max_tokens=opts.max_tokens,
                                      max_cost=opts.max_cost, max_seconds=opts.max_seconds, today=today,
@@ -151,8 +173,8 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
             folder = out.with_name(out.stem + ".cassette")
             folder.mkdir(parents=True, exist_ok=True)
             res["toolbox"] = Toolbox(backend, ToolCache(folder / "tools.sqlite"), blocked_domains=opts.blocked_domains)
-            if agent is not None and getattr(agent, "cache", None) is None and hasattr(agent, "cache"):
-                agent.cache = ResponseCache(folder / "models.sqlite")
+            if agent is not None and hasattr(agent, "cassette"):  # every call, whatever the response cache does
+                agent.cassette = ModelCassette(folder / "models.sqlite")
             meta = {"backend": backend.describe(), "backend_options": opts.web if backend.name == "web" else None,
                     "today": today, "protocol": opts.protocol, "agent": _recordable(agent)}
             (folder / CASSETTE_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")

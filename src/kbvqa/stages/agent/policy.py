@@ -36,6 +36,8 @@ class Step:
     result: Any = None  # ToolResult
     problem: str | None = None
     final: bool = False  # the turn that gave the answer
+    forced: bool = False  # the answer-only turn after the harness ended the tool phase
+    notices: list[dict[str, str]] = field(default_factory=list)  # harness messages sent with this turn's request
     seconds: float = 0.0
     usage: Usage = field(default_factory=Usage)
 
@@ -70,8 +72,8 @@ class ModelPolicy:
         params: dict[str, Any] = {}
         if self.max_reply_tokens:
             params["max_tokens"] = self.max_reply_tokens
-        if self.protocol == "tools":
-            params.update(tools=tool_schemas(), tool_choice="auto")
+        if self.protocol == "tools":  # the forced last turn keeps the schemas (the history cites them) but closes them
+            params.update(tools=tool_schemas(), tool_choice="none" if getattr(state, "final", False) else "auto")
         else:
             params["stop"] = [STOP]
         res = await self.client.chat(messages, prompt_version=prompt_version, **params)
@@ -147,6 +149,8 @@ class BaselinePolicy:
     def _decide(self, state: Any) -> str:
         tried = {s.tool for s in state.steps}
         q = state.sample.question
+        if getattr(state, "final", False):  # the tools are closed: answer from what was found
+            return self._final(state)
         if state.image is not None and "image_search" not in tried:
             return self._call("Identify the pictured entity first.", "image_search",
                               {"goal": "identify the entity in the picture"})
@@ -157,13 +161,22 @@ class BaselinePolicy:
                               "search", {"query": [f"{title} {q}".strip()]})
         entity = self._entity(state)
         if entity is None:
-            return "<think>Nothing identifies the entity.</think>\n<answer>I could not identify what the picture shows, so I cannot answer.</answer>"
+            return self._final(state)
         if "visit" not in tried and entity.url:
             return self._call("Read the page about the entity for the answer.", "visit", {"url": [entity.url], "goal": q})
         title = entity.title.split(" — ")[0]
         if "text_to_image_search" not in tried:
             return self._call(f"{title} is the SUBJECT entity of the answer; find a picture of it.",
                               "text_to_image_search", {"query": title})
+        return self._final(state)
+
+    def _final(self, state: Any) -> str:
+        """The answer from what the episode found so far."""
+        entity = self._entity(state)
+        if entity is None:
+            return ("<think>Nothing identifies the entity.</think>\n"
+                    "<answer>I could not identify what the picture shows, so I cannot answer.</answer>")
+        title = entity.title.split(" — ")[0]
         return "<think>I have what I need.</think>\n<answer>" + self._answer(state, entity, title) + "</answer>"
 
     def _answer(self, state: Any, entity: Any, title: str) -> str:

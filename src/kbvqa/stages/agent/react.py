@@ -7,17 +7,31 @@ harness — not the model — enforces the rules users of such agents asked for:
 - budgets on turns (default 12), tokens, cost and wall time; one turn before a cap the model is told
   to answer now;
 - one image_search per episode (a second is answered `quota`, not run);
-- repetition on two levels: an identical call (same tool, same canonical arguments) is answered
-  "not run: repeated"; calls that repeat a recent query or add no result not seen before first get a
-  warning, then end the episode `repeated_behaviour` (the anchoring loop NoteVQA found in 70% of
-  its failures);
-- two unusable replies in a row (no call and no answer, or a call that does not parse) end the
-  episode `format_error`; a tool backend failing N times in a row ends it `tool_unavailable`;
+- a loop guard: an identical call (same tool, same canonical arguments) is answered "not run:
+  repeated"; an identical or near-identical call (word-set Jaccard ≥ `repeat_similarity` with one of
+  the last `repeat_window` queries of the tool) is a repetition; the first repetition in a row is
+  warned, `repeat_patience` (default 2) in a row end the tool phase `repeated_behaviour`. A call
+  that merely returns nothing new (an empty search, results already seen) is no repetition: the model
+  is told so and goes on (seed 001's system prompt lets it answer from its own knowledge);
+- two unusable replies in a row (no call and no answer, or a call that does not parse) end the tool
+  phase `format_error`; a tool backend failing N times in a row ends it `tool_unavailable`;
 - every step records whether its observation contains a reference answer verbatim (leakage).
+
+**The agent always gets to answer.** When the harness ends the tool phase (a budget, repetition,
+unavailable tools, unusable replies), the policy gets one last turn with the tools closed and a
+notice saying why (`FORCED_ANSWER`); what it answers is the prediction and `meta.forced_answer` is
+true. `meta.termination` keeps the cause (`answer` when the model answered on its own). Only a model
+that still gives no answer leaves `answer: null`. With `max_seconds`, the tool phase ends at
+`1 - answer_reserve` of it, so the forced turn runs inside the budget too; the token and cost budgets
+can be passed by that one reply.
+
+Every message the harness adds to the conversation — budget warnings, repetition notices, "nothing
+new", format-error feedback, the forced-answer prompt — is stored on the step whose request carried
+it (`notices`), so the trajectory says why an episode ended without any server log.
 
 Every episode says why it ended (`meta.termination`). An answer's image tags are validated against
 the trajectory (`tags.validate_tags`). A failed model call is an `error` record (retried on resume),
-never an answer; an episode that ends without an answer is a prediction with `answer: null`.
+never an answer.
 """
 
 from __future__ import annotations
@@ -33,7 +47,8 @@ from pydantic import Field
 
 from kbvqa.data.matching import answers_in_text
 from kbvqa.data.schema import Prediction, Sample, Usage
-from kbvqa.models.prompts.agent import ANSWER_NOW, FORMAT_ERROR, GUIDED_QUESTION, REPEAT_WARNING, SYSTEM
+from kbvqa.models.prompts.agent import (ANSWER_NOW, FORCED_ANSWER, FORMAT_ERROR, GUIDED_QUESTION, NOTHING_NEW,
+                                        REPEAT_WARNING, SYSTEM)
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.stages.agent.policy import BaselinePolicy, ModelPolicy, PolicyError, PolicyReply, Step
@@ -57,8 +72,10 @@ class AgentConfig(StageConfig):
     max_format_errors: int = Field(2, ge=1)
     repeat_window: int = Field(3, ge=1)  # recent calls a new query is compared with
     repeat_similarity: float = Field(0.8, gt=0, le=1)  # word-set Jaccard that makes a query a near-duplicate
-    repeat_patience: int = Field(2, ge=1)  # stale calls in a row: the first warns, this many end the episode
-    tool_failures: int = Field(3, ge=1)  # backend failures in a row that end the episode
+    repeat_patience: int = Field(2, ge=1)  # repetitions in a row: the first warns, this many end the tool phase
+    tool_failures: int = Field(3, ge=1)  # backend failures in a row that end the tool phase
+    answer_reserve: float = Field(0.15, ge=0, lt=1)  # share of max_seconds kept for the forced answer turn
+    forced_answer: bool = True  # a harness stop is followed by one answer-only turn
     thought_chars: int = Field(2000, ge=0)
     observation_chars: int = Field(2000, ge=0)  # kept inline; the full text goes to an artifact file
     today: str | None = None  # the date in the system prompt (fixed for exact replays); None = today (UTC)
@@ -89,8 +106,9 @@ class _Episode:
         self.format_errors = 0
         self.tool_failures = 0
         self.image_searches = 0
-        self.note: str | None = None  # harness text to add to the next message the model reads
+        self.notices: list[dict[str, str]] = []  # harness messages for the next request the model reads
         self.warned: set[str] = set()
+        self.final = False  # the forced answer turn: tools are closed
 
     @property
     def elapsed(self) -> float:
@@ -104,7 +122,7 @@ class AgentEpisode(Stage):
     name = "agent"
     version = "1"
     config_model = AgentConfig
-    prompts = (SYSTEM, GUIDED_QUESTION, FORMAT_ERROR, ANSWER_NOW, REPEAT_WARNING)
+    prompts = (SYSTEM, GUIDED_QUESTION, FORMAT_ERROR, ANSWER_NOW, REPEAT_WARNING, NOTHING_NEW, FORCED_ANSWER)
 
     def __init__(self, config: AgentConfig | None = None):
         super().__init__(config)
@@ -135,11 +153,19 @@ class AgentEpisode(Stage):
         return ep
 
     # -- budgets ----------------------------------------------------------------------------------
+    def _tool_phase_seconds(self) -> float | None:
+        """When the tool phase ends under `max_seconds` (the rest is the forced answer's reserve)."""
+        c = self.config
+        if c.max_seconds is None:
+            return None
+        return c.max_seconds * (1 - c.answer_reserve) if c.forced_answer else c.max_seconds
+
     def _over_budget(self, ep: _Episode, turn: int) -> Termination | None:
         c = self.config
         if turn > c.max_turns:
             return "turn_budget"
-        if c.max_seconds is not None and ep.elapsed >= c.max_seconds:
+        limit = self._tool_phase_seconds()
+        if limit is not None and ep.elapsed >= limit:
             return "wall_time"
         if c.max_tokens is not None and ep.usage.prompt_tokens + ep.usage.completion_tokens >= c.max_tokens:
             return "token_budget"
@@ -149,8 +175,9 @@ class AgentEpisode(Stage):
 
     def _near_budget(self, ep: _Episode, turn: int) -> str | None:
         c = self.config
+        limit = self._tool_phase_seconds()
         near = {"turns": turn >= c.max_turns,
-                "time": c.max_seconds is not None and ep.elapsed >= 0.8 * c.max_seconds,
+                "time": limit is not None and ep.elapsed >= 0.8 * limit,
                 "tokens": c.max_tokens is not None
                 and ep.usage.prompt_tokens + ep.usage.completion_tokens >= 0.8 * c.max_tokens,
                 "cost": c.max_cost is not None and ep.usage.cost >= 0.8 * c.max_cost}
@@ -172,66 +199,114 @@ class AgentEpisode(Stage):
             budget = self._near_budget(ep, turn)
             if budget:
                 ep.warned.add(budget)
-                self._add_note(ep, ANSWER_NOW.render(budget_raw=budget))
-            self._flush_note(ep)
+                self._add_note(ep, "budget_warning", ANSWER_NOW.render(budget_raw=budget))
+            notices = self._flush_note(ep)
             t0 = time.perf_counter()
-            try:
-                reply = await self._ask(policy, ep)
-            except PolicyError as exc:  # the failed call's requests still count in the run's usage
-                ctx.add_usage(exc.usage)
-                raise
+            reply = await self._ask(policy, ep, ctx, self._tool_phase_seconds())
             if reply is None:
                 termination = "wall_time"
+                ep.notices[:0] = notices  # not read: they go with the forced turn's request
                 break
-            ep.usage = ep.usage.add(reply.usage)
-            ctx.add_usage(reply.usage)
-            step = Step(turn=turn, thought=reply.turn.thought, usage=reply.usage)
-            ep.steps.append(step)
+            step = self._new_step(ep, turn, reply, notices, t0)
             if reply.turn.answer is not None:
                 answer, termination, step.final = reply.turn.answer, "answer", True
             elif reply.turn.problem is not None:
                 step.problem = reply.turn.problem
                 ep.format_errors += 1
+                ep.messages.append(reply.assistant_message)
                 if ep.format_errors >= self.config.max_format_errors:
                     termination = "format_error"
                 else:
-                    ep.messages.append(reply.assistant_message)
-                    self._add_note(ep, FORMAT_ERROR.render(problem_raw=reply.turn.problem))
+                    self._add_note(ep, "format_error", FORMAT_ERROR.render(problem_raw=reply.turn.problem))
             else:
                 ep.format_errors = 0
                 termination = await self._tool_turn(reply, step, ep, toolbox, ctx)
             step.seconds = round(time.perf_counter() - t0, 4)
-        return self._prediction(record, ep, policy, toolbox, termination, answer, ctx)
+        forced = False
+        if termination != "answer" and self.config.forced_answer:
+            forced = True
+            answer = await self._forced_turn(policy, ep, turn + 1, termination, ctx)
+        return self._prediction(record, ep, policy, toolbox, termination, answer, forced, ctx)
 
-    async def _ask(self, policy: Any, ep: _Episode) -> PolicyReply | None:
-        """The policy's reply, or None when the wall-time budget runs out while waiting for it."""
+    def _new_step(self, ep: _Episode, turn: int, reply: PolicyReply, notices: list[dict[str, str]],
+                  t0: float) -> Step:
+        ep.usage = ep.usage.add(reply.usage)
+        step = Step(turn=turn, thought=reply.turn.thought, usage=reply.usage, notices=notices)
+        ep.steps.append(step)
+        return step
+
+    async def _forced_turn(self, policy: Any, ep: _Episode, turn: int, termination: Termination | None,
+                           ctx: Context) -> str | None:
+        """One answer-only turn after the harness ended the tool phase; its answer, or None."""
+        ep.final = True
+        self._add_note(ep, "forced_answer", FORCED_ANSWER.render(reason_raw=self._stop_reason(termination)))
+        notices = self._flush_note(ep)
+        t0 = time.perf_counter()
+        reply = await self._ask(policy, ep, ctx, self.config.max_seconds)
+        if reply is None:  # even the reserve ran out waiting for the model: no answer
+            ep.steps.append(Step(turn=turn, notices=notices, final=True, forced=True,
+                                 problem="no reply within the wall-time budget"))
+            return None
+        step = self._new_step(ep, turn, reply, notices, t0)
+        step.forced = True
+        answer = None
+        if reply.turn.answer is not None:
+            answer, step.final = reply.turn.answer, True
+        elif reply.turn.tool is not None:  # tools are closed: the call is not run
+            step.problem = f"a {reply.turn.tool} call after the tools were closed (not run)"
+        else:
+            step.problem = reply.turn.problem
+        step.seconds = round(time.perf_counter() - t0, 4)
+        return answer
+
+    def _stop_reason(self, termination: Termination | None) -> str:
+        c = self.config
+        return {"turn_budget": f"the turn budget ({c.max_turns} turns) is used up",
+                "token_budget": f"the token budget ({c.max_tokens} tokens) is used up",
+                "cost_budget": f"the cost budget ({c.max_cost}) is used up",
+                "wall_time": f"the time budget ({c.max_seconds} s) is nearly used up",
+                "repeated_behaviour": "your recent calls repeated earlier ones",
+                "format_error": "your last replies could not be used",
+                "tool_unavailable": f"the tools failed {c.tool_failures} times in a row and are unavailable",
+                }.get(str(termination), "the harness stopped the tool phase")
+
+    async def _ask(self, policy: Any, ep: _Episode, ctx: Context, limit: float | None) -> PolicyReply | None:
+        """The policy's reply, or None when the wall-time `limit` (seconds into the episode) passes while
+        waiting for it. A failed call's requests still count in the run's usage (then PolicyError)."""
         call = policy.next(ep.messages, ep, SYSTEM.id)
-        if self.config.max_seconds is None:
-            return await call
         try:
-            return await asyncio.wait_for(call, timeout=max(0.0, self.config.max_seconds - ep.elapsed))
+            reply = await (call if limit is None else asyncio.wait_for(call, timeout=max(0.0, limit - ep.elapsed)))
         except asyncio.TimeoutError:
             return None
+        except PolicyError as exc:
+            ctx.add_usage(exc.usage)
+            raise
+        ctx.add_usage(reply.usage)
+        return reply
 
-    def _add_note(self, ep: _Episode, text: str) -> None:
-        ep.note = f"{ep.note}\n\n{text}" if ep.note else text
+    def _add_note(self, ep: _Episode, kind: str, text: str) -> None:
+        ep.notices.append({"kind": kind, "text": text})
 
-    def _flush_note(self, ep: _Episode) -> None:
-        """Harness notes reach the model as a user message (after a tool message, or on their own)."""
-        if ep.note is None:
-            return
+    def _flush_note(self, ep: _Episode) -> list[dict[str, str]]:
+        """Harness notices reach the model as a user message (after a tool message, or on their own);
+        returns them, for the step whose request carries them."""
+        notices, ep.notices = ep.notices, []
+        if not notices:
+            return []
+        note = "\n\n".join(n["text"] for n in notices)
         if ep.messages and ep.messages[-1].get("role") == "user" and isinstance(ep.messages[-1].get("content"), str):
-            ep.messages[-1] = {**ep.messages[-1], "content": ep.messages[-1]["content"] + "\n\n" + ep.note}
+            ep.messages[-1] = {**ep.messages[-1], "content": ep.messages[-1]["content"] + "\n\n" + note}
         else:
-            ep.messages.append({"role": "user", "content": ep.note})
-        ep.note = None
+            ep.messages.append({"role": "user", "content": note})
+        return notices
 
     async def _tool_turn(self, reply: PolicyReply, step: Step, ep: _Episode, toolbox: Toolbox,
                          ctx: Context) -> Termination | None:
         name, raw = reply.turn.tool or "", reply.turn.arguments
         step.tool, step.arguments = name, raw
         parsed = toolbox.parse(name, raw)
-        stale_reason = None
+        stale_reason = None  # a repetition: counts towards the loop guard
+        nothing_new = False  # information for the model, not a repetition
         if isinstance(parsed, ToolResult):  # unknown tool or bad arguments: the model reads why
             result = parsed
         else:
@@ -256,18 +331,19 @@ class AgentEpisode(Stage):
                 step.usage, ep.usage = step.usage.add(spent), ep.usage.add(spent)
                 new = {it.id for it in result.items} - ep.seen_items
                 ep.seen_items |= new
-                if result.status in ("ok", "empty") and not new and stale_reason is None:
-                    stale_reason = "no result that earlier calls had not already returned"
+                nothing_new = result.status in ("ok", "empty") and not new and stale_reason is None
         step.result = result
         ep.tool_failures = ep.tool_failures + 1 if result.status == "error" and not isinstance(parsed, ToolResult) else 0
         self._observe(reply, result, ep)
+        if nothing_new:
+            self._add_note(ep, "nothing_new", NOTHING_NEW.render())
         if stale_reason is None:
             ep.stale = 0
         else:
             ep.stale += 1
             if ep.stale >= self.config.repeat_patience:
                 return "repeated_behaviour"
-            self._add_note(ep, REPEAT_WARNING.render(detail_raw=stale_reason))
+            self._add_note(ep, "repeat_warning", REPEAT_WARNING.render(detail_raw=stale_reason))
         if ep.tool_failures >= self.config.tool_failures:
             return "tool_unavailable"
         return None
@@ -299,6 +375,10 @@ class AgentEpisode(Stage):
         line: dict[str, Any] = {"turn": step.turn, "thought": step.thought[: c.thought_chars]}
         if step.final:
             line["answer"] = True
+        if step.forced:
+            line["forced"] = True
+        if step.notices:
+            line["notices"] = step.notices
         if step.problem:
             line["problem"] = step.problem
         if step.tool is not None:
@@ -322,7 +402,8 @@ class AgentEpisode(Stage):
         return line
 
     def _prediction(self, record: dict[str, Any], ep: _Episode, policy: Any, toolbox: Toolbox,
-                    termination: Termination | None, answer: str | None, ctx: Context) -> dict[str, Any]:
+                    termination: Termination | None, answer: str | None, forced: bool,
+                    ctx: Context) -> dict[str, Any]:
         trajectory = [self._step_line(s, ep, ctx) for s in ep.steps]
         searches = [{"query": (s.arguments or {}).get("query") if isinstance(s.arguments, dict) else None,
                      "status": s.result.status, "items": [it.model_dump() for it in s.result.items]}
@@ -340,7 +421,7 @@ class AgentEpisode(Stage):
         for s in ep.steps:
             if s.tool:
                 calls[s.tool] = calls.get(s.tool, 0) + 1
-        meta = {"termination": termination, "turns": len(ep.steps),
+        meta = {"termination": termination, "forced_answer": forced, "turns": len(ep.steps),
                 "provenance": {**provenance, "resolved": resolved}, "tool_calls": calls,
                 "leak_steps": sum(1 for t in trajectory if t.get("leak")), "protocol": self.config.protocol,
                 "tools": toolbox.backend.name, "question": ep.sample.question, "guided": self.config.guided,
