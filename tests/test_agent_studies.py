@@ -54,7 +54,7 @@ def test_agent_tools_study(run, tmp_path):
     obj = json.loads(res.stdout)
     assert obj["kind"] == "agent-tools" and obj["n"] == 6 and obj["terminations"] == {"answer": 6}
     assert obj["calls_per_episode"] == {"search": 1.0, "visit": 1.0, "image_search": 1.0, "text_to_image_search": 1.0}
-    assert obj["calls_by_outcome"]["correct"]["n"] == 3 and obj["calls_by_outcome"]["incorrect"]["n"] == 3
+    assert obj["calls_by_outcome"]["correct"]["n"] == 3 and obj["calls_by_outcome"]["not_correct"]["n"] == 3
     for tool in ("search", "visit"):
         h = obj["hit_rate"][tool]
         assert h["calls"] == 6 and 0 < h["call_hits"] <= 6 and h["call_rate"] == round(h["call_hits"] / 6, 6)

@@ -222,17 +222,24 @@ def agent_tools(
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
                                      help="The benchmark (answers and aliases for the evidence hit rate)."),
     verdicts: Optional[Path] = typer.Option(None, "--verdicts", exists=True, dir_okay=False,
-                                            help="`kbvqa score judge` output: splits tool use by correct / incorrect."),
+                                            help="`kbvqa score judge` output for these predictions: splits tool use "
+                                                 "by correct / non-correct (incorrect, not attempted, no answer)."),
+    baseline_verdicts: Optional[Path] = typer.Option(
+        None, "--baseline-verdicts", exists=True, dir_okay=False,
+        help="`kbvqa score judge` output for a single-pass run of the same model (`--pipeline direct`): tool use "
+             "per with/without-retrieval group (both correct, search helps, search hurts, both wrong; needs "
+             "--verdicts)."),
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
 ) -> None:
-    """Search-agent tool usage (seed 001 Table 4 shape): calls per tool, useful-evidence hit rates,
-    terminations, image-tag validity, leakage flags."""
+    """Search-agent tool usage (seed 001 Table 4 shape): calls per tool — per outcome group of the
+    with/without-retrieval 2x2 given --baseline-verdicts — useful-evidence hit rates, terminations,
+    image-tag validity, leakage flags."""
     from kbvqa.evaluate.agent import agent_tools_study
 
     try:
-        res = agent_tools_study(predictions, references, verdicts)
+        res = agent_tools_study(predictions, references, verdicts, baseline_verdicts)
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
@@ -243,7 +250,9 @@ def agent_failures(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
     verdicts: Path = typer.Option(..., "--verdicts", exists=True, dir_okay=False,
-                                  help="`kbvqa score judge` output: its incorrect episodes are categorised."),
+                                  help="`kbvqa score judge` output: every non-correct episode (incorrect, not "
+                                       "attempted, no answer) is categorised; invalid or failed verdicts are counted "
+                                       "apart."),
     config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
                                           help="kbvqa.toml: the judge is its [models.<role>]."),
     judge_role: Optional[str] = typer.Option(None, "--judge-role", help="Role that judges (default judge)."),
@@ -263,8 +272,10 @@ def agent_failures(
     structured_output: Optional[str] = STRUCTURED_OUTPUT,
     max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
-    """Failure categories of incorrect agent episodes by a judge role (seed 001 Table 5 shape):
-    T1-T4 tool-related, N1-N2 not; unparseable verdicts are counted as invalid."""
+    """Failure categories of every non-correct agent episode by a judge role (seed 001 Table 5 shape):
+    T1-T4 tool-related, N1-N2 not (seed 001 names only T3; the other wordings are kbvqa's). Unusable
+    category replies are counted as invalid; episodes with invalid or failed verdicts, or whose record
+    failed, are counted apart."""
     from kbvqa.pipelines.score import agent_failures as run_failures
     from kbvqa.pipelines.score import judge_client
 

@@ -6,4 +6,5 @@ list of a `kbvqa.runner.job.Job`. New presets (the search agent) register here t
 
 from kbvqa.registry import Registry
 
-PIPELINES: Registry = Registry("pipeline", modules=("kbvqa.pipelines.answer.rag", "kbvqa.pipelines.answer.agent"))
+PIPELINES: Registry = Registry("pipeline", modules=("kbvqa.pipelines.answer.rag", "kbvqa.pipelines.answer.agent",
+                                                    "kbvqa.pipelines.answer.direct"))

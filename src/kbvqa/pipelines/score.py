@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbvqa.data.jsonl import gc_paused, read_jsonl, write_jsonl
+from kbvqa.data.jsonl import gc_paused, write_jsonl
 from kbvqa.evaluate import METRICS
 from kbvqa.evaluate import methods as mt
 from kbvqa.evaluate import retrieval as rt
@@ -282,8 +282,12 @@ def convert_predictions(source: Path, method: str, out: Path, *, references: Pat
 
 def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: Any, *, out: Path | None = None,
                    resume: bool = True, concurrency: int = 16, progress: bool = False) -> dict[str, Any]:
-    """`kbvqa study agent-failures`: the judge categorises every agent episode the short-answer judge
-    graded incorrect (seed 001 Table 5), as a runner job with a journal, resume and a manifest."""
+    """`kbvqa study agent-failures`: the judge categorises every non-correct agent episode —
+    graded incorrect or not_attempted, or with no answer — as seed 001 Table 5 does, as a runner job
+    with a journal, resume and a manifest. Episodes with an invalid or failed verdict, without one,
+    or whose record failed are counted apart (`kbvqa.evaluate.agent.episode_outcome`)."""
+    from collections import Counter
+
     from kbvqa.evaluate.agent import (FailureCategory, failure_records, failure_table, read_verdicts,
                                       sample_answers)
     from kbvqa.runner import read_results
@@ -292,10 +296,11 @@ def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: A
 
     refs = {k: (q, " | ".join(a)) for k, (q, a) in sample_answers(references).items()}
     out = out or _beside(predictions, "failures")
-    records = list(failure_records((line for _, line in read_jsonl(predictions)), refs, read_verdicts(verdicts)))
+    outcomes: Counter[str] = Counter()
+    records = list(failure_records(read_results(predictions), refs, read_verdicts(verdicts), outcomes))
     summary = Job([FailureCategory()], Context(roles={"judge": judge}), description="agent failure categories").run(
         records, out=out, resume=resume, concurrency=concurrency, progress=progress)
-    table = failure_table(read_results(out))
+    table = failure_table(read_results(out), outcomes, ids=[r["id"] for r in records])
     prov = getattr(judge, "provenance", None)
     return {"kind": "agent-failures", "predictions": str(predictions), "verdicts": str(verdicts), "out": str(out),
             "manifest": str(summary.manifest),

@@ -70,14 +70,33 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
     raise ValueError(f"not a study result (kind {kind!r})")
 
 
+def _count_line(counts: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()) or "none"
+
+
 def agent_tools_tables(res: Mapping[str, Any]) -> list[ResultTable]:
-    """`kbvqa study agent-tools` (seed 001 Table 4 shape): tool calls per episode — overall and, with
-    judge verdicts, for correct and incorrect episodes — with the useful-evidence hit rates, then how
-    the episodes ended."""
+    """`kbvqa study agent-tools` (seed 001 Table 4 shape): with a single-pass run's verdicts, first the
+    with/without-retrieval groups and their tool calls per episode; then tool calls per episode —
+    overall and, with judge verdicts, for correct and non-correct episodes — with the useful-evidence
+    hit rates; then how the episodes ended."""
+    tables: list[ResultTable] = []
+    paired = res.get("paired")
+    if paired:
+        tools = list(res["calls_per_episode"])
+        rows = [[g["label"], "yes" if g["with_tools"] else "no", "yes" if g["without_tools"] else "no", g["n"],
+                 g["pct"], *(g["calls_per_episode"][t] for t in tools)] for g in paired["groups"]]
+        tables.append(ResultTable(
+            "agent-tools-2x2", f"answer outcomes with and without retrieval, and tool calls per agent episode "
+                               f"(seed 001 Table 4 shape; n={paired['n']} paired)", res["scorer"],
+            ["group", "correct with tools", "correct without", "n", "%", *tools], rows,
+            [f"net gain {paired['net_gain']:+d} (search helps - search hurts); set apart, in no group: "
+             f"{_count_line(paired['apart'])}",
+             "group names Search helps / Search hurts / Both wrong are seed 001's, Both correct is kbvqa's; wrong = "
+             "incorrect, not attempted or no answer"]))
     by = res.get("calls_by_outcome") or {}
     hit = res["hit_rate"]
-    cols = ["tool", "calls / episode", *(f"{g} (n={by[g]['n']})" for g in by), "hit rate, calls", "calls",
-            "hit rate, results", "results"]
+    cols = ["tool", "calls / episode", *(f"{g.replace('_', '-')} (n={by[g]['n']})" for g in by), "hit rate, calls",
+            "calls", "hit rate, results", "results"]
     rows = [[t, v, *(by[g][t] for g in by), hit.get(t, {}).get("call_rate", "-"), hit.get(t, {}).get("calls", "-"),
              hit.get(t, {}).get("item_rate", "-"), hit.get(t, {}).get("items", "-")]
             for t, v in res["calls_per_episode"].items()]
@@ -85,21 +104,35 @@ def agent_tools_tables(res: Mapping[str, Any]) -> list[ResultTable]:
     notes = [f"image tags: {tags['valid']} of {tags['total']} valid; violations {tags['violations'] or 'none'}",
              f"leakage: {res['leak']['steps']} steps in {res['leak']['episodes']} episodes showed a reference answer",
              res.get("note", "")]
-    usage = ResultTable("agent-tools", f"agent tool usage ({res['n']} episodes)", res["scorer"], cols, rows,
-                        [n for n in notes if n])
-    ends = ResultTable("agent-terminations", "how the episodes ended", res["scorer"], ["termination", "episodes"],
-                       [[k, v] for k, v in res["terminations"].items()])
-    return [usage, ends]
+    if res.get("outcomes"):
+        notes.insert(0, f"episode outcomes: {_count_line(res['outcomes'])} (non-correct = incorrect + not attempted + "
+                        "no answer; the others are in neither column)")
+    tables.append(ResultTable("agent-tools", f"agent tool usage ({res['n']} episodes)", res["scorer"], cols, rows,
+                              [n for n in notes if n]))
+    tables.append(ResultTable("agent-terminations", "how the episodes ended", res["scorer"],
+                              ["termination", "episodes"], [[k, v] for k, v in res["terminations"].items()]))
+    return tables
 
 
 def agent_failures_table(res: Mapping[str, Any]) -> ResultTable:
-    """`kbvqa study agent-failures` (seed 001 Table 5 shape): judge-assigned categories of the
-    incorrect episodes; invalid and error verdicts are counted, not dropped."""
-    rows = [[r["category"], r["n"], 100.0 * r["share"]] for r in res["rows"]]
-    notes = [f"{res['categorised']} of {res['n']} episodes categorised; invalid {res['invalid']}, error "
-             f"{res['error']}; tool-related {res['tool_related']}, non-tool {res['non_tool']}"]
-    return ResultTable("agent-failures", "failure categories of incorrect agent episodes",
-                       res.get("judge", "judge"), ["category", "episodes", "% of categorised"], rows, notes)
+    """`kbvqa study agent-failures` (seed 001 Table 5 shape): judge-assigned categories of every
+    non-correct episode, per outcome; the failure judge's invalid and error replies, and the episodes
+    set apart (invalid or failed verdicts, failed records), are counted, not dropped."""
+    outcomes = ("incorrect", "not_attempted", "no_answer")
+    rows = [[r["category"], r["n"], 100.0 * r["share"], *((r.get("by_outcome") or {}).get(o, "") for o in outcomes)]
+            for r in res["rows"]]
+    notes = [f"{res['categorised']} of {res['n']} non-correct episodes categorised; failure judge invalid "
+             f"{res['invalid']}, error {res['error']}; tool-related {res['tool_related']}, non-tool {res['non_tool']}"]
+    if "outcomes" in res:
+        went = {k: v for k, v in res["outcomes"].items() if k != "correct"}
+        notes.append(f"went in, of {res['episodes']} episodes: {_count_line(went)} (correct "
+                     f"{res['outcomes'].get('correct', 0)}, not categorised); counted apart: "
+                     f"{_count_line(res.get('apart') or {})}")
+    return ResultTable("agent-failures", "failure categories of every non-correct agent episode (T3 is named by seed "
+                                         "001; the T1, T2, T4, N1, N2 wordings are kbvqa's reconstruction)",
+                       res.get("judge", "judge"),
+                       ["category", "episodes", "% of categorised", "incorrect", "not attempted", "no answer"], rows,
+                       notes)
 
 
 def recall_by_variant_table(rows: Sequence[dict[str, Any]], *, stage: str = "initial") -> ResultTable:

@@ -8,6 +8,7 @@ STAGES: Registry = Registry("stage", modules=(
     "kbvqa.stages.audit.verify", "kbvqa.stages.audit.derive", "kbvqa.stages.audit.posedness",
     "kbvqa.stages.audit.leakage", "kbvqa.stages.answer.retrieve", "kbvqa.stages.answer.identify",
     "kbvqa.stages.answer.rerank", "kbvqa.stages.answer.extractive", "kbvqa.stages.answer.generate",
+    "kbvqa.stages.answer.direct",
     "kbvqa.stages.agent.react", "kbvqa.stages.augment.types",
 ))
 

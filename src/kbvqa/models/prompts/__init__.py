@@ -80,7 +80,8 @@ PROMPTS: Registry[Prompt] = Registry("prompt", modules=("kbvqa.models.prompts.au
                                                         "kbvqa.models.prompts.judge", "kbvqa.models.prompts.ivr12",
                                                         "kbvqa.models.prompts.reference",
                                                         "kbvqa.models.prompts.ablation",
-                                                        "kbvqa.models.prompts.curate"))
+                                                        "kbvqa.models.prompts.curate",
+                                                        "kbvqa.models.prompts.direct"))
 
 
 def register(p: Prompt) -> Prompt:
