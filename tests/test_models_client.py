@@ -47,7 +47,7 @@ def test_success_usage_cost_and_auth(monkeypatch):
 
         async def go():
             async with OpenAIChatClient(srv.base_url.removesuffix("/v1"), "m1", price_in_per_mtok=2.0,
-                                        price_out_per_mtok=8.0, max_tokens=64) as c:
+                                        price_out_per_mtok=8.0, max_tokens=512) as c:
                 r = await c.chat(MSG, prompt_version="judge@1")
                 return c, r
         c, r = run(go())
@@ -59,8 +59,21 @@ def test_success_usage_cost_and_auth(monkeypatch):
     req = srv.last()
     assert req["path"] == "/v1/chat/completions"
     assert "Authorization" not in req["headers"] and "authorization" not in {k.lower() for k in req["headers"]}
-    assert req["json"]["temperature"] == 0.0 and req["json"]["max_tokens"] == 64
+    assert req["json"]["temperature"] == 0.0 and req["json"]["max_tokens"] == 512
     assert "response_format" not in req["json"]
+
+
+def test_a_reply_longer_than_its_max_tokens_is_invalid():
+    """A server that ignores max_tokens: the reply is not handed on (budgets must bind), its cost counts."""
+    with FakeLLMServer() as srv:
+        srv.push(ok("a very long essay", prompt_tokens=10, completion_tokens=5000))
+
+        async def go():
+            async with OpenAIChatClient(srv.base_url, "m1", max_tokens=64) as c:
+                return await c.chat(MSG)
+        r = run(go())
+    assert r.status == "invalid" and "5000 completion tokens, more than the max_tokens=64" in r.reason
+    assert r.text is None and r.usage.completion_tokens == 5000 and r.usage.calls == 1
 
 
 def test_api_key_header_and_never_in_provenance(monkeypatch):

@@ -21,6 +21,10 @@ Time limits: `connect_timeout` (opening a connection), `timeout` (the read timeo
 for the server's next bytes) and `deadline` (seconds for one whole call — every attempt, the waits
 for a concurrency slot after the first, and the backoff sleeps; None = bounded by retries only). A
 call that would pass its deadline stops with an `error` saying so instead of sleeping into it.
+
+Reply size: `max_reply_bytes` (32 MiB by default) caps a reply on the wire and once decoded; a
+compressed reply is read raw and inflated under that cap (kbvqa.data.fetch.CappedBody), never whole
+by the HTTP library. An over-cap reply is an `error` saying so, not retried.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import httpx
 import orjson
 from pydantic import BaseModel
 
+from kbvqa.data.fetch import BodyTooLarge, BodyUnreadable, accept_encoding, read_capped
 from kbvqa.data.schema import Provenance, Usage
 from kbvqa.models.cache import ResponseCache, is_deterministic, make_key, schema_json
 from kbvqa.models.jsonx import strip_think
@@ -47,6 +52,9 @@ from kbvqa.models.result import STRUCTURED_OUTPUT_MODES, ChatResult, StructuredO
 
 POOL_SHARD = 8  # connections per httpx pool (see _ensure_loop_state)
 RETRY_AFTER_CAP = 300.0  # seconds; a Retry-After beyond this is treated as this
+#: the most bytes a reply may have, on the wire and once decoded (a compressed reply is inflated here,
+#: under this cap, never by the HTTP library: kbvqa.data.fetch.CappedBody); over it the call is an error
+DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
 # A 4xx body naming one of these is a server refusing structured output (vLLM, SGLang, llama.cpp,
 # TGI, FastAPI-style 422 validation of wrappers), not a bad request of ours.
 _SCHEMA_REFUSAL = re.compile(r"response_format|json_schema|json_object|guided_(?:json|decoding|grammar)"
@@ -120,9 +128,11 @@ class _AiohttpPool:
             headers=headers,
             connector=aiohttp.TCPConnector(limit=concurrency, keepalive_timeout=60.0, ssl=False),  # plain http
             timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_timeout, sock_read=timeout),
-            trust_env=False)  # _fast_path already sent proxied hosts to httpx
+            trust_env=False,  # _fast_path already sent proxied hosts to httpx
+            auto_decompress=False)  # read_capped decodes, under the reply cap
 
-    async def post(self, url: str, *, json: Any) -> _Reply:  # noqa: A002 - httpx's keyword
+    async def post(self, url: str, *, json: Any, max_bytes: int = DEFAULT_MAX_REPLY_BYTES  # noqa: A002
+                   ) -> _Reply:
         try:  # what json.dumps accepts, nothing more (no dataclass / datetime / numpy magic)
             body = orjson.dumps(json, option=_ORJSON_STRICT)
         except TypeError:
@@ -130,7 +140,9 @@ class _AiohttpPool:
         ah = self._aiohttp
         try:
             async with self._session.post(url, data=body) as r:
-                return _Reply(r.status, r.headers, await r.read())
+                return _Reply(r.status, r.headers, await read_capped(
+                    r.content.iter_any(), r.headers.getall("Content-Encoding", []), max_bytes,
+                    r.headers.get("Content-Length")))
         except ah.ConnectionTimeoutError as e:
             raise httpx.ConnectTimeout(str(e) or "connect timeout") from None
         except ah.ServerTimeoutError as e:  # sock_read: no bytes for `timeout` seconds
@@ -165,6 +177,16 @@ class _AiohttpPool:
             self.abandon()
         except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to tidy
             pass
+
+
+async def _post_capped(pool: Any, url: str, body: Any, max_bytes: int) -> _Reply:
+    """POST on either transport and read the reply raw, decoded under `max_bytes` (BodyTooLarge /
+    BodyUnreadable otherwise): httpx and aiohttp would inflate a compressed reply whole."""
+    if isinstance(pool, _AiohttpPool):
+        return await pool.post(url, json=body, max_bytes=max_bytes)
+    async with pool.stream("POST", url, json=body) as r:
+        return _Reply(r.status_code, r.headers, await read_capped(
+            r.aiter_raw(), r.headers.get_list("content-encoding"), max_bytes, r.headers.get("content-length")))
 
 
 def _json_dumps(obj: Any) -> bytes:
@@ -208,13 +230,15 @@ class OpenAIChatClient:
                  price_in_per_mtok: float = 0.0, price_out_per_mtok: float = 0.0,
                  cache: ResponseCache | None = None, extra_params: dict[str, Any] | None = None,
                  json_schema_strict: bool = False, connect_timeout: float = 10.0, deadline: float | None = None,
-                 structured_output: StructuredOutput = "auto"):
+                 structured_output: StructuredOutput = "auto", max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES):
         if concurrency < 1:
             raise ValueError("concurrency must be ≥ 1")
         if max_retries < 0:
             raise ValueError("max_retries must be ≥ 0")
         if timeout <= 0 or connect_timeout <= 0 or (deadline is not None and deadline <= 0):
             raise ValueError("timeout, connect_timeout and deadline must be > 0")
+        if max_reply_bytes < 1:
+            raise ValueError("max_reply_bytes must be ≥ 1")
         if structured_output not in STRUCTURED_OUTPUT_MODES:
             raise ValueError(f"structured_output must be one of {', '.join(STRUCTURED_OUTPUT_MODES)} "
                              f"(got {structured_output!r})")
@@ -226,6 +250,7 @@ class OpenAIChatClient:
         self.connect_timeout = float(connect_timeout)
         self.deadline = None if deadline is None else float(deadline)
         self.structured_output = structured_output
+        self.max_reply_bytes = int(max_reply_bytes)
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
@@ -272,7 +297,7 @@ class OpenAIChatClient:
             for old in self._pools:  # from an event loop that has ended
                 if isinstance(old, _AiohttpPool):
                     old.abandon()
-            headers = {"Content-Type": "application/json"}
+            headers = {"Content-Type": "application/json", "Accept-Encoding": accept_encoding()}
             if self._api_key:
                 headers["Authorization"] = f"Bearer {self._api_key}"
             fast = _fast_path(self.base_url)
@@ -423,10 +448,10 @@ class OpenAIChatClient:
                     self._pool_busy[shard] += 1
                     try:
                         if left is None:  # no deadline: no timer to arm and cancel per request
-                            resp = await pools[shard].post(url, json=body)
+                            resp = await _post_capped(pools[shard], url, body, self.max_reply_bytes)
                         else:
                             async with asyncio.timeout(left):
-                                resp = await pools[shard].post(url, json=body)
+                                resp = await _post_capped(pools[shard], url, body, self.max_reply_bytes)
                     except TimeoutError:  # asyncio.timeout: the call's deadline, not the read timeout
                         return error(f"deadline of {self.deadline:g}s passed during attempt {attempt + 1} "
                                      f"({requests_sent} requests sent)")
@@ -438,6 +463,10 @@ class OpenAIChatClient:
                     except httpx.TransportError as e:
                         not_delivered += isinstance(e, httpx.ConnectError)
                         raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
+                    except BodyTooLarge as e:  # not retried: the server would send it again
+                        return error(f"reply refused: {e} (max_reply_bytes = {self.max_reply_bytes})")
+                    except BodyUnreadable as e:
+                        raise _Retryable(f"unreadable reply: {e}") from None
                     finally:
                         self._pool_busy[shard] -= 1
                 status = resp.status_code
@@ -480,6 +509,11 @@ class OpenAIChatClient:
                 self.supports_json_schema = True
             u = payload.get("usage") or {}
             res_usage = usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+            asked = params.get("max_tokens")
+            if asked is not None and res_usage.completion_tokens > int(asked):  # the server ignored the limit
+                return ChatResult(status="invalid", usage=res_usage, provenance=prov,
+                                  reason=f"the reply has {res_usage.completion_tokens} completion tokens, more than "
+                                         f"the max_tokens={asked} asked for (not used: budgets must bind)")
             text = strip_think(content or "")
             status_, data, reason = interpret_reply(text, schema)
             finish = choice.get("finish_reason")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from kbvqa.runner.lock import OutputLock
 from kbvqa.runner.run import RunSummary, run
 from kbvqa.runner.stage import Context, Stage
 
@@ -34,7 +35,9 @@ class Job:
         """Run every record (see `kbvqa.runner.run_stages` for the options). The context's HTTP
         pools are closed at the end unless `close=False` (a caller that runs the job again)."""
         options.setdefault("description", self.description)
-        if self.output_resources is not None:
-            self.ctx.resources.update(self.output_resources(Path(out)))
         cfg = {"stages": self.stage_names, **self.run_config, **(run_config or {})}
-        return run(records, self.stages, self.ctx, out=Path(out), close=close, run_config=cfg, **options)
+        with OutputLock(Path(out)):  # before the output's side files (a cassette) are touched
+            if self.output_resources is not None:
+                self.ctx.resources.update(self.output_resources(Path(out)))
+            return run(records, self.stages, self.ctx, out=Path(out), close=close, run_config=cfg, lock=False,
+                       **options)

@@ -36,6 +36,7 @@ from kbvqa.data.schema import Usage
 from kbvqa.progress import ProgressBar
 from kbvqa.runner import manifest as mf
 from kbvqa.runner.executor import Executor, Task, get_executor
+from kbvqa.runner.lock import OutputLock
 from kbvqa.runner.sinks import JournalEntry, JsonlJournal, compact_journal, scan_journal, write_parquet
 from kbvqa.runner.stage import Context, Stage, default_record_deadline, error_reason
 
@@ -236,10 +237,12 @@ class _Run:
 
     def __init__(self, out: Path, stages: list[Stage], ctx: Context, executor: Executor, *, resume: bool,
                  concurrency: int, limit: int | None, run_config: dict | None, fmt: str, description: str,
-                 fsync_every: int):
+                 fsync_every: int, lock: bool = True):
         self.out, self.ctx, self.fmt = out, ctx, fmt
         self.paths = output_paths(out)
         out.parent.mkdir(parents=True, exist_ok=True)
+        # one writer per output: a second run is refused here (Job.run takes it earlier and passes lock=False)
+        self.lock = OutputLock(out).acquire() if lock else None
         self.previous_output: Path | None = None
         if not resume and out.exists():
             self.previous_output = _move_aside(out)
@@ -256,6 +259,7 @@ class _Run:
                                              record_deadline=ctx.resources.get("record_deadline"))
         except BaseException:
             self.journal.close()  # e.g. a corrupt journal line: raise it, leave the file as it was
+            self.release()
             raise
         self.manifest["previous_output"] = str(self.previous_output) if self.previous_output else None
         self.manifest["resumed_from_lines"] = len(self.previous)
@@ -264,6 +268,10 @@ class _Run:
         self.remote_usage = Usage()
         self.bar: ProgressBar | None = None
         mf.write_manifest(self.paths["manifest"], self.manifest)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     def _note(self) -> str:
         return " ".join(f"{k} {v}" for k, v in self.counts.items() if v)
@@ -314,7 +322,7 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
                      progress: bool = True, run_config: dict | None = None, fmt: str = "jsonl",
                      description: str = "", executor: str | Executor | None = None,
                      executor_options: dict[str, Any] | None = None, fsync_every: int = 100,
-                     record_deadline: float | None = None) -> RunSummary:
+                     record_deadline: float | None = None, lock: bool = True) -> RunSummary:
     """Run every record through `stages` in order and write one status line per record to `out`.
 
     `out` is a JSONL journal. `resume=True` skips ids already `ok` in it and re-runs the rest;
@@ -324,7 +332,9 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
     registered name (`local`, `ray`), an Executor, or None for the process default (`local` unless
     `kbvqa --executor` or KBVQA_EXECUTOR says otherwise); `executor_options` go to its constructor.
     `record_deadline` caps one record's time through all stages (None: the process default,
-    `kbvqa --record-deadline` / KBVQA_RECORD_DEADLINE; unset means none).
+    `kbvqa --record-deadline` / KBVQA_RECORD_DEADLINE; unset means none). The run holds `<out>.lock`
+    (runner.lock) while it writes: a second run on the same `out` raises OutputLocked at once;
+    `lock=False` when the caller already holds it.
     """
     out = Path(out)
     _check_args(out, fmt, concurrency, limit)
@@ -344,7 +354,17 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
         del seen
 
     run = _Run(out, stages, ctx, ex, resume=resume, concurrency=concurrency, limit=limit, run_config=run_config,
-               fmt=fmt, description=description, fsync_every=fsync_every)
+               fmt=fmt, description=description, fsync_every=fsync_every, lock=lock)
+    try:
+        return await _execute(run, records, stages, ctx, ex, out, concurrency, limit, progress, description)
+    finally:
+        run.release()
+
+
+async def _execute(run: _Run, records: Iterable[dict] | AsyncIterable[dict], stages: list[Stage], ctx: Context,
+                   ex: Executor, out: Path, concurrency: int, limit: int | None, progress: bool,
+                   description: str) -> RunSummary:
+    """The run proper, once `_Run` holds the output: stream, execute, compact, finish the manifest."""
     pending = _Pending(records, limit, run.previous, run.skipped)
 
     def total() -> int:

@@ -79,6 +79,9 @@ class ModelPolicy:
         res = await self.client.chat(messages, prompt_version=prompt_version, **params)
         if res.status == "error":
             raise PolicyError(f"agent model call failed: {res.reason}", res.usage)
+        if res.status == "invalid" and res.raw is None:  # a reply the client would not hand on (over max_tokens)
+            return PolicyReply(Turn(problem=f"unusable reply: {res.reason}"), res.usage, res.provenance,
+                               {"role": "assistant", "content": ""})
         msg = ((res.raw or {}).get("choices") or [{}])[0].get("message") or {}
         content = msg.get("content") if isinstance(msg.get("content"), str) else (res.text or "")
         thought = msg.get("reasoning_content") or ""

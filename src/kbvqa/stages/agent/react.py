@@ -22,8 +22,10 @@ unavailable tools, unusable replies), the policy gets one last turn with the too
 notice saying why (`FORCED_ANSWER`); what it answers is the prediction and `meta.forced_answer` is
 true. `meta.termination` keeps the cause (`answer` when the model answered on its own). Only a model
 that still gives no answer leaves `answer: null`. With `max_seconds`, the tool phase ends at
-`1 - answer_reserve` of it, so the forced turn runs inside the budget too; the token and cost budgets
-can be passed by that one reply.
+`1 - answer_reserve` of it, and every tool call gets what is left of the tool phase as its deadline,
+so the forced turn runs inside the budget too. The tool phase also stops before a turn whose request
+and full reply could pass `max_tokens` (`_projected_tokens`); only the forced turn's one request can
+pass the token budget, and the cost budget by one reply.
 
 Every message the harness adds to the conversation — budget warnings, repetition notices, "nothing
 new", format-error feedback, the forced-answer prompt — is stored on the step whose request carried
@@ -167,11 +169,21 @@ class AgentEpisode(Stage):
         limit = self._tool_phase_seconds()
         if limit is not None and ep.elapsed >= limit:
             return "wall_time"
-        if c.max_tokens is not None and ep.usage.prompt_tokens + ep.usage.completion_tokens >= c.max_tokens:
+        if c.max_tokens is not None and self._projected_tokens(ep) > c.max_tokens:
             return "token_budget"
         if c.max_cost is not None and ep.usage.cost >= c.max_cost:
             return "cost_budget"
         return None
+
+    def _projected_tokens(self, ep: _Episode) -> int:
+        """Tokens the episode would have spent after one more tool-phase turn: what it spent, plus the next
+        request's prompt (at least the last prompt and reply, which it re-sends) and a full reply. The
+        tool phase stops before a turn that could pass `max_tokens`; only the forced answer turn can."""
+        used = ep.usage.prompt_tokens + ep.usage.completion_tokens
+        if not ep.steps:
+            return used
+        last = ep.steps[-1].usage
+        return used + last.prompt_tokens + last.completion_tokens + (self.config.max_reply_tokens or 0)
 
     def _near_budget(self, ep: _Episode, turn: int) -> str | None:
         c = self.config
@@ -326,7 +338,12 @@ class AgentEpisode(Stage):
                 stale_reason = self._near_duplicate(name, canonical, ep)
                 if name == "image_search":
                     ep.image_searches += 1
-                result = await toolbox.call(name, args, canonical, ep.info, ctx)
+                result = await self._call_tool(toolbox, name, args, canonical, ep, ctx)
+                if result is None:  # the time budget ran out inside the call (its retries included)
+                    step.result = ToolResult(tool=name, status="error",
+                                             reason="not finished within the episode's time budget (--max-seconds)")
+                    self._observe(reply, step.result, ep)
+                    return "wall_time"
                 spent = Usage.model_validate(result.provenance.get("usage") or {})
                 step.usage, ep.usage = step.usage.add(spent), ep.usage.add(spent)
                 new = {it.id for it in result.items} - ep.seen_items
@@ -347,6 +364,19 @@ class AgentEpisode(Stage):
         if ep.tool_failures >= self.config.tool_failures:
             return "tool_unavailable"
         return None
+
+    async def _call_tool(self, toolbox: Toolbox, name: str, args: Any, canonical: dict[str, Any], ep: _Episode,
+                         ctx: Context) -> ToolResult | None:
+        """The tool's result, or None when the tool phase's time runs out first: under `max_seconds` a
+        call gets what is left of the tool phase as its deadline, retries and slow pages included."""
+        call = toolbox.call(name, args, canonical, ep.info, ctx)
+        limit = self._tool_phase_seconds()
+        if limit is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, timeout=max(0.0, limit - ep.elapsed))
+        except asyncio.TimeoutError:
+            return None
 
     def _near_duplicate(self, name: str, canonical: dict[str, Any], ep: _Episode) -> str | None:
         """A query close to one of the last few calls of the same tool (word-set Jaccard)."""
