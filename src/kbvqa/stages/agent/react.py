@@ -138,7 +138,8 @@ class AgentEpisode(Stage):
 
     def _start(self, record: dict[str, Any], ctx: Context, policy: Any) -> _Episode:
         sample = Sample.model_validate({k: v for k, v in record.items() if k in Sample.model_fields})
-        image = ctx.image_path(sample.images[0]) if sample.images else None
+        images = [ctx.image_path(i) for i in sample.images]  # every query image goes to the model,
+        image = images[0] if images else None  # the first is the one reverse image search sends
         info = EpisodeInfo(record_id=sample.id, question=sample.question, image=image,
                            image_sha256=file_sha256(image) if image else None,
                            image_url=(sample.meta.get("image_urls") or [None])[0], locale=locale_for(sample.question))
@@ -150,7 +151,7 @@ class AgentEpisode(Stage):
                 if not sample.answer_texts:
                     raise ValueError(f"sample {sample.id!r} has no short reference to guide the agent with")
                 question = GUIDED_QUESTION.render(question_raw=sample.question, answer_raw=sample.answer_texts[0])
-            ep.messages = SYSTEM.messages([image] if image else [], question_raw=question,
+            ep.messages = SYSTEM.messages(images, question_raw=question,
                                           tools_block_raw=tools_block(), today_raw=today)
         return ep
 
