@@ -286,11 +286,28 @@ def test_judge_verdicts_na_gates_invalid_error_and_resume(tmp_path):
     assert d["relevance"]["mean"] == pytest.approx(4.0) and d["relevance"]["n"] == 2
     assert d["relevance"]["n_na"] == {"no_images": 1, "no_answer": 1}
     assert d["relevance"]["gated_mean"] == pytest.approx(2.0) and d["relevance"]["gated_n"] == 2  # no image dims for q8
-    assert s["gates"]["addresses_subject"] == {"title": "Addresses the pictured subject", "judged_by": "model",
-                                               "pass": 2, "fail": 2, "n_a": 0}
+    gate = s["gates"]["addresses_subject"]
+    assert (gate["judged_by"], gate["pass"], gate["fail"], gate["n_a"], gate["source"]) == ("model", 2, 2, 0, "kbvqa")
+    # q8's failure was decided by rule (no answer), not by a model: counted apart, with the reason
+    assert gate["decided_by"] == {"model": {"pass": 2, "fail": 1},
+                                  "rule": {"pass": 0, "fail": 1, "reasons": {"no answer": 1}}}
+    q8_gate = lines["q8"]["ivr12"]["gates"]["addresses_subject"]
+    assert q8_gate["decided_by"] == "rule" and q8_gate["reason"].startswith("decided by rule: no answer")
+    assert lines["q7"]["ivr12"]["gates"]["addresses_subject"]["decided_by"] == "model"
     assert s["n_without_images"] == 1 and s["n_no_answer"] == 1 and s["no_answer"] == {"missing": 1}
-    assert s["groups"]["content"]["n_dimensions"] == 4
-    assert s["overall"]["mean"] == pytest.approx(np.mean([v["mean"] for v in d.values()]), abs=1e-3)
+    assert all(v["measured_by"] == "judge" for v in d.values())
+    # per item: an overall only with all twelve judged (q1); q2 has no images: its text groups only
+    q1, q2i = lines["q1"]["ivr12"], lines["q2"]["ivr12"]
+    assert q1["mean"] == pytest.approx((4 * 4 + 5 * 4 + 3 * 4) / 12) and "mean_reason" not in q1
+    assert q1["groups"]["content"]["mean"] == 4 and q1["groups"]["image"]["mean"] == 3
+    assert q2i["mean"] is None and q2i["groups"]["content"]["mean"] == 2 and q2i["groups"]["image"]["mean"] is None
+    assert "4 of 12 without a judged score (n/a (no images))" in q2i["mean_reason"]
+    assert lines["q8"]["ivr12"]["mean"] is None and lines["q8"]["ivr12"]["mean_reason"].startswith("no answer: ")
+    # the run is incomplete (q3-q5 invalid, q6's content call failed): no group or overall mean over
+    # whichever items happened to get a verdict
+    assert s["groups"]["content"]["n_dimensions"] == 4 and s["groups"]["content"]["mean"] is None
+    assert s["overall"]["mean"] is None and s["overall"]["gated_mean"] is None
+    assert s["overall"]["reason"].startswith("incomplete run: 3 invalid and 1 error items have no verdict")
     prov = lines["q1"]["ivr12"]["judges"][0]
     assert prov["model"] == "judge-m" and prov["prompt_versions"]["content"].endswith(iv.load_rubric().tag)
     manifest = json.loads(Path(s["manifest"]).read_text())
@@ -306,6 +323,11 @@ def test_judge_verdicts_na_gates_invalid_error_and_resume(tmp_path):
     assert set(script.asked) == {"q3", "q4", "q5", "q6"} and all(n == 4 for n in script.asked.values())
     s2 = json.loads(res.stdout)
     assert s2["complete"] and s2["status"] == {"ok": 8, "invalid": 0, "error": 0} and s2["run"]["skipped"] == 4
+    # complete, every dimension judged: the overall is the mean of the twelve dimension means
+    d2 = s2["dimensions"]
+    assert s2["overall"]["reason"] is None and s2["overall"]["n_judged_dimensions"] == 12
+    assert s2["overall"]["mean"] == pytest.approx(np.mean([v["mean"] for v in d2.values()]), abs=1e-3)
+    assert s2["groups"]["image"]["mean"] == pytest.approx(np.mean([d2[k]["mean"] for k in DIMS["image"]]), abs=1e-3)
     assert len(list(read_results(out))) == 8
 
 
@@ -418,12 +440,32 @@ def test_rules_mode_on_demo_answers_and_references(demo, tmp_path):
     s = json.loads(res.stdout)
     assert s["mode"] == "rules" and s["source"] == "predictions" and s["status"]["ok"] == 15
     d = s["dimensions"]
-    for key in ("visual_quality", "non_redundancy", "conciseness"):
-        assert d[key]["label"] == "rules" and d[key]["n"] == 15, key
+    for key in ("visual_quality", "non_redundancy", "conciseness"):  # rule measures, labelled as such
+        assert d[key]["label"] == "rules" and d[key]["measured_by"] == "rule" and d[key]["n"] == 15, key
+        assert d[key]["mean"] is not None and "rule measure" in d[key]["note"]
     for key in ("accuracy", "clarity", "relevance", "necessity_placement"):
         assert d[key]["label"] == "n/a" and d[key]["n"] == 0 and d[key]["n_na"] == {"needs_judge": 15}, key
+        assert d[key]["measured_by"] is None and d[key]["mean"] is None
+    # no group mean and no overall from three stand-ins: null, with the reason
+    assert s["overall"]["mean"] is None and s["overall"]["gated_mean"] is None
+    assert s["overall"]["reason"] == ("rules mode: 3 of 12 dimensions measured by rules (conciseness, "
+                                      "visual_quality, non_redundancy), 9 of 12 without a judged score "
+                                      "(n/a (needs a judge model) 15); no overall")
+    assert all(g["mean"] is None and g["gated_mean"] is None and g["reason"].startswith("rules mode: ")
+               for g in s["groups"].values())
+    assert "no group mean" in s["groups"]["presentation"]["reason"] and s["groups"]["presentation"]["n_judged_dimensions"] == 0
+    assert s["length_score"]["n"] == 0 and s["length_score"]["pearson"] is None
+    # where each dimension comes from: 9 names are the paper's (with the section), 3 are kbvqa's
+    assert {k for k, v in d.items() if v["source"] == "kbvqa"} == {"clarity", "coherence_structure", "conciseness"}
+    assert d["accuracy"]["paper_ref"].startswith("§4.1") and d["relevance"]["paper_ref"].startswith("§5")
+    assert s["provenance"]["dimension_names_from_paper"] == "9 of 12" and s["gating"]["source"] == "kbvqa"
+    assert s["gates"]["tags_resolve"]["source"] == "kbvqa" and s["gates"]["addresses_subject"]["decided_by"] == {}
     assert s["gates"]["tags_resolve"]["pass"] == 15 and s["gates"]["addresses_subject"]["n_a"] == 15
     lines = {x["id"]: x for x in read_results(tmp_path / "agent.ivr12.jsonl")}
+    item = lines["community_001"]["ivr12"]
+    assert item["mean"] is None and item["mean_reason"].startswith("rules mode: 3 of 12 dimensions measured by rules")
+    assert item["dimensions"]["conciseness"]["measured_by"] == "rule"
+    assert all(g["mean"] is None for g in item["groups"].values())
     nr = lines["community_000"]["ivr12"]["rules"]["non_redundancy"]
     assert nr["score"] == 1 and nr["detail"]["closest_bits"] == 0 and nr["detail"]["verdict"] == "duplicate"
     assert lines["community_001"]["ivr12"]["dimensions"]["non_redundancy"]["score"] >= 3
@@ -447,7 +489,15 @@ def test_rules_mode_on_demo_answers_and_references(demo, tmp_path):
     assert rows["non_redundancy"]["n_a"] == rows["non_redundancy"]["n_b"] == 15
     assert rows["non_redundancy"]["gap"] == pytest.approx(rows["non_redundancy"]["a"] - rows["non_redundancy"]["b"],
                                                           abs=1e-3)
+    assert rows["non_redundancy"]["measured_by_a"] == rows["non_redundancy"]["measured_by_b"] == "rule"
+    assert "rule measures" in rows["non_redundancy"]["reason"]
     assert rows["accuracy"]["a"] is None and rows["accuracy"]["gap"] is None and rows["overall"]["level"] == "overall"
+    # no overall difference in rules mode (and none per group): neither side has one
+    assert rows["overall"]["a"] is None and rows["overall"]["b"] is None and rows["overall"]["gap"] is None
+    assert rows["overall"]["gap_gated"] is None and "references: rules mode" in rows["overall"]["reason"]
+    assert all(rows[g]["gap"] is None for g in ("content", "presentation", "image"))
+    assert rows["accuracy"]["reason"] == "no score on either side (n/a (needs a judge model) 15); no gap"
+    assert any("no overall gap" in n for n in c["notes"])
     res = runner.invoke(app, ["score", "ivr12-compare", r["summary"], s["summary"], "--out",
                               str(tmp_path / "cmp.json")])
     assert res.exit_code == 0 and "gap" in res.stdout
@@ -455,7 +505,24 @@ def test_rules_mode_on_demo_answers_and_references(demo, tmp_path):
     from kbvqa.report.summaries import ivr12_compare_table
 
     t = ivr12_compare_table(c)
-    assert t.columns[:5] == ["dimension", "references", "n references", "agent", "n agent"] and len(t.rows) == 16
+    assert t.columns[:7] == ["dimension", "source", "measured by", "references", "items scored (references)", "agent",
+                             "items scored (agent)"] and len(t.rows) == 16
+    shown = {r[0]: r for r in t.rows}
+    assert shown["Conciseness (rule)"][1] == "kbvqa" and shown["Conciseness (rule)"][2] == "rule / rule"
+    assert shown["IVR-12 overall"][3] == shown["IVR-12 overall"][5] == shown["IVR-12 overall"][7] == "–"
+    assert "rules mode" in shown["IVR-12 overall"][-1] and shown["Content (group mean)"][7] == "–"
+    assert shown["Accuracy"][1] == "paper" and shown["Accuracy"][7] == "–"
+    res = runner.invoke(app, ["score", "ivr12-compare", r["summary"], s["summary"], "--names", "references,agent"])
+    assert res.exit_code == 0 and "no overall gap" in res.stdout  # (the table itself is checked above)
+    # the summary's own tables: rule rows marked, no group mean or overall, the reason beside each
+    from kbvqa.report.summaries import ivr12_tables
+
+    main, gates = ivr12_tables(s)[:2]
+    by_dim = {r[1]: r for r in main.rows}
+    assert by_dim["Visual quality (rule)"][3] == "rule" and by_dim["Accuracy"][3] == "n/a"
+    assert by_dim["IVR-12 overall (12 dimensions)"][4] == "–" and "no overall" in by_dim["IVR-12 overall (12 dimensions)"][-1]
+    assert main.columns[5] == "items scored" and any("(rule): a rule measure" in n for n in main.notes)
+    assert gates.columns[2] == "decided by" and gates.rows[0][2] == "none (n/a: needs a judge model)"
 
     # a summary made under another rubric file is not comparable unless asked
     other = json.loads(Path(s["summary"]).read_text())

@@ -248,8 +248,9 @@ def ivr12(
     max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
     """IVR-12 rubric judge for interleaved answers: 12 dimensions (1-5) in three groups and two gates, gated
-    and ungated means with their denominators. Without a judge model, only what rules can measure
-    (tags gate, non-redundancy, visual quality, conciseness); the rest is n/a."""
+    and ungated means with their denominators; a group or overall mean only where every dimension in it
+    was judged by a model. Without a judge model, only what rules can measure (tags gate, and as rule
+    measures non-redundancy, visual quality, conciseness), no group or overall mean; the rest is n/a."""
     from kbvqa.cli.common import print_result
     from kbvqa.evaluate.ivr12 import SOURCES
     from kbvqa.pipelines.score import ivr12_files, judge_clients
@@ -292,7 +293,8 @@ def ivr12_compare(
                                        help="Also write the comparison as JSON (kind ivr12-compare) for reports."),
     as_json: bool = _JSON,
 ) -> None:
-    """Two IVR-12 runs side by side with per-dimension gaps A - B (seed 001 Table 3 shape)."""
+    """Two IVR-12 runs side by side with per-dimension gaps A - B (seed 001 Table 3 shape): a gap only for a
+    dimension measured the same way on both sides, an overall gap only when both overalls exist."""
     from kbvqa.cli.common import print_result
     from kbvqa.pipelines.score import ivr12_compare_files
     from kbvqa.report.summaries import ivr12_compare_table

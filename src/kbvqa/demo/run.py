@@ -387,9 +387,10 @@ def _interleaved_blocks(res: dict[str, Any]) -> list[tuple[str, Any]]:
     funnel = res["reference_funnel"]
     return [
         ("h2", "Interleaved answers: IVR-12 and reference construction"),
-        ("note", "IVR-12 in rules mode (no judge model is configured): only the tags gate, non-redundancy, visual "
-                 "quality and conciseness are measured; the other dimensions are n/a and need a judge model. "
-                 f"Scorer: {res['ivr12_agent']['scorer']}."),
+        ("note", "IVR-12 in rules mode (no judge model is configured): only the tags gate and, as rule measures "
+                 "marked (rule) — kbvqa's stand-ins, not the judged dimensions — non-redundancy, visual quality and "
+                 "conciseness are measured; the other dimensions are n/a and need a judge model, so there is no "
+                 f"group mean and no overall. Scorer: {res['ivr12_agent']['scorer']}."),
         ("table", Table([dict(zip(t.columns, row)) for row in t.rows], caption=t.caption)),
         ("table", Table([{"stage": st.get("stage"), "in": st.get("in"), "ok": st.get("ok"),
                           "stopped": st.get("stopped") or st.get("stopped_by") or "", "drops": st.get("drops") or ""}
@@ -414,6 +415,7 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
     who = f"{answerer.backend}:{answerer.model}" if answerer else "none"
     blocks: list[tuple[str, Any]] = [
         ("p", f"{bench.n_samples} questions about {len(bench.kb_images)} entities, photographs from scikit-image, "
+        *(("note", n) for n in t.notes),
               f"scikit-learn and matplotlib; {len(bench.flaws)} questions carry a planted flaw."),
         ("note", f"Answerer: {who}. Image retrieval: {HistogramEncoder.name} (weight-free baseline). "
                  "Audit: kbvqa rules backend. Scores: InfoSeek strict (official per-item rules, missing = wrong) "

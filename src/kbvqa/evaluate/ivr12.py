@@ -4,8 +4,11 @@ Twelve 1–5 dimensions in three groups — content (judged from the answer text
 reference), presentation (the text), image (the query image, every embedded image and the text) —
 and two hard gates: the answer addresses the pictured subject (a model call with the query image and
 the text) and every image tag resolves (rules). The rubric is a versioned data file
-(`rubrics/ivr12.toml`, a reconstruction: the paper's Appendix E is not in our copy); its sha256 goes
-into every verdict's judge provenance, the manifest and the summary.
+(`rubrics/ivr12.toml`, a reconstruction: the paper's Appendix E is not in our copy) that marks, entry
+by entry, what is the paper's (`source = "paper"`, with the section naming it: nine of the twelve
+dimension names, the groups) and what is kbvqa's (three dimension names, both gates, the `floor`
+policy, every criterion); its sha256 goes into every verdict's judge provenance, the manifest and
+the summary, and the summary carries each entry's source.
 
 How it fails, deliberately unlike the rubric judges users complain about (MMDR-Bench's mid-range
 defaults, MM-Vet's 0, WildVision's tie): one strict-JSON call per group (and one for the gate) per
@@ -14,15 +17,18 @@ integer in 1–5 or a missing rationale makes the item `invalid` with that reaso
 line, sent again on `--resume`); a failed call makes it `error`. Neither is ever a number. An answer
 without images gets `n/a` for the image group: excluded from the means and counted.
 
-Gated and ungated means are both reported. Gating policy `floor` (the rubric's `[gating]`): an item
-that fails a gate that was evaluated scores 1 on every dimension that applies to it; an item with no
-answer at all fails "addresses the pictured subject" by rule. Means are per dimension over the items
-that have a score (the denominator printed beside each), a group's mean is the mean of its dimension
-means, the overall mean the mean of all dimension means.
+Gated and ungated means are both reported. Gating policy `floor` (kbvqa's, the rubric's `[gating]`):
+an item that fails a gate that was evaluated scores 1 on every dimension that applies to it; an item
+with no answer at all fails "addresses the pictured subject" by rule (recorded as decided by rule,
+not by a model). Means are per dimension over the items that have a score (the denominator printed
+beside each). Aggregates never stand on stand-ins: a group mean exists only when every dimension of
+the group was judged by a model, the overall only when all twelve were — per item, and in the
+summary over a complete run (no invalid or error item) — else it is null with the reason.
 
-With no judge model the embedded default measures what rules can measure honestly — the tags gate,
-non-redundancy (perceptual-hash distance), visual quality (resolution and Laplacian sharpness),
-conciseness (length against the short reference) — labelled `rules`; every other dimension is
+With no judge model the embedded default measures what rules can — the tags gate, non-redundancy
+(perceptual-hash distance), visual quality (resolution and Laplacian sharpness), conciseness (length
+against the short reference) — labelled as rule measures (`measured_by: rule`), kbvqa's stand-ins
+that are shown apart and enter no group or overall mean; every other dimension is
 `n/a (needs a judge model)`.
 
 `--predictions` may be agent predictions (runner lines of Prediction.record(): tags checked against
@@ -63,7 +69,8 @@ from kbvqa.stages.agent.tags import strip_tags
 
 __all__ = ["GROUPS", "Rubric", "RubricError", "load_rubric", "parse_verdict", "render_agent_answer",
            "render_reference", "build_records", "IVR12Config", "IVR12Stage", "ivr12_job", "summarize",
-           "compare_summaries", "check_resumable", "text_length", "SOURCES"]
+           "compare_summaries", "normalize_summary", "aggregate_means", "item_aggregates", "check_resumable",
+           "text_length", "SOURCES", "ENTRY_SOURCES"]
 
 GROUPS = ("content", "presentation", "image")
 SOURCES = ("auto", "predictions", "references")
@@ -82,6 +89,25 @@ class RubricError(ValueError):
     """The rubric file is unusable; the message names the file and the field."""
 
 
+#: where a rubric entry comes from: the paper (with the section that names it), kbvqa's
+#: reconstruction, or a user's own edit
+ENTRY_SOURCES = ("paper", "kbvqa", "user")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where one rubric entry comes from (`source`), the section of the paper that names it
+    (`paper_ref`, required for `paper`) and what the paper does or does not say (`note`)."""
+
+    source: str
+    paper_ref: str = ""
+    note: str = ""
+
+    def describe(self) -> dict[str, str]:
+        return {"source": self.source, **({"paper_ref": self.paper_ref} if self.paper_ref else {}),
+                **({"note": self.note} if self.note else {})}
+
+
 @dataclass(frozen=True)
 class Dimension:
     key: str
@@ -89,6 +115,7 @@ class Dimension:
     title: str
     criterion: str
     anchors: tuple[tuple[int, str], ...]  # ((1, text), (3, text), (5, text))
+    origin: Origin = Origin("kbvqa")
 
 
 @dataclass(frozen=True)
@@ -97,6 +124,7 @@ class GateSpec:
     title: str
     judged_by: str  # model | rules
     criterion: str
+    origin: Origin = Origin("kbvqa")
 
 
 @dataclass(frozen=True)
@@ -114,6 +142,9 @@ class Rubric:
     scale: tuple[int, int]
     rules: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     reconstruction: str = ""  # the file's own statement of where its criteria come from
+    group_origins: Mapping[str, Origin] = field(default_factory=dict)
+    gating_origin: Origin = Origin("kbvqa")
+    file_origins: Mapping[str, Origin] = field(default_factory=dict)  # [provenance]: scale, criteria, rules
 
     @property
     def tag(self) -> str:
@@ -126,6 +157,16 @@ class Rubric:
 
     def dims(self, group: str) -> list[Dimension]:
         return [d for d in self.dimensions if d.group == group]
+
+    def provenance(self) -> dict[str, Any]:
+        """Entry by entry, what is the paper's and what is kbvqa's (or a user's): the summary's
+        `provenance`, so a table can say which dimension names a reader will find in the paper."""
+        from_paper = [d.key for d in self.dimensions if d.origin.source == "paper"]
+        return {"dimension_names_from_paper": f"{len(from_paper)} of {len(self.dimensions)}",
+                "groups": {g: o.describe() for g, o in self.group_origins.items()},
+                "gates": {g.key: g.origin.describe() for g in self.gates},
+                "gating": {"policy": "floor", **self.gating_origin.describe()},
+                **{k: o.describe() for k, o in self.file_origins.items()}}
 
     def model_gates(self) -> list[GateSpec]:
         return [g for g in self.gates if g.judged_by == "model"]
@@ -170,10 +211,25 @@ def _need(obj: Mapping[str, Any], key: str, typ: type | tuple[type, ...], where:
     return v
 
 
+def _origin(obj: Mapping[str, Any], at: str, where: str) -> Origin:
+    """An entry's `source` (paper | kbvqa | user) and, for the paper's, the `paper_ref` naming it."""
+    src = obj.get("source")
+    if src not in ENTRY_SOURCES:
+        raise RubricError(f"{where}: {at}source: say where this entry comes from, one of {list(ENTRY_SOURCES)}; "
+                          f"got {src!r}")
+    ref, note = obj.get("paper_ref", ""), obj.get("note", "")
+    if not isinstance(ref, str) or not isinstance(note, str):
+        raise RubricError(f"{where}: {at}paper_ref / note: must be strings")
+    if src == "paper" and not ref.strip():
+        raise RubricError(f"{where}: {at}paper_ref: an entry from the paper names the section that gives it")
+    return Origin(src, ref.strip(), " ".join(note.split()))
+
+
 def load_rubric(path: str | Path | None = None) -> Rubric:
     """The packaged rubric (`path` None) or a user's copy, checked: the three groups with at least one
     dimension each, unique snake_case keys, non-empty 1/3/5 anchors, gates judged by `model` or by a
-    known rule, rule settings for the dimensions rules measure. Raises RubricError naming file and field."""
+    known rule, rule settings for the dimensions rules measure, and where every group, dimension and
+    gate and the gating policy come from (`source`, `paper_ref`). Raises RubricError naming file and field."""
     if path is None:
         res = resources.files("kbvqa.evaluate").joinpath(_RUBRIC_RESOURCE)
         raw, where = res.read_bytes(), f"kbvqa/evaluate/{_RUBRIC_RESOURCE}"
@@ -195,6 +251,7 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
     if sorted(groups_doc) != sorted(GROUPS):
         raise RubricError(f"{where}: groups: must be exactly {list(GROUPS)}, got {sorted(groups_doc)}")
     groups = tuple((g, str(groups_doc[g].get("title") or g)) for g in GROUPS)
+    group_origins = {g: _origin(groups_doc[g], f"groups.{g}.", where) for g in GROUPS}
     dims: list[Dimension] = []
     seen: set[str] = set()
     for i, d in enumerate(_need(doc, "dimensions", list, "", where)):
@@ -211,7 +268,7 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
             raise RubricError(f"{where}: {at}anchors: needs non-empty texts for exactly 1, 3 and 5; got keys "
                               f"{sorted(anchors)}")
         dims.append(Dimension(key, group, str(d.get("title") or key), _need(d, "criterion", str, at, where),
-                              tuple((int(k), anchors[k].strip()) for k in ("1", "3", "5"))))
+                              tuple((int(k), anchors[k].strip()) for k in ("1", "3", "5")), _origin(d, at, where)))
     for g in GROUPS:
         if not any(d.group == g for d in dims):
             raise RubricError(f"{where}: dimensions: group {g!r} has no dimension")
@@ -226,13 +283,17 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
         if by not in ("model", "rules") or (by == "rules" and key not in RULE_GATES):
             raise RubricError(f"{where}: {at}judged_by: {by!r}; a gate is judged by 'model' or is one of the "
                               f"rule gates {list(RULE_GATES)}")
-        gates.append(GateSpec(key, str(g.get("title") or key), by, _need(g, "criterion", str, at, where)))
+        gates.append(GateSpec(key, str(g.get("title") or key), by, _need(g, "criterion", str, at, where),
+                              _origin(g, at, where)))
     gating = doc.get("gating") or {}
     if gating.get("policy", "floor") != "floor":
         raise RubricError(f"{where}: gating.policy: only 'floor' is implemented, got {gating.get('policy')!r}")
     floor = gating.get("floor", 1)
     if floor not in range(1, 6):
         raise RubricError(f"{where}: gating.floor: must be an integer 1-5, got {floor!r}")
+    gating_origin = _origin(gating, "gating.", where)
+    file_origins = {k: _origin(v if isinstance(v, dict) else {}, f"provenance.{k}.", where)
+                    for k, v in (doc.get("provenance") or {}).items()}
     rules = doc.get("rules") or {}
     for k in rules:
         if k not in RULE_DIMENSIONS or k not in seen:
@@ -240,7 +301,7 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
                               "dimension must be in the rubric)")
     _check_rules(rules, where)
     return Rubric(name, version, hashlib.sha256(raw).hexdigest(), where, groups, tuple(dims), tuple(gates), floor,
-                  (1, 5), rules, str(doc.get("reconstruction") or ""))
+                  (1, 5), rules, str(doc.get("reconstruction") or ""), group_origins, gating_origin, file_origins)
 
 
 def _check_rules(rules: Mapping[str, Any], where: str) -> None:
@@ -659,7 +720,7 @@ def tags_gate(record: Mapping[str, Any]) -> dict[str, Any]:
     t = record.get("tags") or {}
     ok = not t.get("violations") and int(t.get("valid") or 0) == int(t.get("tags") or 0)
     kinds = Counter(v.get("kind") for v in t.get("violations") or [])
-    return {"label": "rules", "pass": ok,
+    return {"label": "rules", "decided_by": "rule", "pass": ok,
             "reason": f"{t.get('valid', 0)} of {t.get('tags', 0)} tags resolve ({t.get('checked_by')})"
                       + (f"; violations: {dict(kinds)}" if kinds else "")}
 
@@ -695,6 +756,47 @@ def _image_input(ref: str, max_side: int) -> str:
 
 def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
+
+
+def _judged_mean(entries: Sequence[tuple[str, Mapping[str, Any], str]], value: str, what: str,
+                 prefix: str = "") -> tuple[float | None, str | None]:
+    """(mean, None) of `value` over `entries` — (key, entry with `measured_by`, why it has no judged
+    value) — when every one was judged by a model; else (None, why not). A rule measure is a
+    stand-in and an n/a is no score: neither enters an aggregate, so a partial mean is never shown."""
+    judged, rule, absent = [], [], Counter()
+    for key, e, why in entries:
+        v = e.get(value)
+        if e.get("measured_by") == "judge" and v is not None:
+            judged.append(v)
+        elif e.get("measured_by") == "rule":
+            rule.append(key)
+        else:
+            absent[why] += 1
+    if len(judged) == len(entries):
+        return _mean(judged), None
+    n = len(entries)
+    parts = ([f"{len(rule)} of {n} dimensions measured by rules ({', '.join(rule)})"] if rule else []) + \
+        [f"{k} of {n} {why}" for why, k in absent.items()]
+    return None, f"{prefix}{', '.join(parts)}; no {what}"
+
+
+def item_aggregates(dims: Mapping[str, Mapping[str, Any]], rubric: Rubric, *, mode: str,
+                    no_answer: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One item's group means and overall mean, ungated and gated: each only when every dimension in
+    it was judged by a model for this item (an overall needs all twelve), else null with the reason."""
+    prefix = "no answer: " if no_answer else ("rules mode: " if mode == "rules" else "")
+
+    def entries(keys: Sequence[str]) -> list[tuple[str, Mapping[str, Any], str]]:
+        return [(k, dims[k], f"without a judged score ({NA_REASONS.get(dims[k].get('na'), 'no score')})")
+                for k in keys]
+
+    def agg(keys: Sequence[str], what: str) -> dict[str, Any]:
+        mean, why = _judged_mean(entries(keys), "score", what, prefix)
+        gated, _ = _judged_mean(entries(keys), "gated", what, prefix)
+        return {"mean": mean, "gated_mean": gated, **({"reason": why} if why else {})}
+
+    groups = {g: agg([d.key for d in rubric.dims(g)], "group mean") for g, _ in rubric.groups}
+    return groups, agg([d.key for d in rubric.dimensions], "overall")
 
 
 @METRICS.register("ivr12", family="rubric",
@@ -735,10 +837,11 @@ class IVR12Stage(Stage):
         for g in rb.gates:
             if g.judged_by == "rules":
                 gates[g.key] = tags_gate(record)
-            elif record.get("no_answer"):
-                gates[g.key] = {"label": "rules", "pass": False, "reason": "no answer"}
+            elif record.get("no_answer"):  # nothing for a model to look at: failed without a call, and said so
+                gates[g.key] = {"label": "rules", "decided_by": "rule", "pass": False,
+                                "reason": f"decided by rule: no answer ({record['no_answer']})"}
             else:
-                gates[g.key] = {"label": "n/a", "pass": None, "reason": NA_REASONS["needs_judge"]}
+                gates[g.key] = {"label": "n/a", "decided_by": None, "pass": None, "reason": NA_REASONS["needs_judge"]}
         dims: dict[str, dict[str, Any]] = {}
         provenance: list[dict[str, Any]] = []
         if record.get("no_answer"):
@@ -751,20 +854,22 @@ class IVR12Stage(Stage):
         if not judges and not record.get("no_answer"):
             for d in rb.dimensions:
                 r = rules.get(d.key)
-                if r is not None and r["score"] is not None:
-                    dims[d.key] = {"group": d.group, "label": "rules", "score": r["score"]}  # details: ivr12.rules
+                if r is not None and r["score"] is not None:  # a stand-in for the dimension, never averaged
+                    dims[d.key] = {"group": d.group, "label": "rules", "measured_by": "rule",
+                                   "score": r["score"]}  # details: ivr12.rules
                 else:
                     na = (r or {}).get("na") or ("no_images" if d.group == "image" and not record.get("embedded")
                                                  else "needs_judge")
                     dims[d.key] = {"group": d.group, "label": "n/a", "score": None, "na": na}
         self._gate(record, dims, gates, bool(judges))
-        scored = [v["score"] for v in dims.values() if v["score"] is not None]
-        gated = [v["gated"] for v in dims.values() if v.get("gated") is not None]
+        mode = "judge" if judges else "rules"
+        groups, overall = item_aggregates(dims, rb, mode=mode, no_answer=record.get("no_answer"))
         return {**record, "ivr12": {
-            "rubric": rb.describe(), "mode": "judge" if judges else "rules", "dimensions": dims, "gates": gates,
+            "rubric": rb.describe(), "mode": mode, "dimensions": dims, "gates": gates,
             "gate_failed": any(g["pass"] is False for g in gates.values()),
-            "mean": _mean(scored), "gated_mean": _mean(gated),
-            "rules": rules, "judges": provenance}}
+            "mean": overall["mean"], "gated_mean": overall["gated_mean"],
+            **({"mean_reason": overall["reason"]} if overall.get("reason") else {}),
+            "groups": groups, "rules": rules, "judges": provenance}}
 
     def _gate(self, record: Mapping[str, Any], dims: dict[str, dict[str, Any]], gates: Mapping[str, Any],
               judged: bool) -> None:
@@ -848,13 +953,15 @@ class IVR12Stage(Stage):
             ratings, why = self._matrix(parsed, d.group, d.key, n_j)
             flat = [x for row in ratings for x in row]
             score = flat[0] if len(flat) == 1 else round(sum(flat) / len(flat), 4)
-            dims[d.key] = {"group": d.group, "label": "judge", "score": score, "ratings": ratings, **why}
+            dims[d.key] = {"group": d.group, "label": "judge", "measured_by": "judge", "score": score,
+                           "ratings": ratings, **why}
         gates: dict[str, dict[str, Any]] = {}
         for g in rb.model_gates():
             ratings, why = self._matrix(parsed, "gate", g.key, n_j)
             flat = [x for row in ratings for x in row]
             # a hard gate: it passes when a strict majority of the ratings pass (a tie fails)
-            gates[g.key] = {"label": "model", "pass": sum(flat) * 2 > len(flat), "ratings": ratings, **why}
+            gates[g.key] = {"label": "model", "decided_by": "model", "pass": sum(flat) * 2 > len(flat),
+                            "ratings": ratings, **why}
         provenance = []
         for j in range(n_j):
             res = results[slots.index((j, 0, groups[0]))]
@@ -953,11 +1060,54 @@ def self_judging_warnings(judge_models: Sequence[str], producers: Mapping[str, i
     return out
 
 
+def _na_text(n_na: Mapping[str, int]) -> str:
+    return ", ".join(f"{NA_REASONS.get(k, str(k))} {v}" for k, v in sorted(n_na.items(), key=str)) or "no score"
+
+
+def aggregate_means(dims: Mapping[str, Mapping[str, Any]], groups: Sequence[tuple[str, str]],
+                    status: Mapping[str, int], mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A summary's group and overall means, ungated and gated, from its dimension means: a group
+    mean only when every dimension of the group has a judged mean, the overall only when all of them
+    do, and neither while items are invalid or error (an aggregate over the items that happened to
+    get a verdict is not the run's); otherwise null with the reason. Per dimension, the mean is over
+    the items it was judged on (`n`; an answer without images has no image dimensions — kbvqa's
+    missing-value rule, the paper's is in the appendix our copy lacks)."""
+    prefix = "rules mode: " if mode == "rules" else ""
+    bad = {k: int(status.get(k, 0)) for k in ("invalid", "error") if status.get(k)}
+    incomplete = (f"incomplete run: {' and '.join(f'{v} {k}' for k, v in bad.items())} items have no verdict "
+                  "(run again with --resume to retry them)") if bad else ""
+
+    def agg(keys: list[str], title: str, what: str) -> dict[str, Any]:
+        entries = [(k, dims[k], f"without a judged score ({_na_text(dims[k].get('n_na') or {})})") for k in keys]
+        out: dict[str, Any] = {"title": title, "n_dimensions": len(keys)}
+        for value, name in (("mean", "mean"), ("gated_mean", "gated_mean")):
+            m, why = _judged_mean(entries, value, what, prefix)
+            if why is None and incomplete:
+                m, why = None, f"{incomplete}; no {what}"
+            out[name] = _r(m)
+            if name == "mean":
+                out["reason"] = why
+        out["n_judged_dimensions"] = sum(1 for _, e, _ in entries if e.get("measured_by") == "judge")
+        return out
+
+    by_group = {g: agg([k for k, d in dims.items() if d["group"] == g], title, "group mean") for g, title in groups}
+    return by_group, agg(list(dims), "IVR-12 overall", "overall")
+
+
+def _measured_by(labels: Counter) -> str | None:
+    """How a dimension's scores were made: `judge` (a model), `rule` (kbvqa's stand-in), `mixed`, or
+    None (no score at all)."""
+    kinds = {"judge" if k == "judge" else "rule" for k, n in labels.items() if n}
+    return None if not kinds else (kinds.pop() if len(kinds) == 1 else "mixed")
+
+
 def summarize(lines: Iterable[Mapping[str, Any]], rubric: Rubric, *, judges: Sequence[str] = (),
               mode: str = "rules") -> dict[str, Any]:
-    """The IVR-12 summary of a finished journal: per-dimension / per-group / overall means, ungated
-    and gated, each with its denominator; n/a counts by reason; gate counts; item statuses; judge
-    agreement (with repeats or several judges); the length–score correlation."""
+    """The IVR-12 summary of a finished journal: per-dimension means, ungated and gated, each with its
+    denominator, how it was measured (`measured_by`: judge / rule) and where the dimension comes from
+    (`source`: paper / kbvqa); group and overall means only over judged dimensions of a complete run
+    (else null with `reason`); n/a counts by reason; gate counts by who decided them (model / rule);
+    item statuses; judge agreement (with repeats or several judges); the length–score correlation."""
     from kbvqa.evaluate.agreement import pearson, spearman  # numpy only when a summary is made
 
     lines = list(lines)
@@ -970,32 +1120,49 @@ def summarize(lines: Iterable[Mapping[str, Any]], rubric: Rubric, *, judges: Seq
         scores = [v["score"] for v in vals if v["score"] is not None]
         gated = [v["gated"] for v in vals if v.get("gated") is not None]
         labels = Counter(v["label"] for v in vals if v["score"] is not None)
-        dims[d.key] = {"group": d.group, "title": d.title,
+        by = _measured_by(labels)
+        mixed = by == "mixed"  # judge and rule scores in one journal: never averaged together
+        origin = {("source_note" if k == "note" else k): v for k, v in d.origin.describe().items()}
+        dims[d.key] = {"group": d.group, "title": d.title, **origin,
                        "label": ("judge" if labels.get("judge") else "rules" if labels.get("rules") else "n/a"),
-                       "mean": _r(_mean(scores)), "n": len(scores),
-                       "gated_mean": _r(_mean(gated)), "gated_n": len(gated),
+                       "measured_by": by,
+                       "mean": None if mixed else _r(_mean(scores)), "n": len(scores),
+                       "gated_mean": None if mixed else _r(_mean(gated)), "gated_n": len(gated),
                        "n_na": dict(Counter(v.get("na") for v in vals if v["score"] is None))}
-    groups = {}
-    for g, title in rubric.groups:
-        ms = [dims[d.key]["mean"] for d in rubric.dims(g) if dims[d.key]["mean"] is not None]
-        gs = [dims[d.key]["gated_mean"] for d in rubric.dims(g) if dims[d.key]["gated_mean"] is not None]
-        groups[g] = {"title": title, "mean": _r(_mean(ms)), "n_dimensions": len(ms),
-                     "gated_mean": _r(_mean(gs)), "gated_n_dimensions": len(gs)}
-    all_m = [v["mean"] for v in dims.values() if v["mean"] is not None]
-    all_g = [v["gated_mean"] for v in dims.values() if v["gated_mean"] is not None]
+        if by == "rule":
+            dims[d.key]["note"] = "rule measure (kbvqa's stand-in for a judge), not the judged dimension"
+        elif mixed:
+            dims[d.key]["note"] = "judge and rule scores in one journal: not averaged"
+    groups, overall = aggregate_means(dims, rubric.groups, status, mode)
+    for g, _ in rubric.groups:
+        groups[g].update(rubric.group_origins[g].describe() if g in rubric.group_origins else {})
     gates = {}
     for g in rubric.gates:
         vals = [x["ivr12"]["gates"].get(g.key, {}) for x in ok]
-        gates[g.key] = {"title": g.title, "judged_by": g.judged_by,
+        decided: dict[str, dict[str, Any]] = {}
+        for v in vals:
+            if v.get("pass") is None:
+                continue
+            who = v.get("decided_by") or ("model" if v.get("label") == "model" else "rule")
+            d = decided.setdefault(who, {"pass": 0, "fail": 0})
+            d["pass" if v["pass"] else "fail"] += 1
+            if who == "rule" and g.judged_by == "model":  # a model gate decided without a call: say why
+                why = str(v.get("reason") or "").removeprefix("decided by rule: ").split(" (")[0]
+                d.setdefault("reasons", Counter())[why] += 1
+        for d in decided.values():
+            if "reasons" in d:
+                d["reasons"] = dict(d["reasons"])
+        gates[g.key] = {"title": g.title, "judged_by": g.judged_by, **g.origin.describe(),
                         "pass": sum(1 for v in vals if v.get("pass") is True),
                         "fail": sum(1 for v in vals if v.get("pass") is False),
-                        "n_a": sum(1 for v in vals if v.get("pass") is None)}
+                        "n_a": sum(1 for v in vals if v.get("pass") is None), "decided_by": decided}
     pairs = [(x["words"], x["ivr12"]["mean"]) for x in ok if x["ivr12"].get("mean") is not None]
-    length = {"n": len(pairs), "x": "answer words (tags removed)", "y": "item mean (ungated)",
+    length = {"n": len(pairs), "x": "answer words (tags removed)",
+              "y": "item overall (items with all twelve dimensions judged)",
               "pearson": _r(pearson([p[0] for p in pairs], [p[1] for p in pairs])) if pairs else None,
               "spearman": _r(spearman([p[0] for p in pairs], [p[1] for p in pairs])) if pairs else None}
     if mode == "rules":
-        length["note"] = "rules mode: conciseness is computed from length, so this correlation is partly built in"
+        length["note"] = "rules mode: no item has a judged overall, so there is no length-score correlation"
     return {
         "kind": "ivr12", "scorer": f"ivr12 ({rubric.tag}, {mode})", "rubric": rubric.describe(), "mode": mode,
         "n_items": len(lines),
@@ -1004,24 +1171,45 @@ def summarize(lines: Iterable[Mapping[str, Any]], rubric: Rubric, *, judges: Seq
         "n_no_answer": sum(no_answer.values()), "no_answer": dict(no_answer),
         "n_without_images": sum(1 for x in ok if not x.get("no_answer") and not x.get("embedded")),
         "n_gate_failed": sum(1 for x in ok if x["ivr12"].get("gate_failed")),
-        "gating": {"policy": "floor", "floor": rubric.floor,
+        "gating": {"policy": "floor", "floor": rubric.floor, **rubric.gating_origin.describe(),
                    "gates_evaluated": [g for g, v in gates.items() if v["pass"] + v["fail"] > 0]},
-        "dimensions": dims, "groups": groups,
-        "overall": {"mean": _r(_mean(all_m)), "n_dimensions": len(all_m), "gated_mean": _r(_mean(all_g)),
-                    "gated_n_dimensions": len(all_g)},
+        "provenance": rubric.provenance(),
+        "dimensions": dims, "groups": groups, "overall": overall,
         "gates": gates, "agreement": _agreement(ok, rubric, judges) if mode == "judge" else {},
         "length_score": length,
     }
 
 
+def normalize_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A summary with every figure standing on what it claims, also one written by an older kbvqa:
+    each dimension says how it was measured (`measured_by`, from its `label` when absent) and the
+    group and overall means are recomputed from the dimension means (aggregate_means), so an old
+    rules-mode "overall" built from three stand-ins is dropped with the reason, never reprinted."""
+    s = json.loads(json.dumps(summary))  # a deep copy of plain JSON
+    dims = s.get("dimensions") or {}
+    for d in dims.values():
+        if "measured_by" not in d:
+            d["measured_by"] = {"judge": "judge", "rules": "rule"}.get(d.get("label"))
+    titles = [(g, (v or {}).get("title", g)) for g, v in (s.get("groups") or {}).items()]
+    groups, overall = aggregate_means(dims, titles, s.get("status") or {}, s.get("mode", "rules"))
+    keep = ("source", "paper_ref", "note", "source_note")
+    s["groups"] = {g: {**{k: v for k, v in (s["groups"][g] or {}).items() if k in keep}, **groups[g]} for g in groups}
+    s["overall"] = overall
+    return s
+
+
 def compare_summaries(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str] = ("A", "B"), *,
                       allow_different_rubrics: bool = False) -> dict[str, Any]:
     """Per-dimension, per-group and overall means of two IVR-12 summaries and their gaps (A − B),
-    ungated and gated, with both denominators (seed 001 Table 3 shape). Summaries made under
-    different rubric files are refused unless `allow_different_rubrics` (their scales differ)."""
+    ungated and gated, with both denominators (seed 001 Table 3 shape). A dimension's gap is given
+    only when it was measured the same way on both sides (judge and judge, or rule and rule: then a
+    gap of kbvqa's stand-in measures, labelled so); a group's or the overall gap only when both means
+    exist. Otherwise the gap is null with the reason. Summaries made under different rubric files
+    are refused unless `allow_different_rubrics` (their scales differ)."""
     for s, n in ((a, names[0]), (b, names[1])):
         if s.get("kind") != "ivr12":
             raise ValueError(f"{n}: not an IVR-12 summary (kind {s.get('kind')!r})")
+    a, b = normalize_summary(a), normalize_summary(b)
     ra, rb_ = a["rubric"]["sha256"], b["rubric"]["sha256"]
     notes = []
     if ra != rb_:
@@ -1039,23 +1227,47 @@ def compare_summaries(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[s
             notes.append(f"warning: {n} is incomplete (invalid {s['status']['invalid']}, error {s['status']['error']}: "
                          "in no mean)")
 
-    def row(level: str, group: str, key: str, title: str, x: Mapping[str, Any], y: Mapping[str, Any],
-            n: str) -> dict[str, Any]:
-        def gap(u: float | None, v: float | None) -> float | None:
-            return None if u is None or v is None else round(u - v, 4)
+    def gap(u: float | None, v: float | None) -> float | None:
+        return None if u is None or v is None else round(u - v, 4)
 
-        return {"level": level, "group": group, "key": key, "title": title, "a": x["mean"], "n_a": x[n],
-                "b": y["mean"], "n_b": y[n], "gap": gap(x["mean"], y["mean"]), "a_gated": x["gated_mean"],
-                "b_gated": y["gated_mean"], "gap_gated": gap(x["gated_mean"], y["gated_mean"])}
+    def dim_row(key: str, x: Mapping[str, Any], y: Mapping[str, Any]) -> dict[str, Any]:
+        bx, by = x.get("measured_by"), y.get("measured_by")
+        same = bx == by and bx in ("judge", "rule")
+        if bx is None and by is None:
+            why = f"no score on either side ({_na_text(x.get('n_na') or {})}); no gap"
+        elif bx is None or by is None:
+            why = f"no score in {names[0] if bx is None else names[1]}; no gap"
+        elif not same:
+            why = f"not measured the same way ({names[0]}: {bx}, {names[1]}: {by}); no gap"
+        elif x["mean"] is None or y["mean"] is None:
+            why = f"no score in {names[0] if x['mean'] is None else names[1]}; no gap"
+        else:
+            why = "gap of rule measures (kbvqa's stand-ins), not of the judged dimension" if bx == "rule" else None
+        return {"level": "dimension", "group": x["group"], "key": key, "title": x.get("title", key),
+                "source": x.get("source"), "measured_by_a": bx, "measured_by_b": by,
+                "a": x["mean"], "n_a": x["n"], "b": y["mean"], "n_b": y["n"],
+                "gap": gap(x["mean"], y["mean"]) if same else None, "a_gated": x["gated_mean"],
+                "b_gated": y["gated_mean"], "gap_gated": gap(x["gated_mean"], y["gated_mean"]) if same else None,
+                "reason": why}
+
+    def agg_row(level: str, group: str, key: str, x: Mapping[str, Any], y: Mapping[str, Any]) -> dict[str, Any]:
+        whys = [f"{n}: {s['reason']}" for s, n in ((x, names[0]), (y, names[1])) if s.get("reason")]
+        return {"level": level, "group": group, "key": key, "title": x.get("title", key), "source": x.get("source"),
+                "measured_by_a": "judge" if x["mean"] is not None else None,
+                "measured_by_b": "judge" if y["mean"] is not None else None,
+                "a": x["mean"], "n_a": None, "b": y["mean"], "n_b": None, "n_dimensions": x["n_dimensions"],
+                "gap": gap(x["mean"], y["mean"]), "a_gated": x["gated_mean"], "b_gated": y["gated_mean"],
+                "gap_gated": gap(x["gated_mean"], y["gated_mean"]), "reason": "; ".join(whys) or None}
 
     rows = []
     for key, da in a["dimensions"].items():
         if key not in b["dimensions"]:
             raise ValueError(f"dimension {key!r} is in {names[0]} but not in {names[1]}")
-        rows.append(row("dimension", da["group"], key, da.get("title", key), da, b["dimensions"][key], "n"))
-    rows += [row("group", g, g, ga.get("title", g), ga, b["groups"][g], "n_dimensions")
-             for g, ga in a["groups"].items()]
-    rows.append(row("overall", "", "overall", "IVR-12 overall", a["overall"], b["overall"], "n_dimensions"))
+        rows.append(dim_row(key, da, b["dimensions"][key]))
+    rows += [agg_row("group", g, g, ga, b["groups"][g]) for g, ga in a["groups"].items()]
+    rows.append(agg_row("overall", "", "overall", a["overall"], b["overall"]))
+    if a["overall"]["mean"] is None or b["overall"]["mean"] is None:
+        notes.append("no overall gap: an overall mean needs all twelve dimensions judged by a model on both sides")
     return {"kind": "ivr12-compare", "scorer": a.get("scorer", "ivr12"), "names": list(names),
             "items": {names[0]: a["n_items"], names[1]: b["n_items"]},
             "status": {names[0]: a["status"], names[1]: b["status"]}, "rows": rows, "notes": notes}

@@ -303,20 +303,28 @@ def _na(counts: Mapping[str, int]) -> str:
 
 
 def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
-    """`kbvqa score ivr12` (kind `ivr12`): the dimension means — each with its denominator, its n/a
-    counts by reason, what scored it (judge / rules / n/a) and its gated mean — by group and overall;
-    the gate counts; judge agreement (Krippendorff's α) when there were repeats or several judges."""
+    """`kbvqa score ivr12` (kind `ivr12`): the dimension means — each with where the dimension comes
+    from (paper / kbvqa), how it was measured (judge / rule, a rule measure marked "(rule)"), the items
+    it is over, its n/a counts by reason and its gated mean — then the group and overall means, shown
+    only where every dimension in them was judged ("–" and the reason otherwise); the gate counts by
+    who decided them; judge agreement (Krippendorff's α) when there were repeats or several judges."""
+    from kbvqa.evaluate.ivr12 import normalize_summary  # also makes an older summary's aggregates honest
+
+    s = normalize_summary(s)
     dims, groups = s["dimensions"], s["groups"]
     rows: list[list[Any]] = []
     for g, gv in groups.items():
         for key, d in dims.items():
             if d["group"] == g:
-                rows.append([gv["title"], d.get("title", key), d["label"], d["mean"], d["n"], _na(d["n_na"]),
-                             d["gated_mean"], d["gated_n"]])
-        rows.append([gv["title"], f"mean of {gv['n_dimensions']} dimensions", "", gv["mean"], "", "",
-                     gv["gated_mean"], ""])
+                by = d.get("measured_by")
+                rows.append([gv["title"], _ivr12_dim_title(d, key, by), d.get("source", ""), by or "n/a",
+                             _fig(d["mean"]), d["n"], _na(d["n_na"]), _fig(d["gated_mean"]), d["gated_n"],
+                             "; ".join(x for x in (d.get("note"), d.get("source_note")) if x)])
+        rows.append([gv["title"], f"group mean ({gv['n_dimensions']} dimensions)", gv.get("source", ""), "",
+                     _fig(gv["mean"]), "", "", _fig(gv["gated_mean"]), "", gv.get("reason") or ""])
     o = s["overall"]
-    rows.append(["overall", f"mean of {o['n_dimensions']} dimensions", "", o["mean"], "", "", o["gated_mean"], ""])
+    rows.append(["overall", f"IVR-12 overall ({o['n_dimensions']} dimensions)", "", "", _fig(o["mean"]), "", "",
+                 _fig(o["gated_mean"]), "", o.get("reason") or ""])
     st = s["status"]
     ls = s["length_score"]
     no_answer = f" ({_na(s['no_answer'])})" if s["no_answer"] else ""
@@ -329,13 +337,43 @@ def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
              f"length-score: Pearson {ls['pearson']}, Spearman {ls['spearman']} (n={ls['n']})"
              + (f"; {ls['note']}" if ls.get("note") else ""),
              f"rubric {s['rubric']['name']} {s['rubric']['version']}, sha256 {s['rubric']['sha256'][:12]}"
-             + (f": {s['rubric']['reconstruction']}" if s["rubric"].get("reconstruction") else "")]
+_ABSENT = "–"  # an aggregate that does not exist (its reason is beside it), never an empty-looking number
+
+
+def _fig(v: Any) -> Any:
+    return _ABSENT if v is None else v
+
+
+def _ivr12_dim_title(d: Mapping[str, Any], key: str, *measured: str | None) -> str:
+    """A dimension's title, marked "(rule)" where a side's figure is a rule measure (a stand-in)."""
+    return d.get("title", key) + (" (rule)" if "rule" in measured else "")
+
+
+             + (f": {s['rubric']['reconstruction']}" if s["rubric"].get("reconstruction") else ""),
+             "items scored = items the dimension has a score for; source = where the dimension's name comes from "
+             f"(paper: {(s.get('provenance') or {}).get('dimension_names_from_paper', '?')} names, sections in the "
+             "rubric file; kbvqa: our reconstruction)"]
+    if any(d.get("measured_by") == "rule" for d in dims.values()):
+        notes.append("(rule): a rule measure, kbvqa's stand-in for a judge on that dimension; it is shown apart and "
+                     "enters no group or overall mean")
     notes += [f"warning: {w}" for w in s.get("warnings") or []]
     main = ResultTable("ivr12", f"IVR-12 ({s.get('source', 'predictions')}, {s['mode']} mode)", s["scorer"],
-                       ["group", "dimension", "scored by", "mean", "n", "n/a", "gated mean", "gated n"], rows, notes)
-    gates = ResultTable("ivr12-gates", "IVR-12 gates", s["scorer"], ["gate", "judged by", "pass", "fail", "n/a"],
-                        [[g.get("title", k), g["judged_by"], g["pass"], g["fail"], g["n_a"]]
-                         for k, g in s["gates"].items()])
+                       ["group", "dimension", "source", "measured by", "mean", "items scored", "n/a (items)",
+                        "gated mean", "gated items", "note"], rows, notes)
+
+    def decided(g: Mapping[str, Any]) -> str:
+        by = g.get("decided_by")
+        if by is None:  # a summary written before kbvqa recorded who decided a gate
+            return f"{g.get('judged_by')} (as the rubric says)"
+        parts = [f"{who}: {v['pass']} pass, {v['fail']} fail"
+                 + (f" ({_na(v['reasons'])})" if v.get("reasons") else "") for who, v in by.items()]
+        return "; ".join(parts) or "none (n/a: needs a judge model)"
+
+    gates = ResultTable("ivr12-gates", "IVR-12 gates", s["scorer"],
+                        ["gate", "source", "decided by", "pass", "fail", "n/a"],
+                        [[g.get("title", k), g.get("source", ""), decided(g), g["pass"], g["fail"], g["n_a"]]
+                         for k, g in s["gates"].items()],
+                        [f"gating policy {s['gating']['policy']}: {s['gating'].get('source', 'kbvqa')}'s"])
     tables = [main, gates]
     agr = s.get("agreement") or {}
     if agr:
@@ -357,15 +395,23 @@ def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
 
 def ivr12_compare_table(res: Mapping[str, Any]) -> ResultTable:
     """`kbvqa score ivr12-compare` (kind `ivr12-compare`, seed 001 Table 3 shape): mean per dimension,
-    group and overall for both runs with their denominators, and the gap A − B, ungated and gated."""
+    group and overall for both runs with the items each is over, and the gap A − B, ungated and
+    gated — a gap only where both sides were measured the same way, "–" and the reason otherwise."""
     a, b = res["names"]
-    rows = [[r["title"] if r["level"] == "dimension" else f"{r['title']} ({r['level']})", r["a"], r["n_a"], r["b"],
-             r["n_b"], r["gap"], r["a_gated"], r["b_gated"], r["gap_gated"]] for r in res["rows"]]
-    notes = [f"items: {a} {res['items'][a]}, {b} {res['items'][b]}; n = items scored (dimensions) or dimensions "
-             "averaged (groups, overall)", *res.get("notes", [])]
+    rows = []
+    for r in res["rows"]:
+        ma, mb = r.get("measured_by_a"), r.get("measured_by_b")
+        title = (_ivr12_dim_title(r, r["key"], ma, mb) if r["level"] == "dimension"
+                 else f"{r['title']} (group mean)" if r["level"] == "group" else r["title"])
+        by = f"{ma or 'n/a'} / {mb or 'n/a'}" if r["level"] == "dimension" else ""
+        rows.append([title, r.get("source") or "", by, _fig(r["a"]), r["n_a"], _fig(r["b"]), r["n_b"], _fig(r["gap"]),
+                     _fig(r["a_gated"]), _fig(r["b_gated"]), _fig(r["gap_gated"]), r.get("reason") or ""])
+    notes = [f"items: {a} {res['items'][a]}, {b} {res['items'][b]}; items scored = the items a dimension's mean is "
+             "over; a group mean or the overall exists only where every dimension in it was judged by a model",
+             *res.get("notes", [])]
     return ResultTable("ivr12-compare", f"IVR-12: {a} vs {b}", res["scorer"],
-                       ["dimension", a, f"n {a}", b, f"n {b}", "gap", f"{a} gated", f"{b} gated", "gap gated"], rows,
-                       notes)
+                       ["dimension", "source", "measured by", a, f"items scored ({a})", b, f"items scored ({b})",
+                        "gap", f"{a} gated", f"{b} gated", "gap gated", "note"], rows, notes)
 
 
 def accuracy_by_group_matrix_table(results: Sequence[Mapping[str, Any]]) -> ResultTable:

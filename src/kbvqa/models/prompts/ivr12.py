@@ -1,9 +1,12 @@
 """IVR-12 judge prompts (seed 001 §3.3): one strict-JSON call per group and one for the model-judged gate.
 
 The wording of the criteria is not here: it is the rubric (`kbvqa/evaluate/rubrics/ivr12.toml`, a
-versioned data file a user may edit), rendered into `criteria_raw`. These templates are the frame —
-what the judge is shown and the reply contract — so a verdict's provenance names both the frame
-(`ivr12.<group>@version`, hashed here) and the rubric (its sha256, added by the stage).
+versioned data file a user may edit, which marks entry by entry what is the paper's — nine of the
+twelve dimension names, the groups — and what is kbvqa's: three names, the gates, every criterion),
+rendered into `criteria_raw`. These templates are the frame — what the judge is shown and the reply
+contract, in kbvqa's words (the paper's judge prompts are in an appendix our copy lacks) — so a
+verdict's provenance names both the frame (`ivr12.<group>@version`, hashed here) and the rubric (its
+sha256, added by the stage).
 
 What each call sees follows §3.3: content = the answer text plus the short reference; presentation
 = the answer text; image = the query image(s), every embedded image and the text; gate = the query

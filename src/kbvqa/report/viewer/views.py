@@ -323,7 +323,8 @@ def _num(v: Any) -> str:
 
 def ivr12_row(r: dict[str, Any], ctx: RecordContext) -> dict[str, Any]:
     iv = r.get("ivr12") or {}
-    return {"title": r.get("question"), "sub": f"mean {_num(iv.get('mean'))}, gated mean {_num(iv.get('gated_mean'))}",
+    why = f" ({iv['mean_reason']})" if iv.get("mean_reason") else ""
+    return {"title": r.get("question"), "sub": f"overall {_num(iv.get('mean'))}, gated {_num(iv.get('gated_mean'))}{why}",
             "badges": [("gate failed", "bad")] if iv.get("gate_failed") else [], "thumb": None}
 
 
@@ -334,13 +335,18 @@ def ivr12_detail(r: dict[str, Any], ctx: RecordContext) -> dict[str, Any]:
     for key, d in (iv.get("dimensions") or {}).items():
         why = d.get("rationale") or (d.get("na") and f"n/a: {d['na']}") or ""
         detail = (rules.get(key) or {}).get("detail")
-        dims.append({"key": key, "group": d.get("group"), "label": d.get("label"), "score": _num(d.get("score")),
+        by = d.get("measured_by") or {"judge": "judge", "rules": "rule"}.get(d.get("label")) or d.get("label")
+        dims.append({"key": key + (" (rule)" if by == "rule" else ""), "group": d.get("group"), "label": by,
+                     "score": _num(d.get("score")),
                      "gated": _num(d.get("gated")), "rationale": why, "rationales": d.get("rationales") or [],
                      "detail": pretty(detail) if detail else ""})
-    gates = [{"key": k, "label": g.get("label"), "pass": "n/a" if g.get("pass") is None else ("pass" if g["pass"] else "fail"),
+    gates = [{"key": k, "label": g.get("decided_by") or g.get("label"),
+              "pass": "n/a" if g.get("pass") is None else ("pass" if g["pass"] else "fail"),
               "reason": g.get("reason") or g.get("rationale") or ""} for k, g in (iv.get("gates") or {}).items()]
-    return {"iv": iv, "dims": dims, "gates": gates, "mean": _num(iv.get("mean")),
-            "gated_mean": _num(iv.get("gated_mean")),
+    groups = [{"group": g, "mean": _num(v.get("mean")), "gated": _num(v.get("gated_mean")), "reason": v.get("reason") or ""}
+              for g, v in (iv.get("groups") or {}).items()]
+    return {"iv": iv, "dims": dims, "gates": gates, "groups": groups, "mean": _num(iv.get("mean")),
+            "gated_mean": _num(iv.get("gated_mean")), "mean_reason": iv.get("mean_reason") or "",
             "pieces": tx.numbered_pieces(_s(r.get("text")), r.get("embedded") or [], ctx.image),
             "query_images": ctx.images(r.get("query_images")),
             "episode_href": ctx.related_record("predictions", r.get("id"))}
