@@ -392,6 +392,7 @@ def _interleaved_blocks(res: dict[str, Any]) -> list[tuple[str, Any]]:
                  "conciseness are measured; the other dimensions are n/a and need a judge model, so there is no "
                  f"group mean and no overall. Scorer: {res['ivr12_agent']['scorer']}."),
         ("table", Table([dict(zip(t.columns, row)) for row in t.rows], caption=t.caption)),
+        *(("note", n) for n in t.notes),
         ("table", Table([{"stage": st.get("stage"), "in": st.get("in"), "ok": st.get("ok"),
                           "stopped": st.get("stopped") or st.get("stopped_by") or "", "drops": st.get("drops") or ""}
                          for st in funnel["stages"]], caption="reference construction over the local tools, offline "
@@ -415,7 +416,6 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
     who = f"{answerer.backend}:{answerer.model}" if answerer else "none"
     blocks: list[tuple[str, Any]] = [
         ("p", f"{bench.n_samples} questions about {len(bench.kb_images)} entities, photographs from scikit-image, "
-        *(("note", n) for n in t.notes),
               f"scikit-learn and matplotlib; {len(bench.flaws)} questions carry a planted flaw."),
         ("note", f"Answerer: {who}. Image retrieval: {HistogramEncoder.name} (weight-free baseline). "
                  "Audit: kbvqa rules backend. Scores: InfoSeek strict (official per-item rules, missing = wrong) "

@@ -302,6 +302,18 @@ def _na(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(counts.items())) or "0"
 
 
+_ABSENT = "–"  # an aggregate that does not exist (its reason is beside it), never an empty-looking number
+
+
+def _fig(v: Any) -> Any:
+    return _ABSENT if v is None else v
+
+
+def _ivr12_dim_title(d: Mapping[str, Any], key: str, *measured: str | None) -> str:
+    """A dimension's title, marked "(rule)" where a side's figure is a rule measure (a stand-in)."""
+    return d.get("title", key) + (" (rule)" if "rule" in measured else "")
+
+
 def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
     """`kbvqa score ivr12` (kind `ivr12`): the dimension means — each with where the dimension comes
     from (paper / kbvqa), how it was measured (judge / rule, a rule measure marked "(rule)"), the items
@@ -337,18 +349,6 @@ def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
              f"length-score: Pearson {ls['pearson']}, Spearman {ls['spearman']} (n={ls['n']})"
              + (f"; {ls['note']}" if ls.get("note") else ""),
              f"rubric {s['rubric']['name']} {s['rubric']['version']}, sha256 {s['rubric']['sha256'][:12]}"
-_ABSENT = "–"  # an aggregate that does not exist (its reason is beside it), never an empty-looking number
-
-
-def _fig(v: Any) -> Any:
-    return _ABSENT if v is None else v
-
-
-def _ivr12_dim_title(d: Mapping[str, Any], key: str, *measured: str | None) -> str:
-    """A dimension's title, marked "(rule)" where a side's figure is a rule measure (a stand-in)."""
-    return d.get("title", key) + (" (rule)" if "rule" in measured else "")
-
-
              + (f": {s['rubric']['reconstruction']}" if s["rubric"].get("reconstruction") else ""),
              "items scored = items the dimension has a score for; source = where the dimension's name comes from "
              f"(paper: {(s.get('provenance') or {}).get('dimension_names_from_paper', '?')} names, sections in the "
