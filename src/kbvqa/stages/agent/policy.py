@@ -122,6 +122,12 @@ def _evidence(visit_text: str) -> str:
     return body.split("\n\nSummary:", 1)[0].strip()
 
 
+def _fragment(text: str) -> bool:
+    """One lowercase word without a digit: an extraction that caught a word, not an answer."""
+    words = text.split()
+    return len(words) == 1 and words[0][:1].islower() and not any(ch.isdigit() for ch in text)
+
+
 class BaselinePolicy:
     """The embedded deterministic policy (see the module docstring)."""
 
@@ -189,11 +195,14 @@ class BaselinePolicy:
         article = Article(url=entity.url or "", title=title, sections=[Section(index=0, title=title, text=text)])
         sample = Sample(id=state.sample.id, question=state.sample.question)
         short, evidence, _ = extract_answer(sample, article)
-        lines = [f"{short}." if short else f"The picture shows {title}, but I could not find the answer in what I read."]
+        if short and (_fragment(short) or short.casefold() in title.casefold()):
+            short = None  # a lone lowercase word ("her", "gave"), or the entity's own name again
+        # the first sentence is the answer attempt: the identified entity, and the value found for it
+        lines = [f"This is {title}: {short}." if short else f"This is {title}."]
         if evidence is not None and evidence.text:
             lines.append(f"{title}: {evidence.text.strip()}")
-        else:
-            lines.append(f"The picture shows {title}.")
+        elif not short:
+            lines[0] = f"This is {title}; I found nothing in what I read that answers the question."
         images = self._results(state, "text_to_image_search")
         if images and images[-1].items:
             lines.append(json.dumps({"query": title, "idx": 1}, ensure_ascii=False).join(("<image>", "</image>")))
