@@ -117,7 +117,7 @@ def test_judge_per_item_no_resume_and_stale_journal(tmp_path):
                 "--out", str(out)]
         r = runner.invoke(score_app, [*base, "--per-item", str(items)])
         assert r.exit_code == 0, r.output
-        assert "Short-answer judge (7 items)" in r.stdout and str(out) in r.stdout
+        assert "simpleqa-judge (7 items)" in r.stdout and str(out) in r.stdout
         rows = {x["data_id"]: x for x in _lines(items)}
         assert rows["q6"] == {"data_id": "q6", "prediction": None, "missing": True, "label": "not_attempted",
                               "rationale": "no answer"}

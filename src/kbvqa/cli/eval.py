@@ -17,7 +17,7 @@ import typer
 from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli.common import emit_json, end_job, fail, model_limits, print_result
 from kbvqa.cli.retrieve import job_errors
-from kbvqa.cli.score import _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_URL, _ROLE, TwoHop
+from kbvqa.cli.score import _GRADED_TEXT, _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_URL, _ROLE, GradedText, TwoHop
 
 #: `kbvqa answer`'s flags that eval takes as they are (its --out is the predictions file; eval's is a folder)
 _NOT_SHARED = ("out",)
@@ -66,6 +66,7 @@ def evaluate(
     judge_replay: Optional[Path] = _JUDGE_REPLAY,
     judge_role: Optional[str] = _ROLE,
     judge_concurrency: int = typer.Option(16, "--judge-concurrency", min=1, help="Judge requests in flight."),
+    graded_text: GradedText = _GRADED_TEXT,  # type: ignore[valid-type]
     resume: bool = typer.Option(True, "--resume/--no-resume",
                                 help="Keep what DIR holds: samples answered ok and verdicts of unchanged predictions; "
                                      "re-run errored and invalid ones (--no-resume moves the old files aside)."),
@@ -88,7 +89,7 @@ def evaluate(
         req = EvalRequest(answer=spec, out=out, metrics=metric, references=references, qtypes=qtypes,
                           recall_ks=parse_ks(recall_k), two_hop=two_hop,
                           judge=JudgeSpec(base_url=judge_base_url, model=judge_model, replay=judge_replay,
-                                          role=judge_role, concurrency=judge_concurrency))
+                                          role=judge_role, concurrency=judge_concurrency, graded_text=graded_text))
         plan = prepare_eval(req)
     except job_errors() as exc:
         fail(exc)

@@ -62,6 +62,11 @@ _JUDGE_REPLAY = typer.Option(None, "--judge-replay", exists=True, dir_okay=False
 _CONFIG = typer.Option(None, "--config", exists=True, dir_okay=False,
                        help="kbvqa.toml: the judge is built from its [models.<role>] entry.")
 _ROLE = typer.Option(None, "--judge-role", help="Model role used as the judge (default 'judge' with --config).")
+GradedText = Literal["full", "short"]
+_GRADED_TEXT = typer.Option("full", "--graded-text",
+                            help="What the judge grades: full = the whole answer, image tags removed (default); "
+                                 "short = only the short answer (an agent answer's first sentence; scorer "
+                                 "simpleqa-judge[short-answer], not comparable with full).")
 
 
 @app.command("infoseek")
@@ -144,13 +149,15 @@ def judge(
     resume: bool = _RESUME,
     per_item: Optional[Path] = _PER_ITEM,
     as_json: bool = _JSON,
+    graded_text: GradedText = _GRADED_TEXT,  # type: ignore[valid-type]
     timeout: Optional[float] = TIMEOUT,
     connect_timeout: Optional[float] = CONNECT_TIMEOUT,
     deadline: Optional[float] = DEADLINE,
     structured_output: Optional[str] = STRUCTURED_OUTPUT,
     max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
-    """SimpleQA-style short-answer grading (correct / incorrect / not_attempted; invalid and error counted)."""
+    """SimpleQA-style grading (correct / incorrect / not_attempted) of the whole answer, or of its short
+    answer with --graded-text short; accuracy is over graded verdicts, invalid and error counted apart."""
     from kbvqa.pipelines.score import judge_client, judge_files
 
     def job() -> ScoreReport:
@@ -158,7 +165,7 @@ def judge(
         judge = judge_client(limits=limits, config=config, role=judge_role, base_url=judge_base_url,
                              model=judge_model, replay=judge_replay, concurrency=concurrency)
         return judge_files(predictions, references, judge, out=out, resume=resume, concurrency=concurrency,
-                           per_item=per_item, progress=not as_json)
+                           per_item=per_item, progress=not as_json, graded_text=graded_text)
 
     _show(job, as_json)
 

@@ -22,7 +22,7 @@ from kbvqa.evaluate.numeric import parse_numeric
 
 __all__ = [
     "ScoreInputError", "PredictionRecord", "InfoSeekRef", "read_jsonl", "read_csv",
-    "load_predictions", "load_infoseek_references", "load_qtypes", "ref_norm_aliases",
+    "GRADED_TEXTS", "load_predictions", "load_infoseek_references", "load_qtypes", "ref_norm_aliases",
 ]
 
 _QTYPES = {"string": "String", "numerical": "Numerical", "time": "Time"}
@@ -71,16 +71,33 @@ class PredictionRecord:
     status: str = "ok"  # a kbvqa runner line that ended error / invalid: no answer, counted as such
 
 
+#: What text of a kbvqa Prediction a scorer reads (`load_predictions(graded_text=...)`).
+GRADED_TEXTS = {
+    "full": "the whole answer, image tags removed (as a SimpleQA-style grader sees a response)",
+    "short": "the short answer: the prediction's `short_answer` (an agent answer's first sentence), else its answer",
+}
+
+
 @gc_paused()
-def load_predictions(path: str | Path) -> list[PredictionRecord]:
-    """Read predictions: {"data_id","prediction"} lines or kbvqa Prediction {"sample_id","answer"}
-    (its `short_answer` when it has one: the agent's interleaved answers carry one). Every line a
-    kbvqa job writes is readable: an abstention is `answer: null`; a record that ended error or
-    invalid is a prediction of nothing with that `status`, which scorers count (and score as wrong).
+def load_predictions(path: str | Path, graded_text: str = "short") -> list[PredictionRecord]:
+    """Read predictions: {"data_id","prediction"} lines or kbvqa Prediction {"sample_id","answer"}.
+    Every line a kbvqa job writes is readable: an abstention is `answer: null`; a record that ended
+    error or invalid is a prediction of nothing with that `status`, which scorers count (and score as
+    wrong).
+
+    `graded_text` chooses the text of a Prediction line (see GRADED_TEXTS): "short" (the default:
+    the exact-match scorers compare a short string) reads `short_answer` when the line has one, else
+    `answer`; "full" reads the whole `answer` with image tags removed (the judge's default). A
+    {data_id, prediction} line has one text, read as it is in both.
 
     Order and duplicates are kept; the scorers decide what duplicates mean (official InfoSeek counts
     them twice, the other modes keep the last one and report the count).
     """
+    if graded_text not in GRADED_TEXTS:
+        raise ValueError(f"graded_text must be one of {', '.join(GRADED_TEXTS)}, not {graded_text!r}")
+    full = graded_text == "full"
+    if full:
+        from kbvqa.stages.agent.tags import strip_tags
     out: list[PredictionRecord] = []
     append = out.append
     for ln, obj in read_jsonl(path):
@@ -91,9 +108,11 @@ def load_predictions(path: str | Path) -> list[PredictionRecord]:
             continue
         if "data_id" in obj:
             did, pred, pfield = obj["data_id"], obj.get("prediction", _MISSING), "prediction"
-        elif "sample_id" in obj:  # an interleaved answer is graded by its extracted short answer
-            pfield = "short_answer" if obj.get("short_answer") is not None else "answer"
+        elif "sample_id" in obj:
+            pfield = "short_answer" if not full and obj.get("short_answer") is not None else "answer"
             did, pred = obj["sample_id"], obj.get(pfield, _MISSING)
+            if full and isinstance(pred, str):
+                pred = strip_tags(pred)
         else:
             raise ScoreInputError(path, ln, "data_id", "missing (expected data_id/prediction or sample_id/answer)")
         if pred is _MISSING and "status" in obj:  # a kbvqa runner line from before answers were always written

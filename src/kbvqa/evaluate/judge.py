@@ -15,6 +15,20 @@ manifest and exactly one journal line per id. There a failed call is a runner ``
 unusable reply an ``invalid`` line, so `--resume` sends exactly those again. A missing or empty
 prediction is ``not_attempted`` without a call.
 
+What is graded: by default the whole answer with image tags removed (`load_predictions(graded_text=
+"full")`), as a SimpleQA-style grader sees a response; grading only the short answer is the explicit
+`graded_text="short"`, and its scorer is named `simpleqa-judge[short-answer]` (`scorer_name`) so two
+runs graded on different text are never compared as one metric.
+
+Two kinds of figure, never to be confused (kbvqa's rule, the same in every table and JSON):
+
+* **accuracy** = correct / n_graded, where n_graded counts the verdicts correct, incorrect and
+  not_attempted. An ``invalid`` reply or an ``error`` (failed call) is not a grade: it is left out of
+  the denominator and reported beside the figure as n_invalid / n_error, never as a wrong answer;
+* **SimpleQA's aggregates** (`simpleqa_metrics`: correct, incorrect, not_attempted, invalid, error as
+  rates, accuracy_given_attempted, f1) are rates over all n items, invalid and error included, as
+  the original reports them; tables label them "SimpleQA ... (over all n)".
+
 `legacy_parse` reproduces the original parser (first ``A|B|C`` anywhere, default C) so old numbers can
 be re-derived – including its pitfall: a reply "CORRECT" contains a C and becomes not_attempted.
 """
@@ -47,12 +61,32 @@ from kbvqa.stages import register_stage
 __all__ = [
     "PROMPT_VERSION", "JudgeReply", "build_judge_messages", "judge_answer", "strict_parse",
     "legacy_parse", "simpleqa_metrics", "ChatClient", "JudgeCallError", "JudgeConfig", "JudgeStage",
-    "judge_job", "run_judge", "JudgeRun", "verdict_of_line", "load_judge_references",
+    "judge_job", "run_judge", "JudgeRun", "verdict_of_line", "load_judge_references", "scorer_name",
+    "GRADED", "FIGURES",
 ]
 
 PROMPT_VERSION = SIMPLEQA.id
 METRIC = "simpleqa-judge"
 LABELS = ("correct", "incorrect", "not_attempted")
+#: The labels that are grades (the accuracy's denominator); invalid and error are not.
+GRADED = LABELS
+#: What each judge figure is, written beside it in every summary (`definitions`).
+FIGURES = {
+    "accuracy": "correct / n_graded; n_graded = correct + incorrect + not_attempted verdicts (kbvqa's rule: "
+                "invalid replies and failed calls are not grades, they are counted apart as n_invalid and n_error)",
+    "simpleqa": "correct, incorrect, not_attempted, invalid, error, accuracy_given_attempted, f1: SimpleQA's "
+                "aggregates, rates over all n items (invalid and error included in the denominator)",
+}
+
+
+def scorer_name(graded_text: str = "full") -> str:
+    """The judge's scorer name for the text it graded: `simpleqa-judge` (the whole answer, tags
+    removed) or `simpleqa-judge[short-answer]`."""
+    if graded_text not in ("full", "short"):
+        raise ValueError(f"graded text must be 'full' or 'short', not {graded_text!r}")
+    return METRIC if graded_text == "full" else f"{METRIC}[short-answer]"
+
+
 #: Record fields a verdict depends on; a resumed journal must agree with the input on all of them.
 JUDGED_FIELDS = ("question", "target", "prediction")
 
@@ -175,12 +209,14 @@ async def judge_answer(client: ChatClient, question: str, target: str, predicted
                        rationale=f"invalid: {exc}", judge=prov)
 
 
-def simpleqa_metrics(labels: Iterable[str | None | Verdict]) -> dict[str, float | int]:
-    """SimpleQA aggregates over all n items (errors and invalid replies stay in the denominator).
+def simpleqa_metrics(labels: Iterable[str | None | Verdict]) -> dict[str, Any]:
+    """SimpleQA aggregates over all n items (errors and invalid replies stay in the denominator),
+    plus kbvqa's accuracy over graded verdicts and the counts beside it (module docstring, FIGURES).
 
-    correct/incorrect/not_attempted/invalid/error are rates; accuracy_given_attempted =
+    correct/incorrect/not_attempted/invalid/error are rates over n; accuracy_given_attempted =
     correct / (correct + incorrect) (0 if nothing attempted); f1 = harmonic mean of correct and
-    accuracy_given_attempted (0 if both are 0).
+    accuracy_given_attempted (0 if both are 0). accuracy = n_correct / n_graded, None when nothing
+    was graded.
     """
     counts: Counter[str] = Counter()
     n = 0
@@ -197,8 +233,10 @@ def simpleqa_metrics(labels: Iterable[str | None | Verdict]) -> dict[str, float 
     attempted = rate["correct"] + rate["incorrect"]
     aga = rate["correct"] / attempted if attempted > 0 else 0.0
     f1 = 2 * aga * rate["correct"] / (aga + rate["correct"]) if (aga + rate["correct"]) > 0 else 0.0
+    n_graded = sum(counts[k] for k in GRADED)
     return {**rate, "accuracy_given_attempted": aga, "f1": f1, "n": n,
-            **{f"n_{k}": counts[k] for k in ("correct", "incorrect", "not_attempted", "invalid", "error")}}
+            **{f"n_{k}": counts[k] for k in ("correct", "incorrect", "not_attempted", "invalid", "error")},
+            "n_graded": n_graded, "accuracy": counts["correct"] / n_graded if n_graded else None}
 
 
 # --------------------------------------------------------------------------------------------------

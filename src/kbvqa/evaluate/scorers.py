@@ -99,9 +99,12 @@ def _verdicts(path: str | Path) -> Any:
 
 
 def _judged(verdicts: Any, refs: Any, backend: Any) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
-    """Correct = the judge said correct. Every reference id is an item: no verdict (the run skipped
-    it, or the judge call failed) counts as missing and wrong."""
-    items = [{"data_id": rid, "correct": verdicts.get(rid) == "correct", "missing": verdicts.get(rid) is None,
+    """Correct = the judge said correct. Every reference id is an item. An `invalid` verdict (unusable
+    reply) or an `error` (failed call: a None label) is no grade — flagged, so the studies leave it out
+    of every accuracy and count it apart, never as wrong; an id without any verdict line (the run did
+    not cover it) counts as missing and wrong, like a missing prediction."""
+    items = [{"data_id": rid, "correct": verdicts.get(rid) == "correct", "missing": rid not in verdicts,
+              "invalid": verdicts.get(rid) == "invalid", "error": rid in verdicts and verdicts[rid] is None,
               "question_type": qt} for rid, qt in refs.items()]
     unknown = sum(1 for rid in verdicts if rid not in refs)
     return items, {"n_unknown_ids": unknown}, "simpleqa-judge verdicts"
@@ -109,7 +112,7 @@ def _judged(verdicts: Any, refs: Any, backend: Any) -> tuple[list[dict[str, Any]
 
 SCORERS.add("judge-verdicts", StudyScorer(_reference_ids, _judged, read=_verdicts),
             help="the SimpleQA-style judge's labels (the runs are `kbvqa score judge` outputs; any format of "
-                 "references, e.g. NoteVQA)")
+                 "references, e.g. NoteVQA); accuracy over graded verdicts, invalid and error counted apart")
 
 
 def semantic_backend(scorer: str, threshold: float | None = None) -> Any:

@@ -5,6 +5,12 @@ Everything starts from `ItemScores`: one scorer's per-item correctness over *all
 missing prediction is wrong and counted), so two runs or two splits can be compared item by item.
 Accuracies are percentages (0-100), like the scorers'.
 
+Judge verdicts (`--scorer judge-verdicts`) follow kbvqa's rule for judge figures (kbvqa.evaluate.judge):
+an item whose verdict is `invalid` (an unusable judge reply) or `error` (a failed call) has no grade —
+it is neither right nor wrong. Every accuracy here is over the *graded* items; the ungraded are
+counted apart (n_graded, n_invalid, n_error beside every figure), and a paired comparison pairs only
+items graded in both runs. Scorers that read predictions grade every item (graded = n).
+
 Bootstrap: percentile 95% intervals, seeded, default 2000 resamples. The resampled mean of n items
 only depends on how many times each distinct value is drawn, so when the values take few distinct
 values (0/1 correctness; paired differences in {-1, 0, 1}) the resample counts are drawn directly from
@@ -167,18 +173,40 @@ class ItemScores:
     n_unknown: int = 0
     n_duplicates: int = 0
     scorer_detail: str = ""
+    invalid: np.ndarray = None  # type: ignore[assignment]  # bool [n]: unusable judge reply, no grade (None: none)
+    error: np.ndarray = None  # type: ignore[assignment]  # bool [n]: the judge call failed, no grade (None: none)
+    judged: bool = False  # the items are judge verdicts (tables show graded / invalid / error)
+
+    def __post_init__(self) -> None:
+        if self.invalid is None:
+            self.invalid = np.zeros(len(self.ids), dtype=bool)
+        if self.error is None:
+            self.error = np.zeros(len(self.ids), dtype=bool)
 
     @property
     def n(self) -> int:
         return len(self.ids)
 
     @property
-    def accuracy(self) -> float:
-        return 100.0 * float(self.correct.mean()) if self.n else 0.0
+    def graded(self) -> np.ndarray:
+        """bool [n]: the items with a grade (all but invalid and error verdicts)."""
+        return ~(self.invalid | self.error)
+
+    @property
+    def accuracy(self) -> float | None:
+        """Percent correct over the graded items; None when no item was graded (0.0 for no items)."""
+        g = self.graded
+        if not g.any():
+            return None if self.n else 0.0
+        return 100.0 * float(self.correct[g].mean())
 
     def accounting(self) -> dict[str, Any]:
-        return {"n": self.n, "n_missing": int(self.missing.sum()), "n_unknown_ids": self.n_unknown,
-                "n_duplicate_predictions": self.n_duplicates, "duplicates": "last prediction per id wins"}
+        return {"n": self.n, "n_graded": int(self.graded.sum()), "n_invalid": int(self.invalid.sum()),
+                "n_error": int(self.error.sum()), "n_missing": int(self.missing.sum()),
+                "n_unknown_ids": self.n_unknown, "n_duplicate_predictions": self.n_duplicates,
+                "duplicates": "last prediction per id wins",
+                "accuracy_over": "graded items (invalid and error verdicts excluded, counted apart)"
+                if self.judged else "every item (a missing prediction is wrong)"}
 
 
 def load_references(path: str | Path, scorer: str, *, qtypes: str | Path | None = None) -> Any:
@@ -196,13 +224,15 @@ def score_items(predictions: str | Path | list[Any], references: Any, scorer: st
     read = entry.obj.read or load_predictions
     preds = read(predictions) if isinstance(predictions, (str, Path)) else predictions
     items, s, name = entry.obj.score(preds, references, semantic_backend)
+
+    def flags(key: str) -> np.ndarray:
+        return np.fromiter((bool(r.get(key)) for r in items), dtype=bool, count=len(items))
+
     return ItemScores(
-        scorer=name, ids=[r["data_id"] for r in items],
-        correct=np.fromiter((bool(r["correct"]) for r in items), dtype=bool, count=len(items)),
-        missing=np.fromiter((bool(r["missing"]) for r in items), dtype=bool, count=len(items)),
+        scorer=name, ids=[r["data_id"] for r in items], correct=flags("correct"), missing=flags("missing"),
         qtype=[str(r.get("question_type")) for r in items], label=label,
         n_unknown=int(s.get("n_unknown_ids", 0)), n_duplicates=int(s.get("n_duplicate_predictions", 0)),
-        scorer_detail=entry.help)
+        scorer_detail=entry.help, invalid=flags("invalid"), error=flags("error"), judged=entry.obj.read is not None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -246,20 +276,36 @@ def by_group(scores: ItemScores, by: str = "question_type", labels: dict[str, st
     groups: dict[str, list[int]] = {}
     for idx, g in enumerate(lab):
         groups.setdefault(g, []).append(idx)
+    graded = scores.graded
     rows = []
     for g in sorted(groups):
         idx = np.asarray(groups[g])
-        vals = scores.correct[idx]
-        ci = bootstrap_ci(vals, n_resamples=n_resamples, seed=_sub_seed(seed, g)).scaled(100.0)  # type: ignore[arg-type]
-        rows.append({"group": g, "n": int(idx.size), "correct": int(vals.sum()),
-                     "n_missing": int(scores.missing[idx].sum()), "accuracy": round(ci.estimate, 4),
-                     "ci_low": round(ci.low, 4), "ci_high": round(ci.high, 4)})
-    overall = bootstrap_ci(scores.correct, n_resamples=n_resamples, seed=_sub_seed(seed, "__all__")).scaled(100.0)  # type: ignore[arg-type]
+        ci = _graded_ci(scores.correct[idx][graded[idx]], n_resamples, _sub_seed(seed, g))
+        rows.append({"group": g, "n": int(idx.size), **_graded_counts(scores, idx),
+                     "correct": int(scores.correct[idx].sum()), "n_missing": int(scores.missing[idx].sum()), "accuracy": ci["estimate"],
+                     "ci_low": ci["low"], "ci_high": ci["high"]})
+    overall = _graded_ci(scores.correct[graded], n_resamples, _sub_seed(seed, "__all__"))
+    everything = np.arange(scores.n)
     return {"kind": "by-group", "scorer": scores.scorer, "scorer_detail": scores.scorer_detail, "by": by,
-            "method": scores.label, "groups": rows,
-            "overall": {"n": scores.n, "correct": int(scores.correct.sum()), **overall.to_json()},
+            "method": scores.label, "groups": rows, "judged": scores.judged,
+            "overall": {"n": scores.n, **_graded_counts(scores, everything), "correct": int(scores.correct.sum()),
+                        **overall},
             "n_unlabelled": n_unlabelled, "bootstrap": _boot_meta(n_resamples, seed),
             "accounting": scores.accounting()}
+
+
+def _graded_counts(scores: ItemScores, idx: np.ndarray) -> dict[str, int]:
+    """n_graded / n_invalid / n_error of the items `idx` (what stands beside every accuracy)."""
+    return {"n_graded": int(scores.graded[idx].sum()), "n_invalid": int(scores.invalid[idx].sum()),
+            "n_error": int(scores.error[idx].sum())}
+
+
+def _graded_ci(values: np.ndarray, n_resamples: int, seed: Any) -> dict[str, float | None]:
+    """Percent correct over graded items with its bootstrap CI; all None when nothing was graded
+    (an accuracy of no grades is absent, not 0 and not NaN)."""
+    if values.size == 0:
+        return {"estimate": None, "low": None, "high": None}
+    return bootstrap_ci(values, n_resamples=n_resamples, seed=seed).scaled(100.0).to_json()
 
 
 def _boot_meta(n_resamples: int, seed: int) -> dict[str, Any]:
@@ -305,8 +351,9 @@ def ranking_reversals(acc_a: dict[str, float], acc_b: dict[str, float]) -> list[
 
 def compare_splits(runs: dict[str, tuple[ItemScores, ItemScores]], *, split_names: tuple[str, str] = ("A", "B"),
                    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, allow_partial: bool = False) -> dict[str, Any]:
-    """Per method: accuracy on split A and on split B (each over its own references), the paired delta
-    B - A over the common ids with a bootstrap CI, and items gained/lost; then ranks and reversals.
+    """Per method: accuracy on split A and on split B (each over its own references' graded items), the
+    paired delta B - A over the common ids graded on both with a bootstrap CI, and items gained/lost;
+    then ranks and reversals.
 
     The two splits must hold the same ids (e.g. unfixed vs fixed); otherwise a ValueError, unless
     `allow_partial`, which pairs on the intersection and reports the counts."""
@@ -325,18 +372,25 @@ def compare_splits(runs: dict[str, tuple[ItemScores, ItemScores]], *, split_name
             raise ValueError(f"{name}: the splits hold different ids ({only_a} only in {split_names[0]}, "
                              f"{only_b} only in {split_names[1]}); pass allow_partial to pair on the intersection")
         alignment = {"n_common": len(common), "n_only_a": only_a, "n_only_b": only_b}
-        xa = sa.correct[[ia[d] for d in common]].astype(np.float64)
-        xb = sb.correct[[ib[d] for d in common]].astype(np.float64)
+        pa_, pb_ = [ia[d] for d in common], [ib[d] for d in common]
+        both = sa.graded[pa_] & sb.graded[pb_]  # a pair counts only when both items were graded
+        xa = sa.correct[pa_][both].astype(np.float64)
+        xb = sb.correct[pb_][both].astype(np.float64)
+        if not both.any():
+            raise ValueError(f"{name}: no item was graded on both splits (every verdict invalid or error)")
         delta = paired_delta_ci(xa, xb, n_resamples=n_resamples, seed=_sub_seed(seed, name)).scaled(100.0)  # type: ignore[arg-type]
-        ci_a = bootstrap_ci(sa.correct, n_resamples=n_resamples, seed=_sub_seed(seed, name + "/a")).scaled(100.0)  # type: ignore[arg-type]
-        ci_b = bootstrap_ci(sb.correct, n_resamples=n_resamples, seed=_sub_seed(seed, name + "/b")).scaled(100.0)  # type: ignore[arg-type]
-        acc_a[name], acc_b[name] = ci_a.estimate, ci_b.estimate
+        ci_a = _graded_ci(sa.correct[sa.graded], n_resamples, _sub_seed(seed, name + "/a"))
+        ci_b = _graded_ci(sb.correct[sb.graded], n_resamples, _sub_seed(seed, name + "/b"))
+        if ci_a["estimate"] is None or ci_b["estimate"] is None:
+            raise ValueError(f"{name}: no item was graded on one split (every verdict invalid or error)")
+        acc_a[name], acc_b[name] = ci_a["estimate"], ci_b["estimate"]
         gained = int(((xa == 0) & (xb == 1)).sum())
         lost = int(((xa == 1) & (xb == 0)).sum())
-        methods.append({"method": name, "accuracy_a": round(ci_a.estimate, 4), "ci_a": ci_a.to_json(),
-                        "accuracy_b": round(ci_b.estimate, 4), "ci_b": ci_b.to_json(),
+        methods.append({"method": name, "accuracy_a": ci_a["estimate"], "ci_a": ci_a,
+                        "accuracy_b": ci_b["estimate"], "ci_b": ci_b,
                         "delta": round(delta.estimate, 4), "delta_ci": delta.to_json(),
-                        "n_paired": len(common), "n_only_a": only_a, "n_only_b": only_b,
+                        "n_paired": int(both.sum()), "n_unpaired_ungraded": len(common) - int(both.sum()),
+                        "n_only_a": only_a, "n_only_b": only_b,
                         "gained": gained, "lost": lost,
                         "mcnemar_p": mcnemar_exact_p(lost, gained),
                         "accounting_a": sa.accounting(), "accounting_b": sb.accounting()})
@@ -347,7 +401,9 @@ def compare_splits(runs: dict[str, tuple[ItemScores, ItemScores]], *, split_name
     return {"kind": "compare", "scorer": " / ".join(sorted(scorers)), "splits": list(split_names),
             "methods": methods, "pairs": pairs, "n_reversals": sum(p["status"] == "reversed" for p in pairs),
             "alignment": alignment, "bootstrap": _boot_meta(n_resamples, seed),
-            "delta": f"accuracy on {split_names[1]} minus accuracy on {split_names[0]}, paired on common ids"}
+            "judged": any(s.judged for pair in runs.values() for s in pair),
+            "delta": f"accuracy on {split_names[1]} minus accuracy on {split_names[0]}, paired on common ids "
+                     "graded on both splits"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -358,13 +414,18 @@ def retrieval_2x2(with_r: ItemScores, without_r: ItemScores, *, n_resamples: int
                   seed: int = 0, by_type: bool = True) -> dict[str, Any]:
     """Outcome groups for two runs of the same model on the same references: both correct, only
     with retrieval, only without, neither (counts and % of n), plus the paired gain with a CI and an
-    exact McNemar p-value. The runs must cover the same reference ids."""
+    exact McNemar p-value. The runs must cover the same reference ids. With judge verdicts, only items
+    graded in both runs are paired (`n`); the others are counted in `n_items` / `ungraded`."""
     if set(with_r.ids) != set(without_r.ids):
         raise ValueError("the two runs were scored against different reference ids")
     iw = _index(with_r)
     order = [iw[d] for d in without_r.ids]
-    w = with_r.correct[order]
-    wo = without_r.correct
+    paired = with_r.graded[order] & without_r.graded
+    w = with_r.correct[order][paired]
+    wo = without_r.correct[paired]
+    qtypes = [q for q, k in zip(without_r.qtype, paired) if k]
+    if not paired.any():
+        raise ValueError("no item was graded in both runs (every verdict of one run invalid or error)")
 
     def cells(mask: np.ndarray) -> dict[str, Any]:
         n = int(mask.sum())
@@ -378,20 +439,27 @@ def retrieval_2x2(with_r: ItemScores, without_r: ItemScores, *, n_resamples: int
     gain = paired_delta_ci(wo.astype(np.float64), w.astype(np.float64), n_resamples=n_resamples,
                            seed=_sub_seed(seed, "2x2")).scaled(100.0)  # type: ignore[arg-type]
     all_cells = cells(everything)
+    all_cells["n_items"] = without_r.n
     result: dict[str, Any] = {
         "kind": "retrieval-2x2", "scorer": with_r.scorer if with_r.scorer == without_r.scorer
         else f"{with_r.scorer} / {without_r.scorer}",
         "with": with_r.label or "with retrieval", "without": without_r.label or "without retrieval",
         "overall": all_cells,
-        "accuracy_with": round(with_r.accuracy, 4), "accuracy_without": round(without_r.accuracy, 4),
+        "accuracy_with": _round(with_r.accuracy), "accuracy_without": _round(without_r.accuracy),
+        "ungraded": {run: {"n_invalid": int(r.invalid.sum()), "n_error": int(r.error.sum())}
+                     for run, r in (("with", with_r), ("without", without_r))} | {"n_unpaired": int((~paired).sum())},
         "gain": gain.to_json(), "mcnemar_p": mcnemar_exact_p(all_cells["only_with"], all_cells["only_without"]),
         "accounting_with": with_r.accounting(), "accounting_without": without_r.accounting(),
         "bootstrap": _boot_meta(n_resamples, seed),
     }
     if by_type:
-        qt = np.asarray(without_r.qtype)
-        result["by_question_type"] = {t: cells(qt == t) for t in sorted(set(without_r.qtype))}
+        qt = np.asarray(qtypes)
+        result["by_question_type"] = {t: cells(qt == t) for t in sorted(set(qtypes))}
     return result
+
+
+def _round(v: float | None, ndigits: int = 4) -> float | None:
+    return None if v is None else round(v, ndigits)
 
 
 def restrict(scores: ItemScores, subset: Any) -> ItemScores:
@@ -405,7 +473,8 @@ def restrict(scores: ItemScores, subset: Any) -> ItemScores:
     return ItemScores(scorer=scores.scorer, ids=[i for i, k in zip(scores.ids, keep) if k],
                       correct=scores.correct[keep], missing=scores.missing[keep],
                       qtype=[q for q, k in zip(scores.qtype, keep) if k], label=scores.label,
-                      n_unknown=scores.n_unknown, n_duplicates=scores.n_duplicates, scorer_detail=scores.scorer_detail)
+                      n_unknown=scores.n_unknown, n_duplicates=scores.n_duplicates, scorer_detail=scores.scorer_detail,
+                      invalid=scores.invalid[keep], error=scores.error[keep], judged=scores.judged)
 
 
 def _subset_info(subset: Any, n_before: int, n_after: int) -> dict[str, Any] | None:

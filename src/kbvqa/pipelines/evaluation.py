@@ -9,7 +9,10 @@ kbvqa already has, kept separable:
 2. **score**: every requested metric through the code `kbvqa score ...` runs (`kbvqa.pipelines.score`)
    or, for study scorers, the `SCORERS` registry (`kbvqa.evaluate.studies.score_items`) — no second
    implementation. Per-item verdicts go beside the predictions (`DIR/predictions.<metric>.jsonl`, the
-   judge's journal `DIR/predictions.judge.jsonl`), where `kbvqa view DIR` finds them;
+   judge's journal `DIR/predictions.judge.jsonl`), where `kbvqa view DIR` finds them. The judge grades
+   the whole answer, image tags removed, unless `--graded-text short` (scorer `simpleqa-judge[short-answer]`);
+   every judge-based figure is an accuracy over graded verdicts with n graded, n invalid and n error
+   beside it (kbvqa.evaluate.judge);
 3. **results**: `DIR/results.json` (kind `kbvqa-eval`): the config (keys redacted), the kbvqa version and
    git commit, the answer run (manifest, counts by status, usage) and per metric the scorer that produced
    it (name, detail, options, judge model), its values, its counts (n, missing, error / invalid
@@ -61,6 +64,7 @@ class JudgeSpec:
     replay: Path | None = None
     role: str | None = None
     concurrency: int = 16
+    graded_text: str = "full"  # what the judge grades: the whole answer (tags removed) or "short"
 
 
 @dataclass
@@ -97,8 +101,8 @@ def eval_metrics() -> dict[str, str]:
         if e.name not in out and e.obj.read is None:
             out[e.name] = e.help
     out[JUDGE] = METRICS.entry("simpleqa-judge").help + " (needs a judge model)"
-    out[JUDGE_VERDICTS] = ("SCORERS' judge-verdicts: accuracy over every reference from the `judge` run's labels, "
-                           "no verdict = wrong (needs a judge model)")
+    out[JUDGE_VERDICTS] = ("SCORERS' judge-verdicts: accuracy over the `judge` run's graded verdicts, invalid and "
+                           "error counted apart, no verdict = wrong (needs a judge model)")
     out[RETRIEVAL] = METRICS.entry("retrieval").help + " (from the predictions' retrieval records)"
     return out
 
@@ -197,6 +201,10 @@ def prepare_eval(req: EvalRequest) -> EvalPlan:
     if not judged and (j.base_url or j.model or j.replay is not None or j.role):
         raise ValueError(f"the judge flags are for the metrics that need a judge ({JUDGE}, {JUDGE_VERDICTS}); "
                          "no --metric here uses one")
+    if j.graded_text not in ("full", "short"):
+        raise ValueError(f"--graded-text must be full or short, not {j.graded_text!r}")
+    if not judged and j.graded_text != "full":
+        raise ValueError(f"--graded-text is for the metrics that need a judge ({JUDGE}, {JUDGE_VERDICTS})")
     if judged:
         judge = _judge_client(req)
         if judge is None:
@@ -315,7 +323,8 @@ def _run_judge(sc: _Scoring) -> Any:
     if sc.judge_report is not None:
         return sc.judge_report
     journal = sc.per_item(JUDGE)
-    kw = {"out": journal, "concurrency": sc.req.judge.concurrency, "progress": sc.progress}
+    kw = {"out": journal, "concurrency": sc.req.judge.concurrency, "progress": sc.progress,
+          "graded_text": sc.req.judge.graded_text}
     try:
         sc.judge_report = judge_files(sc.plan.predictions, sc.req.references_path, sc.plan.judge,
                                       resume=sc.req.answer.resume, **kw)
@@ -333,21 +342,29 @@ def _score_judge(sc: _Scoring, metric: str) -> dict[str, Any]:
 
     rep = _run_judge(sc)
     s = rep.summary
-    scorer = {"name": s["scorer"], "detail": METRICS.entry("simpleqa-judge").help, "options": {},
-              "prompt_version": s["prompt_version"], "judge": _judge_provenance(s)}
-    values = {k: s[k] for k in ("correct", "accuracy_given_attempted", "f1", "incorrect", "not_attempted")}
-    counts = {"n": s["n"], "missing": s["n_missing"], **_pred_counts(s),
+    scorer = _judge_scorer(s, METRICS.entry("simpleqa-judge").help)
+    values = {k: s[k] for k in ("accuracy", "correct", "accuracy_given_attempted", "f1", "incorrect", "not_attempted")}
+    counts = {"n": s["n"], "graded": s["n_graded"], "missing": s["n_missing"], **_pred_counts(s),
               "judge_error": s["n_error"], "judge_invalid": s["n_invalid"], "empty": s["n_empty"]}
-    return _entry(scorer, values, ["correct", "accuracy_given_attempted"], counts, s,
+    return _entry(scorer, values, ["accuracy", "correct", "accuracy_given_attempted"], counts, s,
                   files={"journal": s["out"], "manifest": s["manifest"]}, notes=[*sc.judge_notes, *rep.footer])
 
 
+def _judge_scorer(s: Mapping[str, Any], detail: str) -> dict[str, Any]:
+    """A judge-based metric's scorer entry: its name says what text was graded (`simpleqa-judge` or
+    `simpleqa-judge[short-answer]`), with the prompt, the judge model and what each figure is."""
+    return {"name": s["scorer"], "detail": detail, "options": {"graded_text": s["graded_text"]},
+            "prompt_version": s["prompt_version"], "judge": _judge_provenance(s),
+            "definitions": dict(s.get("definitions") or {})}
+
+
 def _study_summary(items: Any) -> dict[str, Any]:
-    """A study scorer's per-item verdicts (kbvqa.evaluate.studies.ItemScores) as a summary."""
-    n = items.n
-    correct = int(items.correct.sum())
-    return {"scorer": items.scorer, "accuracy": round(100 * correct / n, 2) if n else 0.0, "correct": correct,
-            **items.accounting()}
+    """A study scorer's per-item verdicts (kbvqa.evaluate.studies.ItemScores) as a summary: accuracy
+    over the graded items (every item, for a scorer that reads predictions; without invalid and error
+    verdicts for judge-verdicts), the counts beside it in `accounting`."""
+    acc = items.accuracy
+    return {"scorer": items.scorer, "accuracy": None if acc is None else round(acc, 2),
+            "correct": int(items.correct.sum()), **items.accounting()}
 
 
 def _score_study(sc: _Scoring, metric: str) -> dict[str, Any]:
@@ -362,14 +379,17 @@ def _score_study(sc: _Scoring, metric: str) -> dict[str, Any]:
     if metric == JUDGE_VERDICTS:
         js = _run_judge(sc).summary
         source = Path(js["out"])
-        scorer.update(prompt_version=js["prompt_version"], judge=_judge_provenance(js))
+        scorer = _judge_scorer(js, scorer["detail"])
         notes += sc.judge_notes
     refs = load_references(sc.req.references_path, metric, qtypes=sc.req.qtypes)
     items = score_items(source, refs, metric, semantic_backend=semantic_backend(metric))
     s = _study_summary(items)
-    scorer["name"] = s["scorer"] if metric != JUDGE_VERDICTS else metric
+    # judge-verdicts keeps the judge's name, which says what text it graded
+    scorer["name"] = s["scorer"] if metric != JUDGE_VERDICTS else f"{JUDGE_VERDICTS} ({scorer['name']})"
     counts = {"n": s["n"], "missing": s["n_missing"], "error": sc.answer_counts.get("error", 0),
               "invalid": sc.answer_counts.get("invalid", 0)}
+    if items.judged:
+        counts.update(graded=s["n_graded"], judge_invalid=s["n_invalid"], judge_error=s["n_error"])
     return _entry(scorer, {"accuracy": s["accuracy"]}, ["accuracy"], counts, s,
                   files={"input": str(source)}, notes=notes)
 

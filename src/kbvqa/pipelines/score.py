@@ -68,10 +68,11 @@ def _write_items(path: Path | None, items: list[dict[str, Any]]) -> None:
         write_jsonl(path, items)
 
 
-def _predictions(path: Path, refs: Any) -> list[Any]:
-    """The prediction lines, refused when not one of them names a reference id (the wrong file, or
-    ids in another convention): a score of 0 would look like a result."""
-    preds = load_predictions(path)
+def _predictions(path: Path, refs: Any, graded_text: str = "short") -> list[Any]:
+    """The prediction lines (`graded_text`: which text of a kbvqa Prediction, see
+    `load_predictions`), refused when not one of them names a reference id (the wrong file, or ids
+    in another convention): a score of 0 would look like a result."""
+    preds = load_predictions(path, graded_text)
     if preds and not any(p.data_id in refs for p in preds):
         raise ValueError(f"{path}: none of its {len(preds)} prediction ids is a reference id (first: "
                          f"{preds[0].data_id!r}); are the predictions and references from the same benchmark?")
@@ -199,27 +200,33 @@ def _run_line(run: dict[str, Any]) -> str:
 
 
 def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | None = None, resume: bool = True,
-                concurrency: int = 16, per_item: Path | None = None, progress: bool = False) -> ScoreReport:
+                concurrency: int = 16, per_item: Path | None = None, progress: bool = False,
+                graded_text: str = "full") -> ScoreReport:
     """SimpleQA-style grading of every reference id as a runner job (journal `out`, default
-    `<predictions stem>.judge.jsonl`). A missing or empty prediction is not_attempted without a
-    call; the summary is computed from the journal, so a resumed run reports every id."""
+    `<predictions stem>.judge.jsonl`). `graded_text` "full" grades the whole answer, image tags
+    removed; "short" only its short answer (scorer `simpleqa-judge[short-answer]`); the choice is in
+    the scorer's name, the manifest's run_config and every journal line. A missing or empty
+    prediction is not_attempted without a call; the summary is computed from the journal, so a
+    resumed run reports every id. Accuracy is over graded verdicts, with invalid and error beside it
+    (kbvqa.evaluate.judge)."""
     from kbvqa.evaluate import judge as jd
 
     if judge is None:
         raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
                          "or --judge-replay")
+    scorer = jd.scorer_name(graded_text)
     refs = jd.load_judge_references(references)
-    preds = _predictions(predictions, refs)
+    preds = _predictions(predictions, refs, graded_text)
     by_id, unknown, dup = last_prediction_per_id(preds, refs)
-    records = [{"id": did, "question": q, "target": target, "prediction": by_id.get(did), "missing": did not in by_id}
-               for did, (q, target) in refs.items()]
+    records = [{"id": did, "question": q, "target": target, "prediction": by_id.get(did), "missing": did not in by_id,
+                "graded_text": graded_text} for did, (q, target) in refs.items()]
     out = out or _beside(predictions, "judge")
     got = jd.run_judge(records, judge, out=out, resume=resume, concurrency=concurrency, progress=progress,
-                       run_config={"task": "simpleqa-judge", "predictions": str(predictions),
-                                   "references": str(references)})
+                       run_config={"task": "simpleqa-judge", "scorer": scorer, "graded_text": graded_text,
+                                   "predictions": str(predictions), "references": str(references)})
     prov = getattr(judge, "provenance", None)
-    summary: dict[str, Any] = {"scorer": jd.METRIC, "prompt_version": jd.PROMPT_VERSION,
-                               **jd.simpleqa_metrics(got.verdicts.values()),
+    summary: dict[str, Any] = {"scorer": scorer, "graded_text": graded_text, "prompt_version": jd.PROMPT_VERSION,
+                               **jd.simpleqa_metrics(got.verdicts.values()), "definitions": dict(jd.FIGURES),
                                "n_missing": sum(1 for r in records if r["missing"]),
                                "n_empty": sum(1 for r in records if not r["missing"] and not r["prediction"]),
                                "n_unknown_ids": unknown, "n_duplicate_predictions": dup,
@@ -232,9 +239,19 @@ def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | 
         _write_items(per_item, [{"data_id": r["id"], "prediction": r["prediction"], "missing": r["missing"],
                                  "label": got.verdicts[r["id"]].label, "rationale": got.verdicts[r["id"]].rationale}
                                 for r in records])
-    keys = ("correct", "incorrect", "not_attempted", "invalid", "error", "accuracy_given_attempted", "f1")
-    return ScoreReport(summary, f"Short-answer judge ({summary['n']} items)", ("metric", "value"),
-                       [(k, f"{summary[k]:.4f}") for k in keys], footer=[_run_line(summary["run"])])
+    return ScoreReport(summary, f"SimpleQA-style judge, {scorer} ({summary['n']} items)", ("figure", "value"),
+                       judge_rows(summary), footer=[_run_line(summary["run"])])
+
+
+def judge_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The judge table: accuracy over graded verdicts with n graded / invalid / error beside it, then
+    SimpleQA's own aggregates, labelled as rates over all n (kbvqa.evaluate.judge.FIGURES)."""
+    acc = s.get("accuracy")
+    rows = [("accuracy (correct / graded)", "n/a" if acc is None else f"{acc:.4f}"),
+            ("n graded", str(s["n_graded"])), ("n invalid", str(s["n_invalid"])), ("n error", str(s["n_error"]))]
+    rows += [(f"SimpleQA {k} (over all n)", f"{s[k]:.4f}")
+             for k in ("correct", "incorrect", "not_attempted", "invalid", "error", "accuracy_given_attempted", "f1")]
+    return rows
 
 
 # --------------------------------------------------------------------------------------------------

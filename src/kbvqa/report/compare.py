@@ -5,9 +5,14 @@ A RUN is a `kbvqa eval` results file (`results.json`, kind `kbvqa-eval`), a fold
 retrieval), which is read as a run with one metric. Rows are runs; each metric contributes its headline
 values and its n. A metric's scorer is named in the notes under the table; where runs scored a metric
 with different scorers (another judge model, another prompt, strict without its Time leniency, E-VQA
-with and without an equivalence backend) the metric's columns are flagged in their header and the
-notes say which run used which — never compared silently. Runs scored against different reference
-files are flagged the same way.
+with and without an equivalence backend, a judge that graded the whole answer and one that graded the
+short answer — `simpleqa-judge` vs `simpleqa-judge[short-answer]`) the metric's columns are flagged in
+their header and the notes say which run used which — never compared silently. Runs scored against
+different reference files are flagged the same way.
+
+A judge-based metric (judge, judge-verdicts) has its n graded, n invalid and n error as columns beside
+its n: its accuracy is over graded verdicts, and an invalid or failed verdict is never a wrong answer
+(kbvqa.evaluate.judge); the SimpleQA rates (correct, accuracy_given_attempted) are over all n.
 
 Reads JSON only (report may import data, runner and report): the metric entries of a results file
 are taken as `kbvqa eval` wrote them; a bare summary is interpreted here by its shape.
@@ -22,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from kbvqa.report.tables import ResultTable, md_escape, to_markdown
 
-__all__ = ["Run", "load_run", "summary_metric", "scorer_identity", "compare_runs", "compare_table",
+__all__ = ["Run", "load_run", "summary_metric", "scorer_identity", "judge_counts", "compare_runs", "compare_table",
            "compare_markdown", "results_table", "RESULTS_FILE", "FLAG"]
 
 RESULTS_FILE = "results.json"
@@ -78,12 +83,14 @@ def summary_metric(s: Mapping[str, Any], path: str | Path = "<summary>") -> tupl
                                             {"n": None, "missing": None}, s)
     scorer_name = s.get("scorer")
     if isinstance(scorer_name, str) and scorer_name.startswith("simpleqa-judge") and "judge_provenance" in s:
-        scorer = {"name": scorer_name, "options": {}, "prompt_version": s.get("prompt_version"),
+        scorer = {"name": scorer_name, "options": {"graded_text": s.get("graded_text")},
+                  "prompt_version": s.get("prompt_version"),
                   "judge": {k: v for k, v in (s.get("judge_provenance") or {}).items() if v is not None}}
-        values = {k: s.get(k) for k in ("correct", "accuracy_given_attempted", "f1", "incorrect", "not_attempted")}
-        counts = {"n": s.get("n"), "missing": s.get("n_missing"), **_pred_counts(s),
+        values = {k: s.get(k) for k in ("accuracy", "correct", "accuracy_given_attempted", "f1", "incorrect",
+                                        "not_attempted")}
+        counts = {"n": s.get("n"), "graded": s.get("n_graded"), "missing": s.get("n_missing"), **_pred_counts(s),
                   "judge_error": s.get("n_error"), "judge_invalid": s.get("n_invalid"), "empty": s.get("n_empty")}
-        return "judge", _metric(scorer, values, ["correct", "accuracy_given_attempted"], counts, s)
+        return "judge", _metric(scorer, values, ["accuracy", "correct", "accuracy_given_attempted"], counts, s)
     if isinstance(scorer_name, str) and scorer_name.startswith("evqa") and "by_question_type" in s:
         values = {"accuracy": s["accuracy"], "accuracy_excluding_2_hop": s.get("accuracy_excluding_2_hop"),
                   "coverage": s.get("coverage")}
@@ -158,6 +165,24 @@ def scorer_identity(scorer: Mapping[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+#: SimpleQA's own aggregates: rates over all n items, invalid and error included (kbvqa.evaluate.judge)
+_SIMPLEQA_RATES = ("correct", "incorrect", "not_attempted", "accuracy_given_attempted", "f1")
+
+
+def judge_counts(counts: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """{graded, invalid, error} of a judge-based metric's counts (the judge's verdicts, not the answer
+    run's lines); None for a metric without judge verdicts. A results file written before `graded`
+    was recorded gets it as n - invalid - error."""
+    c = counts or {}
+    if "judge_invalid" not in c and "graded" not in c:
+        return None
+    inv, err = c.get("judge_invalid"), c.get("judge_error")
+    graded = c.get("graded")
+    if graded is None and None not in (c.get("n"), inv, err):
+        graded = c["n"] - inv - err
+    return {"graded": graded, "invalid": inv, "error": err}
+
+
 def _unique_labels(labels: list[str]) -> list[str]:
     seen: dict[str, int] = {}
     out = []
@@ -185,8 +210,10 @@ def compare_runs(paths: Sequence[str | Path], *, names: Sequence[str] | None = N
         headline = list(dict.fromkeys(h for r in present for h in r.metrics[m].get("headline") or []))
         scorers = {r.label: scorer_identity(r.metrics[m].get("scorer")) for r in present}
         ns = {r.label: (r.metrics[m].get("counts") or {}).get("n") for r in present}
+        judged = {r.label: jc for r in present if (jc := judge_counts(r.metrics[m].get("counts"))) is not None}
         consistent = len(set(scorers.values())) <= 1
         entry = {"columns": headline, "scorers": scorers, "consistent": consistent, "n": ns,
+                 **({"judge_counts": judged} if judged else {}),
                  "absent": [r.label for r in runs if r not in present],
                  "errors": {r.label: r.metrics[m].get("reason") for r in runs
                             if m in r.metrics and r.metrics[m].get("status", "ok") != "ok"}}
@@ -206,6 +233,9 @@ def compare_runs(paths: Sequence[str | Path], *, names: Sequence[str] | None = N
             for col in e["columns"]:
                 row[f"{m} {col}"] = (got or {}).get("values", {}).get(col) if got else None
             row[f"{m} n"] = (got or {}).get("counts", {}).get("n") if got else None
+            if "judge_counts" in e:  # beside a judge-based figure: what was graded, and what was not
+                jc = e["judge_counts"].get(r.label) or {}
+                row.update({f"{m} {k}": jc.get(k) for k in ("graded", "invalid", "error")})
         rows.append(row)
     return {"kind": "kbvqa-compare",
             "runs": [{"label": r.label, "path": str(r.path), "source": r.source, **r.info} for r in runs],
@@ -224,9 +254,16 @@ def compare_table(doc: Mapping[str, Any]) -> ResultTable:
             keys.append(f"{m} {col}")
         columns.append(f"{m} n")
         keys.append(f"{m} n")
+        if "judge_counts" in e:
+            columns += [f"{m} {k}" for k in ("graded", "invalid", "error")]
+            keys += [f"{m} {k}" for k in ("graded", "invalid", "error")]
     rows = [[row.get(k) for k in keys] for row in doc["rows"]]
     notes = []
     for m, e in doc["metrics"].items():
+        if "judge_counts" in e:
+            rates = [c for c in e["columns"] if c in _SIMPLEQA_RATES]
+            notes.append(f"{m}: accuracy = correct / graded (invalid and error verdicts excluded, counted in their "
+                         "columns)" + (f"; {', '.join(rates)}: SimpleQA's rates over all n" if rates else ""))
         if e["consistent"]:
             scorer = next(iter(e["scorers"].values()), "none")
             notes.append(f"{m}: scorer {scorer} (every run)")
@@ -261,15 +298,23 @@ def results_table(doc: Mapping[str, Any]) -> ResultTable:
     notes = []
     for m, e in (doc.get("metrics") or {}).items():
         if e.get("status", "ok") != "ok":
-            rows.append([m, "error", None, None, None, None, None])
+            rows.append([m, "error", *[None] * 8])
             notes.append(f"{m}: not scored: {e.get('reason')}")
             continue
         c = e.get("counts") or {}
+        jc = judge_counts(c) or {}
+        simpleqa = [h for h in e.get("headline") or [] if jc and h in _SIMPLEQA_RATES]
         for h in e.get("headline") or []:
-            rows.append([m, h, e["values"].get(h), c.get("n"), c.get("missing"), c.get("error"), c.get("invalid")])
+            shown = f"{h} (SimpleQA, over all n)" if h in simpleqa else h
+            rows.append([m, shown, e["values"].get(h), c.get("n"), jc.get("graded"), c.get("missing"), c.get("error"),
+                         c.get("invalid"), jc.get("error"), jc.get("invalid")])
         notes.append(f"{m}: scorer {scorer_identity(e.get('scorer'))}")
+        if jc:
+            notes.append(f"{m}: accuracy = correct / graded ({jc.get('graded')} graded; {jc.get('invalid')} invalid "
+                         f"and {jc.get('error')} failed judge verdicts excluded, not counted wrong)"
+                         + (f"; {', '.join(simpleqa)}: SimpleQA's rates over all n" if simpleqa else ""))
     a = doc.get("answer") or {}
     counts = ", ".join(f"{k} {v}" for k, v in (a.get("counts") or {}).items())
     return ResultTable("results", f"kbvqa eval: {a.get('pipeline')} ({counts})", "per metric, named in the notes",
-                       ["metric", "value", "score", "n", "missing", "error", "invalid"], rows, notes,
-                       float_digits=4)
+                       ["metric", "value", "score", "n", "graded", "missing", "answer error", "answer invalid",
+                        "judge error", "judge invalid"], rows, notes, float_digits=4)

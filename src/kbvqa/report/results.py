@@ -27,7 +27,8 @@ from kbvqa.report import plots
 from kbvqa.report.html import Figure, Table, render_page
 from kbvqa.report.summaries import (agent_failures_table, agent_tools_tables, buckets_tables, fix_kinds_tables,
                                      grounded_table, image_ablation_tables, ivr12_compare_table, ivr12_tables,
-                                     modification_rates_table, recall_by_variant_table, variant_tables)
+                                     judged_note, modification_rates_table, recall_by_variant_table, ungraded_note,
+                                     variant_tables)
 from kbvqa.report.tables import ResultTable, md_escape, to_markdown, write_table
 
 __all__ = ["ReportOutput", "collect_inputs", "build_report"]
@@ -75,20 +76,28 @@ def _by_group(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
     scorer = obj["scorer"]
     by = obj.get("by", "group")
     method = obj.get("method") or "predictions"
-    rows = [[g["group"], g["n"], g["correct"], g["n_missing"], g["accuracy"], g["ci_low"], g["ci_high"]]
+    judged = bool(obj.get("judged"))  # judge verdicts: graded / invalid / error beside every accuracy
+    extra = (lambda g: [g["n_graded"], g["n_invalid"], g["n_error"]]) if judged else (lambda g: [])
+    rows = [[g["group"], g["n"], *extra(g), g["correct"], g["n_missing"], g["accuracy"], g["ci_low"], g["ci_high"]]
             for g in obj["groups"]]
     o = obj["overall"]
-    rows.append(["all", o["n"], o["correct"], obj["accounting"]["n_missing"], o["estimate"], o["low"], o["high"]])
+    rows.append(["all", o["n"], *extra(o), o["correct"], obj["accounting"]["n_missing"], o["estimate"], o["low"],
+                 o["high"]])
     b = obj["bootstrap"]
-    notes = [f"{b['method']}, {b['n_resamples']} resamples, seed {b['seed']}; missing predictions count as wrong",
+    notes = [f"{b['method']}, {b['n_resamples']} resamples, seed {b['seed']}; missing predictions count as wrong"
+             + ("; accuracy over graded verdicts: invalid replies and failed judge calls are excluded and counted "
+                "apart (kbvqa's rule)" if judged else ""),
              f"unknown prediction ids ignored: {obj['accounting']['n_unknown_ids']}; duplicate predictions: "
              f"{obj['accounting']['n_duplicate_predictions']} (last wins)"]
     if obj.get("n_unlabelled"):
         notes.append(f"{obj['n_unlabelled']} items have no '{by}' value (group '(none)')")
     t = ResultTable(stem, f"Accuracy by {by} – {method}", scorer,
-                    [by, "n", "correct", "missing", "accuracy (%)", "CI low", "CI high"], rows, notes)
+                    [by, "n", *(["graded", "invalid", "error"] if judged else []), "correct", "missing",
+                     "accuracy (%)", "CI low", "CI high"], rows, notes)
+    nan = float("nan")  # a group without a graded item has no accuracy: no bar
     png = plots.plot_group_bars([g["group"] for g in obj["groups"]],
-                                {method: [(g["accuracy"], g["ci_low"], g["ci_high"]) for g in obj["groups"]]},
+                                {method: [tuple(nan if g[k] is None else g[k]
+                                                for k in ("accuracy", "ci_low", "ci_high")) for g in obj["groups"]]},
                                 plot_dir / f"{stem}.png", title=f"Accuracy by {by} – {method}", scorer=scorer)
     return _Section(f"Accuracy by {by}: {method}", [], [t], [(png.name, f"accuracy by {by}, {scorer}")])
 
@@ -103,7 +112,12 @@ def _compare(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
     t1 = ResultTable(f"{stem}-methods", f"Per-method accuracy on {a} vs {b}", scorer,
                      ["method", f"acc {a}", f"95% CI {a}", f"acc {b}", f"95% CI {b}", "delta", "delta 95% CI",
                       f"rank {a}", f"rank {b}", "gained", "lost", "McNemar p"], rows,
-                     [f"delta = {obj['delta']}; {bt['method']}, {bt['n_resamples']} resamples, seed {bt['seed']}"],
+                     [f"delta = {obj['delta']}; {bt['method']}, {bt['n_resamples']} resamples, seed {bt['seed']}",
+                      *judged_note(obj),
+                      *(f"{m['method']}: graded {m['accounting_a']['n_graded']} / {m['accounting_b']['n_graded']}, "
+                        f"invalid {m['accounting_a']['n_invalid']} / {m['accounting_b']['n_invalid']}, error "
+                        f"{m['accounting_a']['n_error']} / {m['accounting_b']['n_error']} ({a} / {b})"
+                        for m in obj["methods"] if obj.get("judged"))],
                      float_digits=2)
     prs = [[p["method_1"], p["method_2"], p["diff_a"], p["diff_b"], p["status"]] for p in obj["pairs"]]
     t2 = ResultTable(f"{stem}-reversals", f"Ranking reversals between {a} and {b} ({obj['n_reversals']} reversed pairs)",
@@ -135,7 +149,7 @@ def _two_by_two(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
     t = ResultTable(stem, f"Outcomes with ({obj['with']}) vs without ({obj['without']}) retrieval", scorer, cols, rows,
                     [f"accuracy with {obj['accuracy_with']:.2f}%, without {obj['accuracy_without']:.2f}%; "
                      f"gain {g['estimate']:.2f} points, 95% CI [{g['low']:.2f}, {g['high']:.2f}]; "
-                     f"exact McNemar p = {obj['mcnemar_p']:.4g}"])
+                     f"exact McNemar p = {obj['mcnemar_p']:.4g}", *ungraded_note(obj)])
     png = plots.plot_group_bars([c.replace("_", " ") for c in _CELLS],
                                 {"all": [(o[f"{c}_pct"],) * 3 for c in _CELLS]}, plot_dir / f"{stem}.png",
                                 title="With vs without retrieval", scorer=scorer, ylabel="% of items",
@@ -166,14 +180,21 @@ def _augmentation_recall(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Sec
 
 def _scores_table(files: list[Path]) -> ResultTable:
     rows = []
+    judged = False
     for f in files:
         s = json.loads(f.read_text(encoding="utf-8"))
         scorer = s.get("scorer") or (f"infoseek-{s['mode']}" if "mode" in s else
                                      ("infoseek-official" if "final_score" in s else "unknown"))
         main = s.get("accuracy", s.get("final_score"))
-        rows.append([f.stem, scorer, main, s.get("n"), s.get("coverage")])
+        # a judge summary: accuracy over graded verdicts, with graded / invalid / error beside it
+        ungraded = [s.get("n_graded"), s.get("n_invalid"), s.get("n_error")] if "n_graded" in s else [None] * 3
+        judged = judged or "n_graded" in s
+        rows.append([f.stem, scorer, main, s.get("n"), *ungraded, s.get("coverage")])
+    notes = ["judge summaries: accuracy = correct / graded; invalid and error verdicts are excluded and counted apart "
+             "(SimpleQA's rates over all n are in the summary file)"] if judged else []
     return ResultTable("scores", "Score summaries", "per row (see the scorer column)",
-                       ["file", "scorer", "accuracy / final score", "n", "coverage"], rows)
+                       ["file", "scorer", "accuracy / final score", "n", "graded", "invalid", "error", "coverage"],
+                       rows, notes)
 
 
 def _image_ablation(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:

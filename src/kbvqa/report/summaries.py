@@ -17,8 +17,8 @@ __all__ = ["study_table", "recall_by_variant_table", "audit_summary_table", "aud
            "human_eval_table", "augment_stats_tables", "dataset_stats_table", "kb_stats_table", "kb_hits_table"]
 
 
-def _ci(low: float, high: float) -> str:
-    return f"[{low:.2f}, {high:.2f}]"
+def _ci(low: float | None, high: float | None) -> str:
+    return "n/a" if low is None or high is None else f"[{low:.2f}, {high:.2f}]"
 
 
 def study_table(res: Mapping[str, Any]) -> ResultTable:
@@ -26,13 +26,16 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
     kind = res.get("kind")
     if kind == "by-group":
         by = res["by"]
-        rows: list[list[Any]] = [[g["group"], g["n"], g["accuracy"], _ci(g["ci_low"], g["ci_high"])]
+        judged = bool(res.get("judged"))  # judge verdicts: graded / invalid / error beside every accuracy
+        extra = (lambda g: [g["n_graded"], g["n_invalid"], g["n_error"]]) if judged else (lambda g: [])
+        rows: list[list[Any]] = [[g["group"], g["n"], *extra(g), g["accuracy"], _ci(g["ci_low"], g["ci_high"])]
                                  for g in res["groups"]]
         o = res["overall"]
-        rows.append(["all", o["n"], o["estimate"], _ci(o["low"], o["high"])])
+        rows.append(["all", o["n"], *extra(o), o["estimate"], _ci(o["low"], o["high"])])
         grounded = " (grounded subset)" if res.get("subset") else ""
         return ResultTable("by-group", f"{res['method']}: accuracy by {by}{grounded}", res["scorer"],
-                           [by, "n", "accuracy %", "95% CI"], rows, _subset_note(res.get("subset")))
+                           [by, "n", *(["graded", "invalid", "error"] if judged else []), "accuracy %", "95% CI"],
+                           rows, judged_note(res) + _subset_note(res.get("subset")))
     if kind == "compare":
         a, b = res["splits"]
         rows = [[m["method"], m["accuracy_a"], m["accuracy_b"], m["delta"],
@@ -40,6 +43,12 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
         notes = [f"reversal: {p['method_1']} vs {p['method_2']} ({a}: {p['diff_a']:+.2f}, {b}: {p['diff_b']:+.2f})"
                  for p in res["pairs"] if p["status"] == "reversed"]
         grounded = " (grounded subset)" if res.get("subset") else ""
+        if res.get("judged"):
+            notes += judged_note(res) + [
+                f"{m['method']}: {a} graded {m['accounting_a']['n_graded']} (invalid {m['accounting_a']['n_invalid']}, "
+                f"error {m['accounting_a']['n_error']}), {b} graded {m['accounting_b']['n_graded']} (invalid "
+                f"{m['accounting_b']['n_invalid']}, error {m['accounting_b']['n_error']}); paired {m['n_paired']}"
+                for m in res["methods"]]
         return ResultTable("compare", f"{a} vs {b}{grounded}", res["scorer"],
                            ["method", f"acc {a}", f"acc {b}", "delta", "95% CI", f"rank {a}", f"rank {b}"], rows,
                            notes + _subset_note(res.get("subset")))
@@ -48,7 +57,7 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
         rows = [[k.replace("_", " "), o[k], o[f"{k}_pct"]]
                 for k in ("both_correct", "only_with", "only_without", "neither")]
         notes = [f"gain {g['estimate']:+.2f} points, 95% CI [{g['low']:.2f}, {g['high']:.2f}]; "
-                 f"exact McNemar p = {res['mcnemar_p']:.4g}"]
+                 f"exact McNemar p = {res['mcnemar_p']:.4g}", *ungraded_note(res)]
         return ResultTable("retrieval-2x2", f"with vs without retrieval (n={o['n']})", res["scorer"],
                            ["outcome", "count", "%"], rows, notes)
     if kind == "agent-tools":
@@ -72,6 +81,24 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
 
 def _count_line(counts: Mapping[str, Any]) -> str:
     return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items()) or "none"
+
+
+def judged_note(res: Mapping[str, Any]) -> list[str]:
+    """The rule under every table of judge verdicts (kbvqa.evaluate.judge)."""
+    if not res.get("judged"):
+        return []
+    return ["accuracy over graded verdicts (correct / incorrect / not_attempted); invalid replies and failed judge "
+            "calls are not grades: excluded from the accuracy and counted apart (kbvqa's rule)"]
+
+
+def ungraded_note(res: Mapping[str, Any]) -> list[str]:
+    """A 2x2's items left out because a verdict of either run was invalid or error."""
+    u = res.get("ungraded") or {}
+    if not u.get("n_unpaired"):
+        return []
+    w, wo = u["with"], u["without"]
+    return [f"{u['n_unpaired']} of {res['overall'].get('n_items')} items not paired: no grade in one run (with: "
+            f"invalid {w['n_invalid']}, error {w['n_error']}; without: invalid {wo['n_invalid']}, error {wo['n_error']})"]
 
 
 def agent_tools_tables(res: Mapping[str, Any]) -> list[ResultTable]:
@@ -430,9 +457,13 @@ def accuracy_by_group_matrix_table(results: Sequence[Mapping[str, Any]]) -> Resu
     for r in results:
         acc = {g["group"]: g["accuracy"] for g in r["groups"]}
         rows.append([r["method"], r["overall"]["estimate"], *(acc.get(n) for n in names)])
+    judged = [r for r in results if r.get("judged")]
+    notes = judged_note(judged[0]) + [f"{r['method']}: graded {r['overall']['n_graded']}, invalid "
+                                       f"{r['overall']['n_invalid']}, error {r['overall']['n_error']}"
+                                       for r in judged] if judged else []
     return ResultTable(f"accuracy-by-{bys.pop()}", f"accuracy % by {results[0]['by']}", results[0]["scorer"],
                        ["method", f"overall (n={results[0]['overall']['n']})", *(f"{n} (n={n_of[n]})" for n in names)],
-                       rows)
+                       rows, notes)
 
 
 # ------------------------------------------------------- seed 000 analyses (kbvqa.evaluate.analyses)

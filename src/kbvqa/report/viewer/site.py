@@ -25,7 +25,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from kbvqa.report.viewer.discovery import Catalog, Output
 from kbvqa.report.viewer.images import ImageLink, ImageLinks
 from kbvqa.report.viewer.index import Entry, RecordIndex
-from kbvqa.report.viewer.views import FACET_TITLES, VIEWS, pretty
+from kbvqa.report.viewer.views import FACET_TITLES, VIEWS, judge_figures, pretty
 
 log = logging.getLogger("kbvqa.viewer")
 
@@ -339,6 +339,7 @@ class Site:
             total=total, complete=idx.complete, error=idx.error, scanned=scanned, size=size, filters=filters, q=q,
             facets=_facet_menu(counts), charts=self._charts(out, idx, counts, links),
             recall=self.recall_rows(out) if out.kind == "augmentation" else ([], None, []),
+            judge=judge_figures(counts.get("label")) if out.kind == "judge" else None,
             manifest=_manifest_info(out), ms=round((time.perf_counter() - t0) * 1000))
 
     def _row(self, view: Any, idx: RecordIndex, e: Entry, ctx: RecordContext, out: Output, links: LiveLinks) -> dict:

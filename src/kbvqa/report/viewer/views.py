@@ -311,6 +311,16 @@ def judge_detail(r: dict[str, Any], ctx: RecordContext) -> dict[str, Any]:
     return {"verdict": r.get("verdict") or {}, "prediction_href": ctx.related_record("predictions", r.get("id"))}
 
 
+def judge_figures(labels: Any) -> dict[str, Any]:
+    """The judge listing's headline from its label counts: accuracy over graded verdicts (correct,
+    incorrect, not_attempted) with n graded / invalid / error beside it — an invalid or failed
+    verdict is never a wrong answer (kbvqa.evaluate.judge)."""
+    c = {k: int(v) for k, v in dict(labels or {}).items()}
+    graded = sum(c.get(k, 0) for k in ("correct", "incorrect", "not_attempted"))
+    return {"n": sum(c.values()), "graded": graded, "correct": c.get("correct", 0), "invalid": c.get("invalid", 0),
+            "error": c.get("error", 0), "accuracy": c.get("correct", 0) / graded if graded else None}
+
+
 def ivr12_facets(r: dict[str, Any]) -> Facets:
     iv = r.get("ivr12") or {}
     gate = "gate failed" if iv.get("gate_failed") else "gates passed"

@@ -7,9 +7,10 @@ image. Each violation is typed — malformed_tag, no_prior_call, query_mismatch 
 query differs only in case or spacing), idx_out_of_range, duplicate_image (an image already cited) —
 and each valid tag resolves to the image (URL or path), its sha256 and its source page.
 
-`short_answer` is what the SimpleQA-style judge grades for an interleaved answer: its first sentence,
-tags removed. The system prompt asks the agent to open with a one-sentence direct answer, so the
-judge sees the claim, not 300 words of context it might find a contradiction in.
+`strip_tags` gives the answer as a SimpleQA-style grader sees a response: the whole text, image tags
+removed; that is what `kbvqa score judge` grades by default. `short_answer` (the first sentence, see
+its docstring) is stored on every agent prediction for the exact-match scorers, which need a short
+string, and for `--graded-text short`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,19 @@ from typing import Any, Iterable
 
 _TAG = re.compile(r"<image>(.*?)</image>", re.S)
 _OPEN = re.compile(r"<image>")
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+#: a candidate sentence end: CJK full stops (no space needed), or . ! ? (with closing quotes or
+#: brackets) before whitespace, or a line break
+_SENTENCE_END = re.compile(r"[。！？]+|[.!?]+[\"'”’)\]]*(?=\s)|\n")
+#: words written with a full stop that rarely end a sentence (lower case, without the stop)
+_ABBREVIATIONS = frozenset("""
+    mr mrs ms mx dr prof sr jr st mt ft rev hon gen col lt capt cpt sgt cmdr gov sen pres
+    messrs mme mlle ave blvd rd inc ltd corp co bros vs cf ca approx est dept univ
+    jan feb mar apr jun jul aug sep sept oct nov dec
+""".split())
+#: abbreviations that do not end a sentence when a number follows ("No. 5", "vol. 2"), but may
+#: otherwise ("The answer is no. It ...")
+_BEFORE_NUMBER = frozenset("no nos vol vols p pp fig figs art ch sec op ed".split())
+_DOTTED = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]?\.?")  # U.S., e.g., a.m., i.e. (letters and stops only)
 
 
 def _norm(q: str) -> str:
@@ -34,12 +47,58 @@ def strip_tags(text: str) -> str:
     return (out[:i] if i >= 0 else out).strip()
 
 
+def _ends_sentence(text: str, m: re.Match[str]) -> bool:
+    """Whether the candidate end `m` really ends a sentence (see `short_answer`)."""
+    mark = m.group(0)
+    if mark == "\n" or mark[0] in "。！？":
+        return True
+    rest = text[m.end():].lstrip()
+    if not rest:
+        return True
+    if rest[0].islower():  # a sentence does not start in lower case: "approx. ten", "etc. and"
+        return False
+    if mark[0] != ".":
+        return True
+    word = text[:m.start()].rsplit(None, 1)[-1] if text[:m.start()].strip() else ""
+    word = word.lstrip("\"'“‘([")
+    core = word.lower()
+    if len(word) == 1 and word.isalpha():  # an initial: "J. R. R. Tolkien", "George W. Bush"
+        return False
+    if core in _ABBREVIATIONS or _DOTTED.fullmatch(word + "."):  # "St. Paul's", "U.S. Army", "e.g. The"
+        return False
+    if core in _BEFORE_NUMBER and rest[0].isdigit():  # "No. 5", "vol. 2"
+        return False
+    return True
+
+
 def short_answer(text: str | None, max_chars: int = 300) -> str | None:
+    """The answer's first sentence, image tags removed, at most `max_chars` characters; None when
+    no text is left.
+
+    A sentence ends at a line break, a CJK full stop, or `.`/`!`/`?` (with any closing quotes or
+    brackets) before white space — but not before a lower-case word, not after an initial ("J. R. R.
+    Tolkien"), a letters-and-stops abbreviation ("U.S.", "e.g.", "a.m."), a common abbreviation
+    ("St.", "Mt.", "Dr.", "Mr.", "Inc.", "approx.", months), nor after "No."/"vol."/"p." when a number
+    follows. Decimals ("3.5 m") never had a space after the stop. The rules err toward keeping two
+    sentences together ("... in the U.S. It was ...") rather than cutting a claim in half.
+
+    Openers and preambles ("I checked the knowledge base first.", "Sure!") are not skipped: telling
+    a preamble from a short answer ("Yes.", "No.") takes a judgement this function should not make
+    silently. That is why the judge grades the whole answer by default; grading this sentence is
+    the explicit `--graded-text short`, for answers whose producer puts the claim first (kbvqa's agent
+    prompt asks for that).
+    """
     plain = strip_tags(text or "")
     if not plain:
         return None
-    first = next((s.strip() for s in _SENTENCE_END.split(plain) if s.strip()), "")
-    return first[:max_chars] or None
+    start = 0
+    for m in _SENTENCE_END.finditer(plain):
+        if _ends_sentence(plain, m):
+            first = plain[start:m.end()].strip()
+            if first:
+                return first[:max_chars]
+            start = m.end()  # an empty line or a stray mark: look further
+    return plain[start:].strip()[:max_chars] or None
 
 
 def validate_tags(answer: str | None, searches: Iterable[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
