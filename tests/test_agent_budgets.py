@@ -95,3 +95,41 @@ def test_the_tool_phase_stops_before_a_turn_that_could_pass_max_tokens(bench):
                          for t in line["trajectory"] if not t.get("forced"))
     assert spent_in_tools <= 4000 and line["meta"]["termination"] == "token_budget"
     assert line["answer"] == "Elmira." and line["trajectory"][-1]["forced"]
+
+
+def test_time_stops_replay_exactly(bench, monkeypatch):
+    """Time is the one thing a replay cannot re-measure: the cassette keeps where --max-seconds stopped each
+    episode (a slow model reply, a slow tool call) and the replay, much faster, stops at the same points."""
+    b, kb, base, root = bench
+
+    async def slow_search(self, args, episode, ctx):
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(LocalTools, "search", slow_search)
+
+    def handler(req):
+        text = json.dumps(req["messages"])
+        if "tools are now closed" in text:
+            return Reply(content=answer("Elmira, from what I know."))
+        if "slow model" in text:
+            return Reply(content=call("search", query=["x"]), delay=5)
+        return Reply(content=call("search", query=["Eileen Collins"]))
+
+    samples = [{**base, "id": q.replace(" ", "_"), "question": q, "images": []} for q in ("slow model", "slow tool")]
+    with FakeLLMServer(handler=handler) as srv:
+        roles = {"agent": OpenAIChatClient(srv.base_url, "fake-agent", max_retries=0)}
+        job = build_answer_job("agent", kb=kb, roles=roles, image_root=b.root, kb_images=b.root, max_seconds=2.0)
+        assert job.run(samples, out=root / "timed.jsonl", progress=False, concurrency=2).ok == 2
+    live = {r["id"]: r for r in read_results(root / "timed.jsonl")}
+    assert [t.get("tool") for t in live["slow_model"]["trajectory"]] == [None]  # stopped while waiting, then forced
+    assert live["slow_tool"]["trajectory"][0]["status"] == "error"
+    assert all(r["meta"]["termination"] == "wall_time" and r["answer"] for r in live.values())
+
+    replay = build_answer_job("agent", kb=kb, image_root=b.root, kb_images=b.root, max_seconds=2.0, tools="replay",
+                              cassette=root / "timed.cassette")
+    t0 = time.monotonic()
+    assert replay.run(samples, out=root / "timed.replay.jsonl", progress=False).ok == 2
+    assert time.monotonic() - t0 < 2  # nothing waited for
+    replayed = {r["id"]: r for r in read_results(root / "timed.replay.jsonl")}
+    from test_agent import _stable
+    assert {k: _stable(v) for k, v in replayed.items()} == {k: _stable(v) for k, v in live.items()}

@@ -6,6 +6,10 @@ file, its URL) and the locale. Every result is stored, errors, quota and blocked
 because a replay must give the episode exactly what the run saw. A live run reuses only `ok` and
 `empty` results (`empty` explicitly, since "nothing found" is an answer): an error stored by an
 earlier run is tried again, so a transient outage is never replayed into a new run.
+
+The same file keeps the harness's wall-time stops (`stops` table: record id -> the turn and the point
+where `--max-seconds` ended the tool phase). Time is the one thing a replay cannot re-measure, so a
+replay stops each episode where the recorded run stopped, not by its own clock.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ def tool_key(backend: str, version: str, tool: str, args: dict[str, Any], image:
 class ToolCache:
     def __init__(self, path: str | Path):
         self.store = KVStore(path, table="tool_results")
+        self._stop_store: KVStore | None = None
         self.hits = self.misses = self.writes = 0
 
     @property
@@ -59,6 +64,21 @@ class ToolCache:
         self.store.put(key, result.model_dump_json(), label=result.tool)
         self.writes += 1
         return True
+
+    def note_stop(self, record_id: str, turn: int, where: str) -> None:
+        """One of the recorded run's wall-time stops in an episode (`where`: before_turn, ask or tool;
+        at most two: the tool phase's end, and the forced turn's if even the reserve ran out)."""
+        stops = [s for s in self.recorded_stops(record_id) if s != (turn, where)] + [(turn, where)]
+        self._stops().put(record_id, json.dumps(stops), label="wall_time")
+
+    def recorded_stops(self, record_id: str) -> list[tuple[int, str]]:
+        raw = self._stops().get(record_id)
+        return [(int(t), str(w)) for t, w in json.loads(raw)] if raw is not None else []
+
+    def _stops(self) -> KVStore:
+        if self._stop_store is None:  # opened on first use: most runs never stop for time
+            self._stop_store = KVStore(self.path, table="stops")
+        return self._stop_store
 
     def stats(self) -> dict[str, Any]:
         return {"path": str(self.path), "entries": len(self.store), "hits": self.hits, "misses": self.misses,

@@ -132,6 +132,15 @@ class Toolbox:
         result.provenance["seconds"] = round(time.perf_counter() - t0, 4)
         return result
 
+    def note_stop(self, record_id: str, turn: int, where: str) -> None:
+        """Record where the time budget stopped an episode (live runs; see ToolCache.note_stop)."""
+        if self.cache is not None and not self.replay:
+            self.cache.note_stop(record_id, turn, where)
+
+    def recorded_stops(self, record_id: str) -> list[tuple[int, str]]:
+        """Where the recorded run's time budget stopped this episode (replay only)."""
+        return self.cache.recorded_stops(record_id) if self.replay and self.cache is not None else []
+
     def _guard(self, result: ToolResult) -> ToolResult:
         """Drop items on blocklisted domains (leakage guard); all of them dropped → status blocked."""
         if not self.blocked_domains or not result.items:

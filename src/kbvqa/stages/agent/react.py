@@ -98,6 +98,9 @@ class _Episode:
 
     def __init__(self, sample: Sample, image: Path | None, info: EpisodeInfo):
         self.sample, self.image, self.info = sample, image, info
+        self.turn = 0
+        self.toolbox: Toolbox | None = None
+        self.recorded_stops: list[tuple[int, str]] = []  # replay: where the recorded run ran out of time
         self.steps: list[Step] = []
         self.messages: list[dict[str, Any]] = []
         self.usage = Usage()
@@ -168,13 +171,39 @@ class AgentEpisode(Stage):
         if turn > c.max_turns:
             return "turn_budget"
         limit = self._tool_phase_seconds()
-        if limit is not None and ep.elapsed >= limit:
+        if self._out_of_time(ep, "before_turn", limit):
             return "wall_time"
         if c.max_tokens is not None and self._projected_tokens(ep) > c.max_tokens:
             return "token_budget"
         if c.max_cost is not None and ep.usage.cost >= c.max_cost:
             return "cost_budget"
         return None
+
+    @staticmethod
+    def _out_of_time(ep: _Episode, where: str, limit: float | None) -> bool:
+        """Whether the time budget stops the episode at this point of its current turn. A replay does not
+        re-measure time: it stops where the recorded run stopped (the cassette keeps that point)."""
+        if ep.toolbox is not None and ep.toolbox.replay:
+            return (ep.turn, where) in ep.recorded_stops
+        if limit is None or ep.elapsed < limit:
+            return False
+        if ep.toolbox is not None:
+            ep.toolbox.note_stop(ep.sample.id, ep.turn, where)
+        return True
+
+    async def _timed(self, ep: _Episode, where: str, call: Any, limit: float | None) -> Any:
+        """Await `call` within the time `limit` (seconds into the episode); None when time runs out first."""
+        if self._out_of_time(ep, where, limit):
+            call.close()  # never started
+            return None
+        if limit is None or (ep.toolbox is not None and ep.toolbox.replay):
+            return await call
+        try:
+            return await asyncio.wait_for(call, timeout=max(0.0, limit - ep.elapsed))
+        except asyncio.TimeoutError:
+            if ep.toolbox is not None:
+                ep.toolbox.note_stop(ep.sample.id, ep.turn, where)
+            return None
 
     def _projected_tokens(self, ep: _Episode) -> int:
         """Tokens the episode would have spent after one more tool-phase turn: what it spent, plus the next
@@ -201,11 +230,13 @@ class AgentEpisode(Stage):
         toolbox: Toolbox = ctx.resource("toolbox")
         policy = self._policy(ctx)
         ep = self._start(record, ctx, policy)
+        ep.toolbox, ep.recorded_stops = toolbox, toolbox.recorded_stops(ep.sample.id)
         termination: Termination | None = None
         answer: str | None = None
         turn = 0
         while termination is None:
             turn += 1
+            ep.turn = turn
             termination = self._over_budget(ep, turn)
             if termination:
                 break
@@ -251,7 +282,7 @@ class AgentEpisode(Stage):
     async def _forced_turn(self, policy: Any, ep: _Episode, turn: int, termination: Termination | None,
                            ctx: Context) -> str | None:
         """One answer-only turn after the harness ended the tool phase; its answer, or None."""
-        ep.final = True
+        ep.final, ep.turn = True, turn
         self._add_note(ep, "forced_answer", FORCED_ANSWER.render(reason_raw=self._stop_reason(termination)))
         notices = self._flush_note(ep)
         t0 = time.perf_counter()
@@ -286,15 +317,13 @@ class AgentEpisode(Stage):
     async def _ask(self, policy: Any, ep: _Episode, ctx: Context, limit: float | None) -> PolicyReply | None:
         """The policy's reply, or None when the wall-time `limit` (seconds into the episode) passes while
         waiting for it. A failed call's requests still count in the run's usage (then PolicyError)."""
-        call = policy.next(ep.messages, ep, SYSTEM.id)
         try:
-            reply = await (call if limit is None else asyncio.wait_for(call, timeout=max(0.0, limit - ep.elapsed)))
-        except asyncio.TimeoutError:
-            return None
+            reply = await self._timed(ep, "ask", policy.next(ep.messages, ep, SYSTEM.id), limit)
         except PolicyError as exc:
             ctx.add_usage(exc.usage)
             raise
-        ctx.add_usage(reply.usage)
+        if reply is not None:
+            ctx.add_usage(reply.usage)
         return reply
 
     def _add_note(self, ep: _Episode, kind: str, text: str) -> None:
@@ -370,14 +399,8 @@ class AgentEpisode(Stage):
                          ctx: Context) -> ToolResult | None:
         """The tool's result, or None when the tool phase's time runs out first: under `max_seconds` a
         call gets what is left of the tool phase as its deadline, retries and slow pages included."""
-        call = toolbox.call(name, args, canonical, ep.info, ctx)
-        limit = self._tool_phase_seconds()
-        if limit is None:
-            return await call
-        try:
-            return await asyncio.wait_for(call, timeout=max(0.0, limit - ep.elapsed))
-        except asyncio.TimeoutError:
-            return None
+        return await self._timed(ep, "tool", toolbox.call(name, args, canonical, ep.info, ctx),
+                                 self._tool_phase_seconds())
 
     def _near_duplicate(self, name: str, canonical: dict[str, Any], ep: _Episode) -> str | None:
         """A query close to one of the last few calls of the same tool (word-set Jaccard)."""
