@@ -107,8 +107,10 @@ def test_with_without_retrieval_2x2_from_judge_verdicts(run, tmp_path):
                               "-r", str(community), "--scorer", "judge-verdicts", "--json"])
     assert res.exit_code == 0, res.output
     o = json.loads(res.stdout)["overall"]
-    # 15 community items; the agent run judged 6 (3 correct), the other run 1 correct
-    assert o["n"] == 15 and o["both_correct"] == 1 and o["only_with"] == 2 and o["only_without"] == 0
+    # 15 community items; the agent run judged 6 (3 correct), the other run 1 correct and one failed judge call,
+    # which has no grade: 14 items are paired
+    assert o["n_items"] == 15 and o["n"] == 14
+    assert o["both_correct"] == 1 and o["only_with"] == 2 and o["only_without"] == 0
 
 
 def test_agent_predictions_go_straight_into_the_judge(run, tmp_path):

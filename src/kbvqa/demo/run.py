@@ -130,9 +130,16 @@ def _agent(bench: DemoBench, kb: KBStore, index: ImageIndex, out: Path, progress
     samples = [s.dump() for s in read_samples(community, "notevqa")]
     job = build_answer_job("agent", kb=kb, index=index, encoder=HistogramEncoder(), image_root=bench.root,
                            kb_images=bench.root, today="2026-12-01")
-    run = job.run(samples, out=out, resume=False, progress=progress, close=False)
+    named = {"samples": str(community.resolve())}  # the viewer shows each episode's reference beside it
+    run = job.run(samples, out=out, resume=False, progress=progress, close=False, run_config=named)
     stats = tool_usage(read_results(out), {s["id"]: [a["text"] if isinstance(a, dict) else a for a in s["answers"]]
                                            for s in samples})
+    # the same agent under a 2-turn budget: the harness ends the tool phase and the agent answers in a
+    # forced last turn (meta.forced_answer), told why in a notice stored on that step
+    tight = build_answer_job("agent", kb=kb, index=index, encoder=HistogramEncoder(), image_root=bench.root,
+                             kb_images=bench.root, today="2026-12-01", max_turns=2)
+    tight.run(samples[:3], out=out.with_name("budget2.jsonl"), resume=False, progress=False, close=False,
+              run_config=named)
     return run, stats, community
 
 
@@ -356,7 +363,9 @@ def _agent_blocks(out: Path, stats: dict[str, Any], preds: list[dict[str, Any]])
         ("note", f"{stats['n']} community-style questions (NoteVQA layout), answered by the agent's embedded "
                  "baseline policy with the local tools over the KB (a deterministic baseline, not a model). "
                  f"Scorer: {stats['scorer']}."),
-        ("table", Table([{"termination": k, "episodes": v} for k, v in stats["terminations"].items()])),
+        ("table", Table([{"termination": k, "episodes": v} for k, v in stats["terminations"].items()],
+                        caption="how episodes ended (forced answers: "
+                                f"{sum(bool((p.get('meta') or {}).get('forced_answer')) for p in preds)})")),
         ("table", Table([{"tool": t, "calls per episode": v,
                           "useful-evidence hit rate (calls)": stats["hit_rate"].get(t, {}).get("call_rate", "-")}
                          for t, v in stats["calls_per_episode"].items()])),
@@ -372,11 +381,27 @@ def _agent_blocks(out: Path, stats: dict[str, Any], preds: list[dict[str, Any]])
                                                   question=shown["meta"].get("question", ""),
                                                   query_image=f"bench/{query}" if query else None,
                                                   caption=f"{shown['id']}: ended by {shown['meta']['termination']}")))
-        blocks.append(("table", Table([{"turn": t["turn"], "tool": t.get("tool") or ("answer" if t.get("answer") else "-"),
-                                        "arguments": t.get("arguments"), "status": t.get("status", ""),
-                                        "observation": (t.get("observation") or "")[:240]}
-                                       for t in shown["trajectory"]], caption="its trajectory")))
+        blocks.append(("table", _trajectory_table(shown, "its trajectory")))
+    tight = list(read_results(out / "agent" / "budget2.jsonl")) if (out / "agent" / "budget2.jsonl").is_file() else []
+    if tight:
+        blocks.append(("p", "The same agent with --max-turns 2 on three questions: the harness ends the tool phase, "
+                            "then the agent gets one last turn with the tools closed and a notice saying why; what it "
+                            "answers is the prediction (meta.forced_answer), the cause stays in meta.termination."))
+        blocks.append(("table", Table([{"id": p["id"], "termination": (p.get("meta") or {}).get("termination"),
+                                        "forced answer": "yes" if (p.get("meta") or {}).get("forced_answer") else "no",
+                                        "answer": (p.get("short_answer") or "")[:120]} for p in tight])))
+        blocks.append(("table", _trajectory_table(tight[0], f"{tight[0]['id']} under --max-turns 2")))
     return blocks
+
+
+def _trajectory_table(pred: dict[str, Any], caption: str) -> Table:
+    """An episode's steps, with the harness's notices each step's request carried and its forced turn."""
+    return Table([{"turn": t["turn"], "tool": t.get("tool") or ("answer" if t.get("answer") else "-"),
+                   "arguments": t.get("arguments"), "status": t.get("status", ""),
+                   "harness notices": "; ".join(n["kind"] for n in t.get("notices") or []) or "-",
+                   "forced": "yes" if t.get("forced") else "",
+                   "observation": (t.get("observation") or "")[:240]}
+                  for t in pred["trajectory"]], caption=caption)
 
 
 def _interleaved_blocks(res: dict[str, Any]) -> list[tuple[str, Any]]:

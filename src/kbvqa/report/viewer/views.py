@@ -30,7 +30,8 @@ FACET_TITLES = {"status": "status", "support": "answer support", "action": "acti
                 "verify": "verification label", "qtype": "question type", "dataset": "dataset",
                 "label": "label", "termination": "termination", "tags": "image tags", "producer": "producer",
                 "variant_status": "variant status", "type": "entity type", "side": "anchor side",
-                "stage": "stage", "gate": "gates", "correct": "correct", "mode": "mode", "category": "category"}
+                "stage": "stage", "gate": "gates", "correct": "correct", "mode": "mode", "category": "category",
+                "forced": "forced answer"}
 
 
 def _s(v: Any) -> str:
@@ -244,13 +245,16 @@ def agent_facets(r: dict[str, Any]) -> Facets:
     meta = r.get("meta") or {}
     prov = meta.get("provenance") or {}
     tags = "no tags" if not prov.get("tags") else ("violations" if prov.get("violations") else "all valid")
-    return {"termination": _one(meta.get("termination")), "tags": (tags,) if prov else ()}
+    return {"termination": _one(meta.get("termination")), "tags": (tags,) if prov else (),
+            "forced": _one({True: "yes", False: "no"}.get(meta.get("forced_answer")))}
 
 
 def agent_row(r: dict[str, Any], ctx: RecordContext) -> dict[str, Any]:
     meta = r.get("meta") or {}
     prov = meta.get("provenance") or {}
     badges = [(meta.get("termination"), "termination")]
+    if meta.get("forced_answer"):
+        badges.append(("forced answer", "bad"))
     if prov:
         badges.append((f"tags {prov.get('valid', 0)}/{prov.get('tags', 0)} valid",
                        "bad" if prov.get("violations") else "good"))

@@ -3,7 +3,8 @@
 The agent cites an image with `<image>{"query": "<exact text_to_image_search query>", "idx": N}</image>`
 (seed 001 App. D). `validate_tags` is a pure function of the answer and the episode's forward image
 searches: a tag is valid only when an earlier call used exactly that query and returned an N-th
-image. Each violation is typed — malformed_tag, no_prior_call, query_mismatch (a call exists whose
+image (the latest such call whose status is ok: a later `repeated` answer to the same call does not
+shadow it). Each violation is typed — malformed_tag, no_prior_call, query_mismatch (a call exists whose
 query differs only in case or spacing), idx_out_of_range, duplicate_image (an image already cited) —
 and each valid tag resolves to the image (URL or path), its sha256 and its source page.
 
@@ -130,7 +131,10 @@ def validate_tags(answer: str | None, searches: Iterable[dict[str, Any]]) -> tup
             near = any(_norm(str(c.get("query", ""))) == _norm(query) for c in calls)
             violations.append({"kind": "query_mismatch" if near else "no_prior_call", "tag": raw})
             continue
-        items = (exact[-1].get("items") or []) if exact[-1].get("status", "ok") == "ok" else []
+        # what the model saw: the latest call with this query that ran and returned results (a later
+        # `repeated` notice for the same call, or a failed retry, does not hide the earlier results)
+        seen = [c for c in exact if c.get("status", "ok") == "ok"]
+        items = (seen[-1].get("items") or []) if seen else []
         item = next((it for it in items if it.get("rank") == idx), None)
         if item is None:
             violations.append({"kind": "idx_out_of_range", "tag": raw, "returned": len(items)})
