@@ -18,6 +18,7 @@ from kbvqa.models.image_encoders import HistogramEncoder
 from kbvqa.pipelines.answer import build_answer_job
 from kbvqa.pipelines.index import build_image_index
 from kbvqa.runner import read_results
+from kbvqa.stages.agent.tags import strip_tags
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
@@ -114,13 +115,14 @@ def test_with_without_retrieval_2x2_from_judge_verdicts(run, tmp_path):
 
 
 def test_agent_predictions_go_straight_into_the_judge(run, tmp_path):
-    """`score judge` reads the agent's predictions (graded by their short answer) and NoteVQA references."""
+    """`score judge` reads the agent's predictions (graded by their whole answer, image tags removed) and
+    NoteVQA references."""
     root, community, preds, verdicts = run
     seen = []
 
     def handler(req):
         text = req["messages"][-1]["content"]
-        seen.append(text.split("Answer to grade:")[1].split("\n")[0].strip())
+        seen.append(text.split("Answer to grade: ", 1)[1].split("\n\nReply with one JSON object", 1)[0])
         return Reply(content='{"label": "incorrect", "rationale": "r"}')
 
     with FakeLLMServer(handler=handler) as srv:
@@ -130,4 +132,5 @@ def test_agent_predictions_go_straight_into_the_judge(run, tmp_path):
     assert res.exit_code == 0, res.output
     obj = json.loads(res.stdout)
     assert obj["n"] == 15 and obj["n_incorrect"] == 6 and obj["n_missing"] == 9
-    assert sorted(seen) == sorted(p["short_answer"] for p in preds)  # the short answer, not the long text
+    assert sorted(seen) == sorted(strip_tags(p["answer"]) for p in preds)  # the whole answer, not its first line
+    assert all("\n" in t and "<image>" not in t for t in seen)
