@@ -9,18 +9,26 @@ server tracks the most requests in flight at once, so tests can assert bodies, r
         srv.route("/search", Resp(429), json_resp({"organic": []}))
         srv.url("/search")  # http://127.0.0.1:PORT/search
 
+`compressed(resp, "gzip", "gzip")` encodes a reply (a server ignoring `Accept-Encoding: identity`);
+`gzip_bomb()` / `zlib_bomb()` / `raw_deflate_zeros()` build valid streams that inflate to 1 GiB of
+zeros from about 1 MB (and ~2.5 KB once gzipped again: `encode(gzip_bomb(), "gzip")`).
+
 `loopback_only` is a pytest fixture body: it makes any socket connect or name lookup other than
 127.0.0.1 fail the test, which proves a refusal never touched the network.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -45,6 +53,106 @@ def redirect(location: str, status: int = 302) -> Resp:
 
 
 Handler = Callable[[dict[str, Any]], Resp]
+
+
+# -- hostile bodies: compressed, stacked, and decompression bombs ----------------------------------
+MiB = 1 << 20
+
+
+def encode(body: bytes, *codings: str) -> bytes:
+    """`body` with each Content-Encoding applied in the order listed (as the header lists them):
+    gzip, deflate (zlib-wrapped), raw-deflate (raw deflate sent as `deflate`), br (needs brotli)."""
+    for c in codings:
+        if c == "gzip":
+            body = gzip.compress(body, 9)
+        elif c == "deflate":
+            body = zlib.compress(body, 9)
+        elif c == "raw-deflate":
+            co = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+            body = co.compress(body) + co.flush()
+        elif c == "br":
+            import brotli  # type: ignore[import-not-found]
+
+            body = brotli.compress(body, quality=5)  # 11 takes ~50 s on a 256 MiB bomb
+        else:
+            raise ValueError(f"unknown coding {c!r}")
+    return body
+
+
+def compressed(resp: Resp, *codings: str) -> Resp:
+    """`resp` with its body encoded by `codings` and the matching Content-Encoding header."""
+    body = resp.body.encode("utf-8") if isinstance(resp.body, str) else resp.body
+    header = ", ".join("deflate" if c == "raw-deflate" else c for c in codings)
+    return Resp(**{**resp.__dict__, "body": encode(body, *codings),
+                   "headers": {**resp.headers, "Content-Encoding": header}})
+
+
+def _crc32_zeros(n: int) -> int:
+    """CRC-32 of `n` zero bytes without touching n bytes: zlib's crc32_combine (GF(2) matrices) over
+    the CRC of one MiB, so a 1 GiB bomb costs milliseconds to build."""
+    def times(mat: list[int], vec: int) -> int:
+        s, i = 0, 0
+        while vec:
+            if vec & 1:
+                s ^= mat[i]
+            vec, i = vec >> 1, i + 1
+        return s
+
+    def square(mat: list[int]) -> list[int]:
+        return [times(mat, mat[k]) for k in range(32)]
+
+    def combine(crc1: int, crc2: int, len2: int) -> int:
+        odd = [0xEDB88320] + [1 << k for k in range(31)]
+        even = square(odd)
+        odd = square(even)
+        while True:
+            even = square(odd)
+            if len2 & 1:
+                crc1 = times(even, crc1)
+            len2 >>= 1
+            if not len2:
+                break
+            odd = square(even)
+            if len2 & 1:
+                crc1 = times(odd, crc1)
+            len2 >>= 1
+            if not len2:
+                break
+        return crc1 ^ crc2
+
+    assert n % MiB == 0
+    one = zlib.crc32(bytes(MiB))
+    crc, done, block, block_len = 0, 0, one, MiB
+    left = n
+    while left:  # binary decomposition: combine the CRC of 2^k MiB blocks
+        if left & block_len:
+            crc = combine(crc, block, block_len) if done else block
+            done += block_len
+            left -= block_len
+        block, block_len = combine(block, block, block_len), block_len * 2
+    return crc
+
+
+@lru_cache(maxsize=4)
+def raw_deflate_zeros(n: int) -> bytes:
+    """A raw deflate stream inflating to `n` zero bytes (n a multiple of 1 MiB), about 1 KiB per MiB:
+    one fully flushed MiB block repeated, then an empty final block."""
+    co = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    unit = co.compress(bytes(MiB)) + co.flush(zlib.Z_FULL_FLUSH)
+    return unit * (n // MiB) + co.flush()
+
+
+@lru_cache(maxsize=4)
+def gzip_bomb(n: int = 1 << 30) -> bytes:
+    """One valid gzip member (CRC and size right) inflating to `n` zero bytes; ~1 MB on the wire for 1 GiB."""
+    return (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + raw_deflate_zeros(n)
+            + struct.pack("<II", _crc32_zeros(n), n & 0xFFFFFFFF))
+
+
+@lru_cache(maxsize=4)
+def zlib_bomb(n: int = 1 << 30) -> bytes:
+    """A valid zlib stream (HTTP `deflate`) inflating to `n` zero bytes (adler32 of zeros: 1 + n·65536)."""
+    return b"\x78\xda" + raw_deflate_zeros(n) + struct.pack(">I", ((n % 65521) << 16) | 1)
 
 
 class FakeWebServer:

@@ -224,3 +224,10 @@ def test_charset_from_meta_when_the_header_has_none(srv):
     srv.route("/gbk", Resp(body=body, content_type="text/html"))
     r = fetch(srv.url("/gbk"), allow_hosts=LOCAL)
     assert "故宫" in r.text
+
+
+def test_a_password_in_a_refused_url_is_redacted_from_the_reason(srv):
+    srv.route("/to-creds", redirect("http://admin:hunter2-secret@127.0.0.1/x"))
+    r = fetch(srv.url("/to-creds"), allow_hosts=LOCAL)
+    assert r.status == "blocked" and "credentials in the URL" in r.reason
+    assert "hunter2-secret" not in r.reason and "[redacted]@127.0.0.1" in r.reason

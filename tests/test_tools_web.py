@@ -247,3 +247,171 @@ def test_search_api_timeout_is_retried_then_error(srv):
     t = web(srv, timeout=0.1, retries=1)
     r = run(t, t.search(SearchArgs(query="q"), EP, None))
     assert r.status == "error" and "timed out" in r.reason and len(srv.hits("/search")) == 2
+
+
+# -- hostile servers: echoed keys, unfetchable image results ----------------------------------------
+def _echo_key(status: int):
+    """A gateway that quotes the request headers back in its error body (some proxies do)."""
+    def handler(req):
+        h = req["headers"]
+        return json_resp({"error": "denied", "received_headers": {"X-API-KEY": h.get("x-api-key"),
+                                                                   "Authorization": h.get("authorization")},
+                          "hint": f"key {h.get('x-api-key')} is not valid"}, status)
+    return handler
+
+
+@pytest.mark.parametrize("status", [401, 500])
+def test_an_echoed_key_never_reaches_the_result_or_the_model(srv, status):
+    srv.route("/search", _echo_key(status))
+    t = web(srv, retries=0)
+    box = Toolbox(t)
+    r = run(t, box.call("search", *box.parse("search", {"query": ["q"]}), EP, Context()))
+    assert r.status == "error" and f"HTTP {status}" in r.reason and "[redacted]" in r.reason
+    assert "sk-test-123" not in r.reason and "sk-test-123" not in r.text and "sk-test-123" not in r.model_dump_json()
+    assert srv.hits("/search")[0]["headers"]["x-api-key"] == "sk-test-123"  # it was sent, and echoed
+
+
+def test_an_echoed_key_under_another_variable_is_redacted_too(srv, monkeypatch):
+    monkeypatch.setenv("MY_SEARCH_CREDENTIAL_VAR", "plainvalue-987")  # a name that does not look secret
+    srv.route("/images", lambda req: Resp(403, f"bad key {req['headers']['x-api-key']}", "text/plain"))
+    t = web(srv, api_key_env="MY_SEARCH_CREDENTIAL_VAR")
+    r = run(t, t.text_to_image_search(TextToImageSearchArgs(query="x"), EP, None))
+    assert r.status == "error" and "plainvalue-987" not in r.reason and "bad key [redacted]" in r.reason
+
+
+HOSTILE_IMAGES = ["file:///etc/passwd", "javascript:alert(1)", "data:image/svg+xml;base64,PHN2Zz4=",
+                  "ftp://files.example.org/a.jpg", "http://10.0.0.7/admin.png", "https://u:pw@img.example.org/c.jpg",
+                  "/relative/path.jpg"]
+
+
+def test_image_results_that_are_not_fetchable_urls_are_dropped_and_counted(srv):
+    rows = [{"title": f"bad {i}", "imageUrl": u, "link": "https://p.example/"} for i, u in enumerate(HOSTILE_IMAGES)]
+    rows += [{"title": "good", "imageUrl": "https://img.example.org/ok.jpg", "link": "https://p.example/ok"},
+             {"title": "thumb", "imageUrl": "javascript:void(0)", "thumbnailUrl": "//thumbs.example.org/t.jpg"}]
+    srv.route("/images", json_resp({"images": rows}))
+    t = web(srv)
+    box = Toolbox(t)
+    r = run(t, box.call("text_to_image_search", *box.parse("text_to_image_search", {"query": "x"}), EP, Context()))
+    assert r.status == "ok" and [it.image for it in r.items] == ["https://img.example.org/ok.jpg",
+                                                                 "https://thumbs.example.org/t.jpg"]
+    assert [it.rank for it in r.items] == [1, 2]  # the indices an image tag cites count kept images only
+    assert r.provenance["dropped_images"] == {"credentials": 1, "no_scheme": 1, "non_public_host": 1, "scheme_data": 1,
+                                              "scheme_file": 1, "scheme_ftp": 1, "scheme_javascript": 1}
+    assert "dropped 7 image result(s)" in r.reason and "scheme_file ×1" in r.text  # the model reads it too
+    for bad in ("passwd", "alert(1)", "svg+xml", "10.0.0.7"):
+        assert bad not in r.text
+
+
+def test_only_unfetchable_images_is_empty_with_the_reason(srv):
+    srv.route("/lens", json_resp({"organic": [{"title": "x", "imageUrl": "file:///etc/passwd", "link": "https://e/"}]}))
+    t = web(srv)
+    r = run(t, t.image_search(ImageSearchArgs(), EP.model_copy(update={"image_url": "https://cdn.example.org/q.jpg"}),
+                              None))
+    assert r.status == "empty" and r.items == [] and "scheme_file" in r.reason
+    assert r.provenance["dropped_images"] == {"scheme_file": 1}
+
+
+def test_a_scraped_pages_hostile_og_image_is_dropped(srv):
+    srv.route("/scrape", json_resp({"text": "Edificio España is 117 metres tall.",
+                                    "metadata": {"og:image": "javascript:alert(document.cookie)"}}))
+    t = web(srv, visit_via="scrape", scrape_url=srv.url("/scrape"))
+    r = run(t, t.visit(VisitArgs(url=["https://es.example.org/e"], goal="how tall"), EP, None))
+    assert r.status == "ok" and r.items[0].image is None
+    assert r.provenance["pages"][0]["image_dropped"] == "scheme_javascript"
+
+
+def test_search_api_error_body_is_capped(srv):
+    srv.route("/search", Resp(500, "x" * 50_000, "text/plain"),  # declared, then streamed without a length
+              Resp(200, "[" * 50_000, "application/json", declare_length=False))
+    t = web(srv, retries=0, max_api_bytes=10_000)
+    r = run(t, t.search(SearchArgs(query="q"), EP, None))
+    assert r.status == "error" and "Content-Length 50000 > cap 10000" in r.reason and len(r.reason) < 400
+    t = web(srv, retries=0, max_api_bytes=10_000)
+    r = run(t, t.search(SearchArgs(query="q"), EP, None))
+    assert r.status == "error" and "10000-byte cap on the wire" in r.reason
+
+
+# -- the searxng provider ------------------------------------------------------------------------------
+def _query(req) -> dict:
+    from urllib.parse import parse_qs, urlsplit
+
+    return {k: v[0] for k, v in parse_qs(urlsplit(req["raw_path"]).query).items()}
+
+
+def searx(req):
+    q = _query(req)
+    if q.get("format") != "json":
+        return Resp(403, "Forbidden", "text/plain")
+    if q.get("categories") == "images":
+        return json_resp({"query": q["q"], "results": [
+            {"url": "https://p.example/a", "title": "A", "img_src": "https://img.example.org/a.jpg",
+             "thumbnail_src": "https://img.example.org/a_t.jpg", "engine": "bing images"},
+            {"url": "https://p.example/b", "title": "B", "img_src": "data:image/png;base64,AAAA", "engine": "x"},
+            {"url": "https://p.example/c", "title": "C", "img_src": "//img.example.org/c.jpg", "source": "c.org"}]})
+    return json_resp({"query": q["q"], "number_of_results": 2, "results": [
+        {"url": "https://en.example.org/espana", "title": "Edificio España", "content": "117 metres tall",
+         "engine": "duckduckgo"},
+        {"url": "https://es.example.org/e", "title": "Edificio", "content": "Madrid", "engine": "brave"}]})
+
+
+def searxng(srv: FakeWebServer, **kw) -> WebTools:
+    return WebTools(**{"provider": "searxng", "base_url": srv.base_url, "allow_hosts": ("127.0.0.1",),
+                       "backoff": 0.01, **kw})
+
+
+def test_searxng_text_search_needs_no_key_and_asks_for_json(srv, monkeypatch):
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    srv.route("/search", searx)
+    t = searxng(srv)
+    r = run(t, t.search(SearchArgs(query=["edificio españa", "故宫"]), EP, None))
+    assert r.status == "ok" and [it.rank for it in r.items] == [1, 2, 1, 2]
+    assert r.items[0].url == "https://en.example.org/espana" and r.items[0].text == "117 metres tall"
+    assert r.items[0].id == item_id(canonical_url("https://en.example.org/espana"))
+    sent = {_query(h)["q"]: _query(h) for h in srv.hits("/search")}
+    assert sent["edificio españa"] == {"q": "edificio españa", "format": "json", "language": "en"}
+    assert sent["故宫"]["language"] == "zh-CN" and r.provenance["provider"] == "searxng"
+    assert all(h["method"] == "GET" and "x-api-key" not in h["headers"] and "authorization" not in h["headers"]
+               for h in srv.hits("/search"))
+
+
+def test_searxng_images_and_reverse_search_unavailable(srv):
+    srv.route("/search", searx)
+    t = searxng(srv)
+    r = run(t, t.text_to_image_search(TextToImageSearchArgs(query="Edificio España"), EP, None))
+    assert r.status == "ok" and [it.image for it in r.items] == ["https://img.example.org/a.jpg",
+                                                                 "https://img.example.org/c.jpg"]
+    assert r.items[0].url == "https://p.example/a" and r.items[0].text == "bing images" and r.items[1].text == "c.org"
+    assert r.provenance["dropped_images"] == {"scheme_data": 1} and _query(srv.hits("/search")[0])["categories"] == "images"
+    t = searxng(srv)
+    ep = EP.model_copy(update={"image_url": "https://cdn.example.org/q.jpg"})
+    r = run(t, t.image_search(ImageSearchArgs(), ep, None))
+    assert r.status == "unavailable" and "searxng" in r.reason and len(srv.hits("/search")) == 1  # nothing sent
+
+
+def test_searxng_key_is_optional_sent_as_bearer_and_redacted(srv, monkeypatch):
+    monkeypatch.setenv("KBVQA_TEST_SEARX_TOKEN", "searx-tok-4242")
+    srv.route("/search", lambda req: Resp(401, f"bad {req['headers'].get('authorization')}", "text/plain"))
+    t = searxng(srv, api_key_env="KBVQA_TEST_SEARX_TOKEN", retries=0)
+    r = run(t, t.search(SearchArgs(query="q"), EP, None))
+    assert srv.hits("/search")[0]["headers"]["authorization"] == "Bearer searx-tok-4242"
+    assert r.status == "error" and "searx-tok-4242" not in r.reason and "[redacted]" in r.reason
+    assert t.describe()["provider"] == "searxng" and "searx-tok-4242" not in repr(t.describe())
+
+
+def test_searxng_without_json_format_says_how_to_enable_it(srv):
+    srv.route("/search", Resp(403, "Forbidden", "text/plain"))
+    t = searxng(srv)
+    r = run(t, t.search(SearchArgs(query="q"), EP, None))
+    assert r.status == "error" and "search.formats" in r.reason and len(srv.hits("/search")) == 1
+
+
+def test_provider_settings_are_checked_at_construction(monkeypatch):
+    monkeypatch.delenv("KBVQA_TEST_SEARX_TOKEN", raising=False)
+    with pytest.raises(WebToolsConfigError, match="needs base_url"):
+        WebTools(provider="searxng")
+    with pytest.raises(WebToolsConfigError, match="KBVQA_TEST_SEARX_TOKEN"):
+        WebTools(provider="searxng", base_url="http://127.0.0.1:8888", api_key_env="KBVQA_TEST_SEARX_TOKEN")
+    with pytest.raises(WebToolsConfigError, match="scrape"):
+        WebTools(provider="searxng", base_url="http://127.0.0.1:8888", visit_via="scrape")
+    with pytest.raises(WebToolsConfigError, match="unknown web provider"):
+        WebTools(provider="bing", base_url="http://127.0.0.1:8888")

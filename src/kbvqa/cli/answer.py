@@ -22,10 +22,12 @@ from kbvqa.cli.retrieve import job_errors
 from kbvqa.models.rerank import RERANKERS
 from kbvqa.pipelines.answer import answer_pipelines
 from kbvqa.tools import TOOL_BACKENDS
+from kbvqa.tools.base import WEB_PROVIDERS
 
 PipelineName = Literal[tuple(answer_pipelines())]  # type: ignore[valid-type]
 ToolsName = Literal[tuple([*TOOL_BACKENDS.names(), "replay"])]  # type: ignore[valid-type]
 ProtocolName = Literal["text", "tools"]
+WebProviderName = Literal[WEB_PROVIDERS]  # type: ignore[valid-type]
 RerankerName = Literal[tuple(RERANKERS.names())]  # type: ignore[valid-type]
 
 
@@ -57,8 +59,8 @@ def answer(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip samples already answered ok in --out; "
                                                                      "re-run errored and invalid ones."),
     tools: Optional[ToolsName] = typer.Option(None, "--tools",  # type: ignore[valid-type]
-                                              help="agent: tool backend (local: the KB, offline; web: a "
-                                                   "Serper-compatible API; replay: a cassette). Default local."),
+                                              help="agent: tool backend (local: the KB, offline; web: a search "
+                                                   "API, see --web-provider; replay: a cassette). Default local."),
     cassette: Optional[Path] = typer.Option(None, "--cassette", help="agent --tools replay: a run's OUT.cassette/."),
     protocol: Optional[ProtocolName] = typer.Option(None, "--protocol",  # type: ignore[valid-type]
                                                     help="agent: text (<tool_call> tags, the paper's) or tools "
@@ -73,6 +75,15 @@ def answer(
     blocked_domain: list[str] = typer.Option([], "--blocked-domain",
                                              help="agent: leakage guard, drop results on this domain (repeat)."),
     today: Optional[str] = typer.Option(None, "--today", help="agent: the date in the system prompt (YYYY-MM-DD)."),
+    web_provider: Optional[WebProviderName] = typer.Option(  # type: ignore[valid-type]
+        None, "--web-provider", help="--tools web: the search API (serper: any Serper-compatible endpoint, the "
+                                     "default; searxng: a SearXNG instance's JSON API). Else [tools.web] of --config."),
+    web_base_url: Optional[str] = typer.Option(None, "--web-base-url",
+                                               help="--tools web: the search API's base URL (serper default "
+                                                    "https://google.serper.dev; searxng: required)."),
+    web_api_key_env: Optional[str] = typer.Option(None, "--web-api-key-env",
+                                                  help="--tools web: the environment variable holding the search "
+                                                       "API key (serper default SERPER_API_KEY; searxng: none)."),
     timeout: Optional[float] = TIMEOUT,
     connect_timeout: Optional[float] = CONNECT_TIMEOUT,
     deadline: Optional[float] = DEADLINE,
@@ -92,7 +103,8 @@ def answer(
                       api_key_env=api_key_env, fmt=fmt, concurrency=concurrency, limit=limit, resume=resume,
                       tools=tools, cassette=cassette, protocol=protocol, max_turns=max_turns, max_tokens=max_tokens,
                       max_cost=max_cost, max_seconds=max_seconds, kb_images=kb_images, blocked_domain=blocked_domain,
-                      today=today, guided=guided,
+                      today=today, guided=guided, web_provider=web_provider, web_base_url=web_base_url,
+                      web_api_key_env=web_api_key_env,
                       limits=model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
     try:
         prepared = prepare_answer(spec)

@@ -17,9 +17,17 @@ What it enforces, on every redirect hop (redirects are followed by hand, never b
   backend that resolves the host, refuses it if ANY address is disallowed, and connects to a checked
   address itself. httpx still sees the hostname, so the Host header, TLS SNI and certificate checks
   are those of the name. Environment proxies are ignored (a proxy would connect for us, unchecked);
-- a byte cap (Content-Length first, then while streaming; `Accept-Encoding: identity` so the cap
-  counts what arrives), a total time cap per attempt (connect, every hop and the body), the caller's
-  content types, retries with backoff on 429/5xx/timeouts (never after a refusal), bounded concurrency.
+- a byte cap on the wire AND after decoding: Content-Length first, then while streaming. The fetcher
+  asks for `Accept-Encoding: identity`, but a hostile server may compress anyway (a twice-gzipped
+  body of 2 KB inflates to 1 GiB), so the body is read raw and decoded here, layer by layer, in
+  pieces of at most `DECODE_STEP` bytes, with the cap checked before each piece is kept
+  (`CappedBody`): gzip, deflate (zlib-wrapped or raw), brotli when a `brotli` module with bounded
+  output is installed, stacked in any order. Any other Content-Encoding is refused (`bad_encoding`).
+  Peak memory stays near the cap whatever the server sends; the model client and the web API client
+  read their replies the same way (`read_capped`);
+- a total time cap per attempt (connect, every hop and the body), the caller's content types,
+  retries with backoff on 429/5xx/timeouts (never after a refusal), bounded concurrency;
+- reasons pass through `kbvqa.data.redact.redact` (a URL's password, an echoed key never reach a record).
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ import random
 import re
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, Iterable
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, TypeVar
@@ -39,7 +48,9 @@ from urllib.parse import urljoin
 import httpcore
 import httpx
 
-FetchStatus = Literal["ok", "blocked", "error", "too_large", "bad_type", "http_error"]
+from kbvqa.data.redact import redact
+
+FetchStatus = Literal["ok", "blocked", "error", "too_large", "bad_type", "bad_encoding", "http_error"]
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 T = TypeVar("T")
@@ -136,6 +147,151 @@ def retry_after_seconds(resp: httpx.Response) -> float | None:
         return max(0.0, float(resp.headers.get("retry-after", "")))
     except ValueError:
         return None
+
+
+# -- bodies: decoded here, under a cap --------------------------------------------------------------
+DECODE_STEP = 64 * 1024  # the most bytes one decoding layer produces at a time
+
+
+class BodyTooLarge(Exception):
+    """A body passed its byte cap (on the wire, or once decoded)."""
+
+
+class BodyUnreadable(Exception):
+    """A Content-Encoding kbvqa does not decode, or a body that does not decode as it claims."""
+
+
+def _brotli_module() -> Any:
+    """The installed `brotli` module when its Decompressor can bound its output (brotli ≥ 1.2), else None:
+    without a bound a brotli bomb would inflate in one call."""
+    try:
+        import brotli  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return brotli if hasattr(getattr(brotli, "Decompressor", None), "can_accept_more_data") else None
+
+
+def accept_encoding() -> str:
+    """The Accept-Encoding a client that reads through `CappedBody` may send: what it can decode."""
+    return "gzip, deflate, br" if _brotli_module() is not None else "gzip, deflate"
+
+
+class _Zlib:
+    """One gzip or deflate layer. gzip may hold several members; deflate is zlib-wrapped (RFC 9110)
+    but some servers send it raw, so a zlib header error on the first bytes switches to raw."""
+
+    def __init__(self, coding: str):
+        self.coding = coding
+        self._d = zlib.decompressobj(zlib.MAX_WBITS | 16 if coding == "gzip" else zlib.MAX_WBITS)
+        self._started = False
+
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        while True:
+            try:
+                out = self._d.decompress(data, DECODE_STEP)
+            except zlib.error as exc:
+                if self.coding == "deflate" and not self._started:
+                    self._d, self._started = zlib.decompressobj(-zlib.MAX_WBITS), True
+                    continue
+                raise BodyUnreadable(f"the {self.coding} body does not decode ({exc})") from None
+            self._started = True
+            data = self._d.unconsumed_tail
+            if out:
+                yield out
+            if self._d.eof:
+                rest = self._d.unused_data
+                if self.coding != "gzip" or not rest:
+                    return  # anything after a deflate stream is ignored, as zlib's own readers do
+                self._d = zlib.decompressobj(zlib.MAX_WBITS | 16)  # the next gzip member
+                data = rest
+                continue
+            if not data and len(out) < DECODE_STEP:
+                return  # all input used and no output pending: wait for more
+
+
+class _Brotli:
+    def __init__(self, module: Any):
+        self._error, self._d = module.error, module.Decompressor()
+
+    def decode(self, data: bytes) -> Iterator[bytes]:
+        try:
+            out = self._d.process(data, output_buffer_limit=DECODE_STEP)
+            while True:
+                if out:
+                    yield out
+                if self._d.can_accept_more_data() or self._d.is_finished():
+                    return
+                out = self._d.process(b"", output_buffer_limit=DECODE_STEP)
+        except self._error as exc:
+            raise BodyUnreadable(f"the br body does not decode ({exc})") from None
+
+
+def content_codings(header: str | Iterable[str] | None) -> list[str]:
+    """The codings a Content-Encoding header (or its repeated values) lists, in the order applied."""
+    values = [header] if isinstance(header, str) else list(header or [])
+    return [c for v in values for c in (x.strip().lower() for x in v.split(",")) if c and c != "identity"]
+
+
+class CappedBody:
+    """A response body read chunk by chunk as it arrives on the wire, decoded layer by layer (the last
+    coding listed is undone first) in pieces of at most DECODE_STEP bytes, with `max_bytes` checked on
+    the wire and after every decoded piece — before the piece is kept. So a body holds at most
+    max_bytes + DECODE_STEP bytes whatever it claims or inflates to. Raises BodyTooLarge or
+    BodyUnreadable."""
+
+    def __init__(self, content_encoding: str | Iterable[str] | None, max_bytes: int):
+        self.codings, self.max_bytes = content_codings(content_encoding), max_bytes
+        self.wire = 0
+        self._body = bytearray()
+        self._layers: list[Any] = []
+        for coding in reversed(self.codings):
+            if coding in ("gzip", "x-gzip", "deflate"):
+                self._layers.append(_Zlib("gzip" if coding == "x-gzip" else coding))
+            elif coding == "br" and _brotli_module() is not None:
+                self._layers.append(_Brotli(_brotli_module()))
+            else:
+                raise BodyUnreadable(f"Content-Encoding {coding!r} is not decoded by kbvqa "
+                                     f"(it decodes {accept_encoding()})")
+
+    def _label(self) -> str:
+        return f" (decoded from Content-Encoding {', '.join(self.codings)})" if self.codings else ""
+
+    def _through(self, layers: list[Any], data: bytes) -> Iterator[bytes]:
+        if not layers:
+            yield data
+            return
+        for piece in layers[0].decode(data):
+            yield from self._through(layers[1:], piece)
+
+    def feed(self, chunk: bytes) -> None:
+        self.wire += len(chunk)
+        if self.wire > self.max_bytes:
+            raise BodyTooLarge(f"body passed the {self.max_bytes}-byte cap on the wire")
+        for piece in self._through(self._layers, chunk):
+            if len(self._body) + len(piece) > self.max_bytes:
+                raise BodyTooLarge(f"body passed the {self.max_bytes}-byte cap{self._label()}")
+            self._body += piece
+
+    def content(self) -> bytes:
+        return bytes(self._body)
+
+
+def declared_too_large(content_length: str | None, max_bytes: int) -> str | None:
+    """Why a declared Content-Length is refused before reading, or None."""
+    declared = (content_length or "").strip()
+    return f"Content-Length {declared} > cap {max_bytes}" if declared.isdigit() and int(declared) > max_bytes else None
+
+
+async def read_capped(chunks: AsyncIterator[bytes], content_encoding: str | Iterable[str] | None,
+                      max_bytes: int, content_length: str | None = None) -> bytes:
+    """A whole body from its raw (undecoded) chunks, decoded under the cap (`CappedBody`)."""
+    why = declared_too_large(content_length, max_bytes)
+    if why:
+        raise BodyTooLarge(why)
+    body = CappedBody(content_encoding, max_bytes)
+    async for chunk in chunks:
+        body.feed(chunk)
+    return body.content()
 
 
 @dataclass(frozen=True)
@@ -308,7 +464,7 @@ class GuardedFetcher:
 
     @staticmethod
     def _fail(res: FetchResult, status: FetchStatus, reason: str) -> FetchResult:
-        res.status, res.reason, res.content = status, reason, b""
+        res.status, res.reason, res.content = status, redact(reason), b""
         return res
 
     async def _follow(self, res: FetchResult, accept: tuple[str, ...]) -> tuple[FetchResult, bool, float | None]:
@@ -333,14 +489,13 @@ class GuardedFetcher:
                 if not _accepts(res.content_type, accept):
                     reason = f"content type {res.content_type or '(none)'!r} is not one of {', '.join(accept)}"
                     return self._fail(res, "bad_type", reason), False, None
-                declared = resp.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > self.max_bytes:
-                    return self._fail(res, "too_large", f"Content-Length {declared} > cap {self.max_bytes}"), False, None
-                body = bytearray()
-                async for chunk in resp.aiter_bytes():
-                    body += chunk
-                    if len(body) > self.max_bytes:
-                        return self._fail(res, "too_large", f"body passed the {self.max_bytes}-byte cap"), False, None
-                res.content, res.status, res.reason = bytes(body), "ok", ""
+                try:  # raw bytes, decoded by CappedBody: httpx would inflate whatever arrives before any cap
+                    res.content = await read_capped(resp.aiter_raw(), resp.headers.get_list("content-encoding"),
+                                                    self.max_bytes, resp.headers.get("content-length"))
+                except BodyTooLarge as exc:
+                    return self._fail(res, "too_large", str(exc)), False, None
+                except BodyUnreadable as exc:
+                    return self._fail(res, "bad_encoding", str(exc)), False, None
+                res.status, res.reason = "ok", ""
                 return res, False, None
         return self._fail(res, "error", f"more than {self.max_redirects} redirects"), False, None

@@ -13,6 +13,7 @@ holds one (otherwise the client falls back to KBVQA_API_KEY / OPENAI_API_KEY).
     connect_timeout = 10          # seconds to open a connection
     read_timeout = 60             # seconds to wait for the server's next bytes (`timeout` = old name)
     deadline = 300                # seconds for one whole call: all attempts and backoff (unset = none)
+    max_reply_bytes = 33554432    # a reply's cap in bytes, on the wire and decoded (over it: an error)
     structured_output = "auto"    # auto | json_schema | json_object | off
 
     [[models.verifier]]           # verifier may list several
@@ -57,6 +58,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from kbvqa.data.redact import register_key_env, register_secret
 from kbvqa.models.cache import ResponseCache
 from kbvqa.models.replay import ReplayClient
 from kbvqa.models.result import ModelClient, StructuredOutput, normalize_base_url
@@ -95,6 +97,16 @@ def split_shorthand(model: str | None) -> tuple[str, str] | None:
     return provider, rest
 
 
+def _refuse_keys_in_file(data: Any) -> Any:
+    """A config table may name the variable holding a key (`api_key_env`), never hold a key itself."""
+    if isinstance(data, dict):
+        for k in data:
+            if k != "api_key_env" and _SECRET.search(str(k)):
+                raise ValueError(f"{k!r}: keys are never written in the config; "
+                                 "set api_key_env to the name of an environment variable")
+    return data
+
+
 class RoleConfig(BaseModel):
     """One model slot. Fields not used by a backend are ignored by it.
 
@@ -113,6 +125,7 @@ class RoleConfig(BaseModel):
     read_timeout: float = Field(60.0, gt=0)
     connect_timeout: float = Field(10.0, gt=0)
     deadline: float | None = Field(None, gt=0)
+    max_reply_bytes: int | None = Field(None, ge=1)  # None: the client's default (32 MiB)
     structured_output: StructuredOutput = "auto"
     max_retries: int = Field(4, ge=0, le=50)
     backoff_base: float = Field(0.5, ge=0)
@@ -141,12 +154,7 @@ class RoleConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_keys_in_file(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for k in data:
-                if k != "api_key_env" and _SECRET.search(str(k)):
-                    raise ValueError(f"{k!r}: keys are never written in the config; "
-                                     "set api_key_env to the name of an environment variable")
-        return data
+        return _refuse_keys_in_file(data)
 
     @model_validator(mode="before")
     @classmethod
@@ -307,9 +315,11 @@ def _build_one(role: str, rc: RoleConfig, cache: ResponseCache | None, env: dict
         return RulesClient(name, get_rule(role, name))
     key = None
     if rc.api_key_env:
+        register_key_env(rc.api_key_env)  # whatever a server echoes of it is redacted (kbvqa.data.redact)
         key = env.get(rc.api_key_env)
         if not key:
             raise ConfigError(f"models.{role}: api_key_env names {rc.api_key_env!r}, which is not set")
+        register_secret(key)
 
     def openai() -> ModelClient:
         from kbvqa.models.client import OpenAIChatClient  # the HTTP stack only when a server role is built
@@ -320,7 +330,8 @@ def _build_one(role: str, rc: RoleConfig, cache: ResponseCache | None, env: dict
             max_retries=rc.max_retries, backoff_base=rc.backoff_base, backoff_max=rc.backoff_max,
             temperature=rc.temperature, max_tokens=rc.max_tokens, price_in_per_mtok=rc.price_in_per_mtok,
             price_out_per_mtok=rc.price_out_per_mtok, cache=cache, extra_params=rc.extra_params,
-            json_schema_strict=rc.json_schema_strict)
+            json_schema_strict=rc.json_schema_strict,
+            **({"max_reply_bytes": rc.max_reply_bytes} if rc.max_reply_bytes is not None else {}))
 
     if rc.backend == "openai":
         return openai()
@@ -512,6 +523,90 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
             raise ConfigError(f"unknown role {role!r} (known roles: {', '.join(ROLES)})")
         roles[role] = client
     return roles
+
+
+# -- the web tool backend: `[tools.web]` -----------------------------------------------------------
+class WebToolsConfig(BaseModel):
+    """`[tools.web]` of a kbvqa.toml: the agent's web backend, configured like a model role.
+
+        [tools.web]
+        provider = "searxng"                 # serper (default; any Serper-compatible API) | searxng
+        base_url = "http://127.0.0.1:8888"   # serper: https://google.serper.dev unless set; searxng: required
+        api_key_env = "SEARCH_KEY"           # the variable holding the key (serper: SERPER_API_KEY by default)
+
+    Every other WebTools setting may be set here too (visit_via, top_k, timeout, max_api_bytes, ...);
+    a field left out keeps WebTools' own default, which stays the only copy of it. Keys are never
+    written here: only the name of the variable that holds one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    visit_via: Literal["fetch", "scrape"] | None = None
+    scrape_url: str | None = None
+    top_k: int | None = Field(None, ge=1, le=100)
+    images_per_query: int | None = Field(None, ge=1, le=5)
+    concurrency: int | None = Field(None, ge=1, le=1024)
+    timeout: float | None = Field(None, gt=0)
+    retries: int | None = Field(None, ge=0, le=20)
+    backoff: float | None = Field(None, ge=0)
+    gl: str | None = None
+    hl: str | None = None
+    extractor_role: str | None = None
+    max_page_bytes: int | None = Field(None, ge=1)
+    max_api_bytes: int | None = Field(None, ge=1)
+    page_timeout: float | None = Field(None, gt=0)
+    allow_hosts: list[str] | None = None
+    allow_private: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_keys_in_file(cls, data: Any) -> Any:
+        return _refuse_keys_in_file(data)
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, v: str | None) -> str | None:
+        from kbvqa.tools.base import WEB_PROVIDERS
+
+        if v is not None and v not in WEB_PROVIDERS:
+            raise ValueError(f"unknown web provider {v!r} (choose from {', '.join(WEB_PROVIDERS)})")
+        return v
+
+    @field_validator("base_url", "scrape_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError(f"{v!r} is not an http(s) URL")
+        return v
+
+
+class ToolsConfig(BaseModel):
+    """`[tools]` of a kbvqa.toml (one table per configurable tool backend)."""
+
+    model_config = ConfigDict(extra="forbid")
+    web: WebToolsConfig = Field(default_factory=WebToolsConfig)
+
+
+def web_tool_options(config: Path | str | None = None, *, provider: str | None = None,
+                     base_url: str | None = None, api_key_env: str | None = None) -> dict[str, Any]:
+    """The web backend's settings (kbvqa.tools.web.WebTools keywords): `[tools.web]` of `config`, then
+    the flags (`--web-provider`, `--web-base-url`, `--web-api-key-env`) over it. Only what was set is
+    returned. Raises ConfigError naming the file and key, or the flag."""
+    from kbvqa.runner.config import load_table
+
+    web = load_table(config, "tools", ToolsConfig, error=ConfigError).web if config is not None else WebToolsConfig()
+    flags = {k: v for k, v in (("provider", provider), ("base_url", base_url), ("api_key_env", api_key_env))
+             if v is not None}
+    try:
+        merged = WebToolsConfig.model_validate({**web.model_dump(exclude_none=True), **flags})
+    except ValidationError as err:
+        first = err.errors()[0]
+        field = str((first.get("loc") or ("",))[0])
+        where = f"--web-{field.replace('_', '-')}" if field in flags else f"{config}: tools.web.{field}"
+        raise ConfigError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
+    return merged.model_dump(exclude_none=True)
 
 
 def one_role(roles: dict[str, Any], role: str, where: str = "the configuration") -> ModelClient:

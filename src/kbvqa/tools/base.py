@@ -6,10 +6,12 @@ episode) and `text_to_image_search` (forward image search whose ranked candidate
 by index). Arguments are pydantic models, so the same definitions render into the paper's `<tools>`
 prompt block and into OpenAI tool schemas.
 
-Every call ends in a `ToolResult` with a status — ok | empty | error | blocked | quota | repeated —
-items with stable ids, the text the model sees, and provenance. An expected failure (a page that
-cannot be fetched, a missing API key, a quota) is a status the model reads as an observation, never
-content that looks real and never a crash.
+Every call ends in a `ToolResult` with a status — ok | empty | error | blocked | quota | repeated |
+unavailable — items with stable ids, the text the model sees, and provenance. An expected failure (a
+page that cannot be fetched, a missing API key, a quota) is a status the model reads as an
+observation, never content that looks real and never a crash. `unavailable` is a tool the configured
+backend does not offer at all (reverse image search on SearXNG): not a failure, so it does not count
+towards the agent's run of failed calls.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kbvqa.data.urls import canonical_url
 
-ToolStatus = Literal["ok", "empty", "error", "blocked", "quota", "repeated"]
+ToolStatus = Literal["ok", "empty", "error", "blocked", "quota", "repeated", "unavailable"]
 TOOL_NAMES = ("search", "visit", "image_search", "text_to_image_search")
+#: The search APIs the `web` backend speaks (kbvqa.tools.web): Serper-compatible, and SearXNG's JSON API.
+WEB_PROVIDERS = ("serper", "searxng")
 #: The boundary seed 001 C.1 splits visited pages on; reference construction relies on it.
 VISIT_HEADER = "The useful information in {url} for user goal {goal} as follows:"
 

@@ -183,7 +183,8 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
     return Job([stage], ctx, description="agent", output_resources=output_resources,
                run_config={"pipeline": "agent", "tools": opts.tools, "protocol": opts.protocol, "guided": opts.guided,
                            "max_turns": opts.max_turns, "today": today,
-                           "blocked_domains": list(opts.blocked_domains)})
+                           "blocked_domains": list(opts.blocked_domains),
+                           "tool_backend": backend.describe()})  # provider, base URL, key variable: never a key
 
 
 PIPELINES.add("agent", build_agent_job, kind="answer", job=True, roles=("agent", "extractor"),

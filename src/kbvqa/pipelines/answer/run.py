@@ -19,7 +19,8 @@ __all__ = ["AnswerSpec", "PreparedAnswer", "prepare_answer", "run_answer"]
 class AnswerSpec:
     """`kbvqa answer`'s settings, one field per flag (`--out` aside: eval writes DIR/predictions.jsonl).
     The model-call limit flags (--timeout, --connect-timeout, --deadline, --structured-output,
-    --max-retries) arrive as `limits`, the roles_from_flags keywords (kbvqa.cli.common.model_limits)."""
+    --max-retries) arrive as `limits`, the roles_from_flags keywords (kbvqa.cli.common.model_limits);
+    the --web-* flags become AgentOptions.web (`web_options`)."""
 
     samples: Path
     kb: Path
@@ -53,7 +54,24 @@ class AnswerSpec:
     blocked_domain: Sequence[str] = ()
     today: str | None = None
     guided: bool | None = None
+    web_provider: str | None = None
+    web_base_url: str | None = None
+    web_api_key_env: str | None = None
     limits: dict[str, Any] = field(default_factory=dict)
+
+    def web_options(self) -> dict[str, Any] | None:
+        """The web backend's settings for `--tools web` (`[tools.web]` of --config, the --web-* flags over
+        it), None for any other backend; a --web-* flag without `--tools web` is an error, never ignored."""
+        from kbvqa.models.config import web_tool_options
+
+        flags = {"provider": self.web_provider, "base_url": self.web_base_url, "api_key_env": self.web_api_key_env}
+        if self.tools != "web":
+            given = [f"--web-{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} configure the agent's web backend: add --pipeline agent "
+                                 f"--tools web (--tools is {self.tools or 'not set'})")
+            return None
+        return web_tool_options(self.config, **flags) or None
 
 
 @dataclass
@@ -79,7 +97,7 @@ def prepare_answer(spec: AnswerSpec) -> PreparedAnswer:
         {"tools": spec.tools, "cassette": spec.cassette, "protocol": spec.protocol, "max_turns": spec.max_turns,
          "max_tokens": spec.max_tokens, "max_cost": spec.max_cost, "max_seconds": spec.max_seconds,
          "kb_images": spec.kb_images, "blocked_domains": tuple(spec.blocked_domain), "today": spec.today,
-         "guided": spec.guided})
+         "guided": spec.guided, "web": spec.web_options()})
     roles = roles_from_flags(spec.config, llm=spec.llm, model=spec.model, api_key_env=spec.api_key_env,
                              fill=pipeline_roles(spec.pipeline, spec.reranker), concurrency=spec.concurrency,
                              **spec.limits)

@@ -6,12 +6,15 @@ image that does not get through is counted under one reason:
 1. found: on a web page, og:image first, then markdown `![..](url)` and HTML `<img src|data-src>`
    in page order (the union, relative URLs resolved); on the `local` backend, the KB article's
    `image_urls` resolved to files (`kb_image_file`), offline;
-2. before any download: `data_uri`, `svg` and `gif` by URL, `bad_url` (not http/https),
+2. before any download: `data_uri`, `svg` and `gif` by URL, `bad_url` (a URL scheme other than
+   http/https: `file:`, `javascript:`, `ftp:`, ... — only http(s) URLs and files under the KB image
+   folder are ever read),
    `blocklisted` (ad / tracker / icon / logo patterns: `BLOCKLIST` plus the config's own),
    `duplicate_url` within a page; `remote_offline` for a web image on the local backend;
-3. download through the one `GuardedFetcher` (SSRF guard on every redirect, byte cap, timeout,
-   bounded concurrency, image content types): `fetch_blocked`, `fetch_error`, `http_error`,
-   `too_large`, `bad_type` (`svg`/`gif` by content type);
+3. download through the one `GuardedFetcher` (SSRF guard on every redirect, byte cap on the wire and
+   after decoding any Content-Encoding, timeout, bounded concurrency, image content types):
+   `fetch_blocked`, `fetch_error`, `http_error`, `too_large`, `bad_encoding`, `bad_type`
+   (`svg`/`gif` by content type);
 4. decode with `kbvqa.data.images.open_image` (verification, pixel cap): `decompression_bomb`,
    `unreadable`, `gif` (by content); then `too_small` (shorter side < 100 px), `too_elongated`
    (aspect > 3), `tiny_file` (< 1 KiB);
@@ -71,6 +74,7 @@ _HTML_IMG = re.compile(r"""<img\b[^>]*?\b(?:data-src|src)\s*=\s*["']?([^"'\s>]+)
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _DROP_BLOCKS = re.compile(r"<(script|style|noscript|template)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]+>|!\[[^\]]*\]\([^)]*\)")
+_URL_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*):")
 _EXT = {"JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png", "WEBP": ".webp", "BMP": ".bmp", "TIFF": ".tif", "GIF": ".gif"}
 
 
@@ -115,11 +119,14 @@ def page_images(text: str, base_url: str, context_chars: int = 200) -> list[Foun
 
 def pre_gate(ref: str, blocklist: re.Pattern[str], *, remote_allowed: bool) -> str | None:
     """Why a reference is dropped before any download, or None. A local file passes (it was
-    resolved by the KB resolver or returned by the local tools)."""
+    resolved by the KB resolver or returned by the local tools; `_read_local` still reads only under
+    the KB image folder). Anything with a URL scheme — `javascript:x`, `file:/etc/passwd` have no
+    `//` — is a URL, and only http(s) ones are fetched; a one-letter scheme is a Windows drive."""
     low = ref.strip().lower()
     if low.startswith("data:"):
         return "data_uri"
-    is_url = "://" in low or low.startswith("//")
+    scheme = _URL_SCHEME.match(low)
+    is_url = "://" in low or low.startswith("//") or (scheme is not None and len(scheme.group(1)) > 1)
     path = urlsplit(low).path if is_url else low
     if path.endswith((".svg", ".svgz")):
         return "svg"
