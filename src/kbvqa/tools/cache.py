@@ -66,8 +66,8 @@ class ToolCache:
         return True
 
     def note_stop(self, record_id: str, turn: int, where: str) -> None:
-        """One of the recorded run's wall-time stops in an episode (`where`: before_turn, ask or tool;
-        at most two: the tool phase's end, and the forced turn's if even the reserve ran out)."""
+        """One of the recorded run's wall-time stops in an episode (`where`: before_turn, ask, tool or
+        forced_ask; at most two: the tool phase's end, and the forced turn's if even the reserve ran out)."""
         stops = [s for s in self.recorded_stops(record_id) if s != (turn, where)] + [(turn, where)]
         self._stops().put(record_id, json.dumps(stops), label="wall_time")
 

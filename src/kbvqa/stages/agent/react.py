@@ -269,7 +269,8 @@ class AgentEpisode(Stage):
         forced = False
         if termination != "answer" and self.config.forced_answer:
             forced = True
-            answer = await self._forced_turn(policy, ep, turn + 1, termination, ctx)
+            # the turn after the last one taken (a turn stopped before it was asked is not counted)
+            answer = await self._forced_turn(policy, ep, (ep.steps[-1].turn if ep.steps else 0) + 1, termination, ctx)
         return self._prediction(record, ep, policy, toolbox, termination, answer, forced, ctx)
 
     def _new_step(self, ep: _Episode, turn: int, reply: PolicyReply, notices: list[dict[str, str]],
@@ -286,7 +287,7 @@ class AgentEpisode(Stage):
         self._add_note(ep, "forced_answer", FORCED_ANSWER.render(reason_raw=self._stop_reason(termination)))
         notices = self._flush_note(ep)
         t0 = time.perf_counter()
-        reply = await self._ask(policy, ep, ctx, self.config.max_seconds)
+        reply = await self._ask(policy, ep, ctx, self.config.max_seconds, where="forced_ask")
         if reply is None:  # even the reserve ran out waiting for the model: no answer
             ep.steps.append(Step(turn=turn, notices=notices, final=True, forced=True,
                                  problem="no reply within the wall-time budget"))
@@ -314,11 +315,12 @@ class AgentEpisode(Stage):
                 "tool_unavailable": f"the tools failed {c.tool_failures} times in a row and are unavailable",
                 }.get(str(termination), "the harness stopped the tool phase")
 
-    async def _ask(self, policy: Any, ep: _Episode, ctx: Context, limit: float | None) -> PolicyReply | None:
+    async def _ask(self, policy: Any, ep: _Episode, ctx: Context, limit: float | None,
+                   where: str = "ask") -> PolicyReply | None:
         """The policy's reply, or None when the wall-time `limit` (seconds into the episode) passes while
         waiting for it. A failed call's requests still count in the run's usage (then PolicyError)."""
         try:
-            reply = await self._timed(ep, "ask", policy.next(ep.messages, ep, SYSTEM.id), limit)
+            reply = await self._timed(ep, where, policy.next(ep.messages, ep, SYSTEM.id), limit)
         except PolicyError as exc:
             ctx.add_usage(exc.usage)
             raise
