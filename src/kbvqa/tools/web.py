@@ -418,12 +418,13 @@ class WebTools:
         image that is not a fetchable http(s) URL is dropped and counted (the thumbnail stands in when
         only the full-size URL is bad)."""
         if reply.status != "ok":
-            return ToolResult(tool=tool, status=reply.status, reason=reply.reason, provenance={"provider": self.provider})
+            return ToolResult(tool=tool, status=reply.status, reason=reply.reason,
+                              provenance={"provider": self.provider})
         items: list[ToolItem] = []
         seen: set[str] = set()
         dropped: Counter[str] = Counter()
         for r in rows:
-            refs = [str(u).strip() for u in (r.get("imageUrl"), r.get("thumbnailUrl")) if isinstance(u, str) and u.strip()]
+            refs = [u.strip() for u in (r.get("imageUrl"), r.get("thumbnailUrl")) if isinstance(u, str) and u.strip()]
             refs = ["https:" + u if u.startswith("//") else u for u in refs]  # protocol-relative, as SearXNG gives
             if not refs:
                 continue
