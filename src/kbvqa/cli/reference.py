@@ -62,10 +62,12 @@ def build(
     structured_output: Optional[str] = STRUCTURED_OUTPUT,
     max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
-    """Build draft interleaved references: URL scoring, image harvesting, candidate scoring, the five-rule
-    filter, de-duplication and synthesis, each a resumable runner job."""
+    """Build draft interleaved references: URL scoring, image harvesting, candidate scoring, the entity
+    image search, synthesis, the five-rule filter on each tag, de-duplication and the consistency check
+    (filter and de-duplication before synthesis with [reference] filter_placement = "before_synthesis"),
+    each a resumable runner job."""
     from kbvqa.kb.store import open_kb
-    from kbvqa.models.config import roles_from_flags
+    from kbvqa.models.config import roles_from_flags, web_tool_options
     from kbvqa.pipelines.reference import build_references, load_reference_config
 
     console = Console(stderr=True)
@@ -77,7 +79,7 @@ def build(
         result = build_references(samples, trajectories, out, config=cfg, roles=roles,
                                   kb=open_kb(kb) if kb is not None else None, kb_images=kb_images, tools=tools,
                                   image_root=images, sample_format=fmt, resume=resume, concurrency=concurrency,
-                                  limit=limit, progress=console.is_terminal)
+                                  limit=limit, progress=console.is_terminal, web_tools=web_tool_options(config))
     except _errors() as e:
         fail(e)
     if console.is_terminal:
@@ -103,10 +105,10 @@ def audit_export(
 ) -> None:
     """Write the reviewers' sheet: one row per draft with decision (accept / minor fix / reject) and
     corrected_text columns."""
-    from kbvqa.pipelines.reference import IMAGES_DIR, SYNTHESIS_JOURNAL, export_sheet
+    from kbvqa.pipelines.reference import IMAGES_DIR, FINAL_JOURNAL, export_sheet
 
     try:
-        res = export_sheet(build_dir / SYNTHESIS_JOURNAL, out or build_dir / "audit.csv",
+        res = export_sheet(build_dir / FINAL_JOURNAL, out or build_dir / "audit.csv",
                            image_dir=IMAGES_DIR, overwrite=overwrite)
     except _errors() as e:
         fail(e)
@@ -121,10 +123,10 @@ def audit_import(
                                                            "(default: BUILD/references.jsonl)."),
 ) -> None:
     """Read the reviewed sheet; write accepted and fixed items as NoteVQA references; print the counts."""
-    from kbvqa.pipelines.reference import FUNNEL_FILE, IMAGES_DIR, SYNTHESIS_JOURNAL, import_sheet
+    from kbvqa.pipelines.reference import FUNNEL_FILE, IMAGES_DIR, FINAL_JOURNAL, import_sheet
 
     try:
-        res = import_sheet(build_dir / SYNTHESIS_JOURNAL, sheet or build_dir / "audit.csv",
+        res = import_sheet(build_dir / FINAL_JOURNAL, sheet or build_dir / "audit.csv",
                            out or build_dir / "references.jsonl", image_store=build_dir / IMAGES_DIR)
         funnel = build_dir / FUNNEL_FILE
         if funnel.is_file():  # the audit is the funnel's last step

@@ -3,13 +3,21 @@ non-redundancy dimension of IVR-12, curation.
 
 `phash` is the DCT hash (32×32 grayscale, the 8×8 lowest frequencies against their median: robust to
 rescaling, mild crops and JPEG re-encoding) and `dhash` the gradient hash (9×8, adjacent pixels).
-Both are 64-bit integers compared by Hamming distance. Thresholds are data-dependent; these are
-calibrated on 11 photographs that ship with scikit-image (tests/test_phash.py rebuilds the pairs):
-half-size rescales, JPEG quality 40 and +15% brightness stay within 4 bits of the original; 5% crops
-on every side land at 6–18 bits; two different photographs are at least 20 bits apart. So
-`NEAR_DUPLICATE_BITS` (≤ 10) is a duplicate for sure, above `DISTINCT_BITS` (> 19) distinct for sure,
-and the band between is ambiguous — where a model probe may decide. No hash survives rotation or
-a heavy one-sided crop (a 10% crop from one corner reaches 28 bits).
+Both are 64-bit integers compared by Hamming distance.
+
+Two thresholds, for two uses:
+- `CERTAIN_BITS` (<= 6): the pair is the same picture for sure — what reference de-duplication lets
+  the hash settle without asking the model. Measured by `benchmarks/phash_threshold.py` on the
+  photographs shipped in PyPI packages (scikit-image, scikit-learn, matplotlib): every resize and
+  every JPEG re-encode down to quality 30 stay within 6 bits (quality 10 reaches 10), while the
+  closest two different photographs (any of 17 crops/resizes/re-encodes of each) are 16 bits apart:
+  no different pair is merged up to 15 bits, and 6 keeps a margin of more than 2x. Crops do not stay
+  near: a 5% crop on every side lands at 6-26 bits, a 10% one-corner crop at 10-28, so crops go to
+  the model probe.
+- `NEAR_DUPLICATE_BITS` (<= 10) and `DISTINCT_BITS` (> 19): the older three-way split (duplicate /
+  ambiguous / distinct) that curation's own-image check and IVR-12's rule measure still use; it is a
+  heuristic, not a certainty (a 10% crop is 20 bits away and would be called distinct).
+No hash survives rotation or a heavy one-sided crop.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import numpy as np
 
 from kbvqa.data.images import open_image
 
+CERTAIN_BITS = 6  # at or below: the same picture for sure (resized / re-encoded); measured, see above
 NEAR_DUPLICATE_BITS = 10  # at or below: the same picture (rescaled, re-encoded, lightly cropped)
 DISTINCT_BITS = 19  # above: different pictures; in between: ambiguous
 

@@ -5,7 +5,10 @@ The wording is kbvqa's own; the facts carry over from the paper: five 1-5 page d
 into a top-k; a two-image call (query image first) scoring five image dimensions plus an overall
 score; five removal rules (redundant with the query image, composite, global watermark, video
 thumbnail, off-topic) judged with the text around the candidate; a yes/no similarity probe; one
-multimodal synthesis call citing candidates as `<image>{"candidate_images": N}</image>`.
+multimodal synthesis call citing candidates as `<image>{"candidate_images": N}</image>`; the named
+entities of the reference an image search should still illustrate (§3.2 stage 2); and the
+multimodal consistency check of a draft before human review (§3.2 stage 4; the paper names the
+check only, so its four kinds of inconsistency are kbvqa's).
 """
 
 from __future__ import annotations
@@ -68,14 +71,14 @@ Then give `overall`, your own overall judgement from 1 to 5 (not necessarily the
 ))
 
 FIVE_RULE_FILTER = register(Prompt(
-    name="reference.five_rule_filter", version="1", system="",
+    name="reference.five_rule_filter", version="2", system="",
     user="""\
 Two images follow this text. Image 1 is the user's query photo; image 2 is a candidate picture for
 an illustrated reference answer.
 
 Question: {question}
 Known answer: {answer}
-Text around image 2 where it was found: {context}
+Text around image 2 (in the answer where it is placed, or on the page it came from): {context}
 
 Remove image 2 if any of these rules applies (name the first one that does):
 - redundant_with_query: it shows the same subject, person or view as image 1 and adds nothing a
@@ -105,6 +108,57 @@ of viewpoint?
 """ + JSON_ONLY + """
 {{"similar": true}} or {{"similar": false}}""",
     fields=(),
+))
+
+ENTITY_CHECK = register(Prompt(
+    name="reference.entity_check", version="1", system="",
+    user="""\
+The first image is the photo a user attached to a question. The images after it are the candidate
+pictures gathered for an illustrated answer, numbered 1, 2, ... in the order shown (the query photo
+is not numbered).
+
+Question: {question}
+Known answer: {answer}
+Where each candidate came from:
+{candidates_raw}
+
+List the named entities the known answer mentions: specific species, people, places, products,
+works, landmarks, models and the like, each by the name a reader would search for (not generic
+words such as "plant" or "car"). For each, give the numbers of the candidates that show it (an empty
+list when none does) and a short query that would find a photo of it with an image search engine.
+
+""" + JSON_ONLY + """
+{{"entities": [{{"name": "<entity>", "shown_in": [<candidate numbers>], "query": "<image search query>"}}]}}
+(an empty list of entities when the answer names none)""",
+    fields=("question", "answer", "candidates_raw"),
+))
+
+CONSISTENCY_CHECK = register(Prompt(
+    name="reference.consistency_check", version="1", system="",
+    user="""\
+The first image is the photo a user attached to a question. The images after it are the pictures an
+illustrated reference answer embeds, in the order its tags cite them (tag 1, tag 2, ...).
+
+Question: {question}
+Short reference (correct, written by experts): {answer}
+
+Illustrated answer (tags appear as <image>{{"candidate_images": N}}</image>):
+{draft_raw}
+
+Check the illustrated answer before it goes to human review. It is inconsistent if any of these holds:
+- answer_conflict: it contradicts the short reference or names a different answer;
+- image_mismatch: an embedded picture does not show what the sentence before its tag says;
+- query_mismatch: it describes the query photo in a way the photo does not bear out;
+- unsupported: it states as fact something neither the short reference nor the pictures support
+  and that a reviewer would need to check.
+Minor style issues do not count.
+
+""" + JSON_ONLY + """
+{{"consistent": true, "issues": []}}
+or
+{{"consistent": false, "issues": [{{"kind": "<answer_conflict | image_mismatch | query_mismatch | unsupported>",
+"tag": <the tag number concerned, or null>, "detail": "<one sentence>"}}]}}""",
+    fields=("question", "answer", "draft_raw"),
 ))
 
 SYNTHESIS = register(Prompt(

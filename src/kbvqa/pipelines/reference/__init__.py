@@ -1,24 +1,30 @@
 """Human-verified interleaved reference construction (seed 001 §3.2, App. C) over agent trajectories.
 
-`kbvqa reference build` runs six stages, each a registered Stage run by the runner as its own Job
+`kbvqa reference build` runs eight stages, each a registered Stage run by the runner as its own Job
 with its own journal in the build folder (resume, manifest, exactly once, a status and a reason for
-every item); an item goes on to the next stage only when the previous one ended `ok` for it:
+every item); an item goes on to the next stage only when the previous one ended `ok` for it. With
+the five-rule filter after the synthesis (`filter_placement = "after_synthesis"`, the default: App.
+C.2's account):
 
-    urls.jsonl        reference-urls        every URL the trajectory touched, scored; top 5 (urls.py)
-    harvest.jsonl     reference-harvest     page images + the reverse-search pool, gated (harvest.py)
-    candidates.jsonl  reference-candidates  two-image VLM scores; top 10 (candidates.py)
-    filter.jsonl      reference-filter      the five-rule VLM filter (filter.py)
-    dedup.jsonl       reference-dedup       perceptual hashes, a VLM probe in the ambiguous band (dedup.py)
-    synthesis.jsonl   reference-synthesis   the interleaved draft, tags validated (synthesis.py)
+    urls.jsonl         reference-urls         every URL the trajectory touched, scored; top 5 (urls.py)
+    harvest.jsonl      reference-harvest      page images + the reverse-search pool, gated (harvest.py)
+    candidates.jsonl   reference-candidates   two-image VLM scores; top 10 (candidates.py)
+    entities.jsonl     reference-entities     forward image search for unshown named entities (entities.py)
+    synthesis.jsonl    reference-synthesis    the interleaved draft, tags validated (synthesis.py)
+    filter.jsonl       reference-filter       the five-rule VLM filter on each tag, ±200 chars (filter.py)
+    dedup.jsonl        reference-dedup        certain hash duplicates, the VLM probe for every other pair (dedup.py)
+    consistency.jsonl  reference-consistency  the multimodal consistency check; failures flagged (consistency.py)
 
-then `kbvqa reference audit-export` / `audit-import` (audit.py) turn reviewed drafts into NoteVQA
-references. `images/` holds every kept image (content-addressed), `verdicts.sqlite` the cached VLM
-verdicts, `funnel.json` the per-stage counts (funnel.py).
+With `filter_placement = "before_synthesis"` (§3.2's wording) the filter and de-duplication run on
+the candidates, between the entity search and the synthesis. Every stage's manifest records the
+placement. Then `kbvqa reference audit-export` / `audit-import` (audit.py) turn reviewed drafts
+(consistency.jsonl) into NoteVQA references. `images/` holds every kept image (content-addressed),
+`verdicts.sqlite` the cached VLM verdicts, `funnel.json` the per-stage counts (funnel.py).
 
 Offline (no model in a stage's role): URL selection uses an embedded, labelled ranker (urls.py);
-harvesting, hashing and de-duplication are deterministic; the first VLM stage ends each item that
-reaches it with status `error` and a reason starting "NeedsModel:", which `--resume` retries once a
-model is configured. Nothing is guessed in place of a model's verdict.
+harvesting and hashing are deterministic; the first VLM stage ends each item that reaches it with
+status `error` and a reason starting "NeedsModel:", which `--resume` retries once a model is
+configured. Nothing is guessed in place of a model's verdict.
 """
 
 from __future__ import annotations
@@ -34,8 +40,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kbvqa.pipelines.reference.audit import export_sheet, import_sheet
 from kbvqa.pipelines.reference.candidates import CandidateConfig, CandidateScoring
-from kbvqa.pipelines.reference.common import VerdictCache
+from kbvqa.pipelines.reference.common import Placement, VerdictCache
+from kbvqa.pipelines.reference.consistency import ConsistencyCheck, ConsistencyConfig
 from kbvqa.pipelines.reference.dedup import Dedup, DedupConfig
+from kbvqa.pipelines.reference.entities import EntityConfig, EntitySearch
 from kbvqa.pipelines.reference.filter import FilterConfig, FiveRuleFilter
 from kbvqa.pipelines.reference.funnel import stage_lines, stage_summary
 from kbvqa.pipelines.reference.harvest import Harvest, HarvestConfig, ImageStore, LoopFetcher
@@ -47,22 +55,31 @@ from kbvqa.runner.job import Job
 from kbvqa.runner.stage import Context, Stage
 
 __all__ = ["STAGES", "BuildResult", "ReferenceConfig", "ReferenceSetupError", "build_references", "export_sheet",
-           "import_sheet", "load_reference_config", "reference_context", "stage_job"]
+           "import_sheet", "load_reference_config", "reference_context", "stage_job", "stage_plan"]
 
-#: (key, journal file, stage class, config field) in run order; the key names the record field a
-#: stage adds and its entry in the funnel.
-STAGES: tuple[tuple[str, str, type[Stage], str], ...] = (
-    ("urls", "urls.jsonl", UrlScoring, "urls"),
-    ("harvest", "harvest.jsonl", Harvest, "harvest"),
-    ("candidates", "candidates.jsonl", CandidateScoring, "candidates"),
-    ("filter", "filter.jsonl", FiveRuleFilter, "filter"),
-    ("dedup", "dedup.jsonl", Dedup, "dedup"),
-    ("draft", "synthesis.jsonl", Synthesis, "synthesis"),
-)
+_URLS = ("urls", "urls.jsonl", UrlScoring, "urls")
+_HARVEST = ("harvest", "harvest.jsonl", Harvest, "harvest")
+_CANDIDATES = ("candidates", "candidates.jsonl", CandidateScoring, "candidates")
+_ENTITIES = ("entities", "entities.jsonl", EntitySearch, "entities")
+_FILTER = ("filter", "filter.jsonl", FiveRuleFilter, "filter")
+_DEDUP = ("dedup", "dedup.jsonl", Dedup, "dedup")
+_SYNTHESIS = ("draft", "synthesis.jsonl", Synthesis, "synthesis")
+_CONSISTENCY = ("consistency", "consistency.jsonl", ConsistencyCheck, "consistency")
+#: (key, journal file, stage class, config field) in run order, per filter placement; the key names
+#: the record field a stage adds and its entry in the funnel.
+PLANS: dict[str, tuple[tuple[str, str, type[Stage], str], ...]] = {
+    "after_synthesis": (_URLS, _HARVEST, _CANDIDATES, _ENTITIES, _SYNTHESIS, _FILTER, _DEDUP, _CONSISTENCY),
+    "before_synthesis": (_URLS, _HARVEST, _CANDIDATES, _ENTITIES, _FILTER, _DEDUP, _SYNTHESIS, _CONSISTENCY),
+}
+STAGES = PLANS["after_synthesis"]
 IMAGES_DIR = "images"
 VERDICTS_FILE = "verdicts.sqlite"
 FUNNEL_FILE = "funnel.json"
-SYNTHESIS_JOURNAL = "synthesis.jsonl"
+FINAL_JOURNAL = "consistency.jsonl"  # the drafts as they go to the human audit
+
+
+def stage_plan(placement: str) -> tuple[tuple[str, str, type[Stage], str], ...]:
+    return PLANS[placement]
 
 
 class ReferenceSetupError(ValueError):
@@ -86,18 +103,34 @@ class ReferenceConfig(BaseModel):
     """The `[reference]` table of a kbvqa.toml: one sub-table per stage plus `[reference.fetch]`."""
 
     model_config = ConfigDict(extra="forbid")
+    #: after_synthesis: App. C.2 (each tag with ±200 characters of the draft); before_synthesis: §3.2's
+    #: wording (each candidate with its page text). The default follows the paper's detailed account.
+    filter_placement: Placement = "after_synthesis"
     urls: UrlConfig = Field(default_factory=UrlConfig)
     harvest: HarvestConfig = Field(default_factory=HarvestConfig)
     candidates: CandidateConfig = Field(default_factory=CandidateConfig)
     filter: FilterConfig = Field(default_factory=FilterConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
+    entities: EntityConfig = Field(default_factory=EntityConfig)
     synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
+    consistency: ConsistencyConfig = Field(default_factory=ConsistencyConfig)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
 
     def roles(self) -> tuple[str, ...]:
         """The model roles the stages read (what `--llm/--model` fills)."""
         cfgs = [getattr(self, f) for *_, f in STAGES]
         return tuple(dict.fromkeys(c.role for c in cfgs if "role" in type(c).model_fields))
+
+    def settled(self, backend: str | None = None) -> ReferenceConfig:
+        """A copy with the build-wide settings handed down to the stages that read them (the harvest
+        backend, the filter placement, the harvester's gates for the entity search), so each stage's
+        manifest records what it ran with."""
+        harvest = self.harvest.model_copy(update={"backend": backend or self.harvest.backend})
+        place = {"placement": self.filter_placement}
+        return self.model_copy(update={
+            "harvest": harvest, "filter": self.filter.model_copy(update=place),
+            "dedup": self.dedup.model_copy(update=place), "synthesis": self.synthesis.model_copy(update=place),
+            "entities": self.entities.model_copy(update={"backend": harvest.backend, "harvest": harvest})})
 
 
 def load_reference_config(path: str | Path | None) -> ReferenceConfig:
@@ -108,9 +141,10 @@ def load_reference_config(path: str | Path | None) -> ReferenceConfig:
 
 def reference_context(out_dir: Path, config: ReferenceConfig, *, roles: Mapping[str, Any] | None = None,
                       kb: Any = None, kb_images: Path | None = None, kb_image_rule: str = "auto",
-                      fetcher: Any = None) -> Context:
+                      fetcher: Any = None, entity_tools: Any = None) -> Context:
     """The context every stage job of one build shares: model roles, the KB, the image store, the
-    verdict cache, the KB image resolver (local) and the guarded fetcher (web)."""
+    verdict cache, the KB image resolver (local), the guarded fetcher (web) and the forward image
+    search of the entity stage (`entity_tools`; local: the KB's, web: given by the caller)."""
     from kbvqa.pipelines.index import ImageResolver
 
     backend = config.harvest.backend
@@ -124,19 +158,37 @@ def reference_context(out_dir: Path, config: ReferenceConfig, *, roles: Mapping[
         resources["local_image_root"] = Path(kb_images).resolve()
     if backend == "web":
         resources["fetcher"] = fetcher or LoopFetcher(**config.fetch.model_dump())
+    if entity_tools is None and backend == "local":
+        from kbvqa.tools.local import LocalTools
+
+        entity_tools = LocalTools()
+    if entity_tools is not None:
+        resources["entity_tools"] = entity_tools
     return Context(roles=dict(roles or {}), kb=kb, resources=resources)
 
 
 def stage_job(key: str, config: ReferenceConfig, ctx: Context) -> Job:
-    """The Job of one stage, by name: urls, harvest, candidates, filter, dedup, synthesis (or `draft`,
-    the field it adds)."""
+    """The Job of one stage, by name: urls, harvest, candidates, entities, filter, dedup, synthesis
+    (or `draft`, the field it adds), consistency. `config` is used as given (see `settled`)."""
     for k, _, cls, cfg in STAGES:
         if key in (k, cfg):
             stage = cls(getattr(config, cfg))
             return Job([stage], ctx, description=f"reference {cfg}",
-                       run_config={"pipeline": "reference", "stage": cfg,
+                       run_config={"pipeline": "reference", "stage": cfg, "filter_placement": config.filter_placement,
                                    "config": getattr(config, cfg).model_dump(mode="json")})
     raise KeyError(f"no reference stage {key!r} (stages: {', '.join(cfg for *_, cfg in STAGES)})")
+
+
+def _check_placement(funnel: Path, placement: str, resume: bool) -> None:
+    if not resume or not funnel.is_file():
+        return
+    try:
+        before = json.loads(funnel.read_text(encoding="utf-8")).get("intake", {}).get("filter_placement")
+    except ValueError:
+        return
+    if before and before != placement:
+        raise ReferenceSetupError(f"{funnel.parent} was built with filter_placement = {before!r}; resuming it with "
+                                  f"{placement!r} would mix the two orders: use --no-resume or another --out")
 
 
 @dataclass
@@ -156,10 +208,13 @@ def build_references(samples: str | Path, trajectories: str | Path, out: str | P
                      kb_images: Path | None = None, tools: Literal["local", "web"] | None = None,
                      image_root: Path | None = None, sample_format: str | None = None, resume: bool = True,
                      concurrency: int = 8, limit: int | None = None, progress: bool = False,
-                     fetcher: Any = None, on_stage: Callable[[dict[str, Any]], None] | None = None) -> BuildResult:
-    """Run the six stage jobs in order over `samples` ⋈ `trajectories`; write `funnel.json` and
+                     fetcher: Any = None, entity_tools: Any = None, web_tools: Mapping[str, Any] | None = None,
+                     on_stage: Callable[[dict[str, Any]], None] | None = None) -> BuildResult:
+    """Run the eight stage jobs in order over `samples` ⋈ `trajectories`; write `funnel.json` and
     return the funnel. `tools` (default: the backend the trajectories were made with, else local)
-    chooses how pages are harvested. `on_stage` sees each stage's summary as it finishes."""
+    chooses how pages are harvested and which forward image search the entity stage uses (web:
+    `entity_tools`, else the WebTools built from `web_tools` settings, `[tools.web]`). `on_stage` sees each stage's summary as it finishes. Resuming a folder built
+    with the other filter placement is refused (its journals hold the other order's records)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     config = (config or ReferenceConfig()).model_copy(deep=True)
@@ -167,15 +222,21 @@ def build_references(samples: str | Path, trajectories: str | Path, out: str | P
     records = taken.records[:limit] if limit is not None else taken.records
     used = Counter(r["trajectory_source"].get("tools") for r in records)
     backend = tools or (next(iter(used)) if len(used) == 1 and next(iter(used)) in ("local", "web") else "local")
-    config.harvest = config.harvest.model_copy(update={"backend": backend})
-    ctx = reference_context(out, config, roles=roles, kb=kb, kb_images=kb_images, fetcher=fetcher)
+    config = config.settled(backend)
+    _check_placement(out / FUNNEL_FILE, config.filter_placement, resume)
+    if backend == "web" and entity_tools is None and web_tools is not None:
+        from kbvqa.pipelines.reference.entities import LoopTools
+
+        entity_tools = LoopTools(dict(web_tools))
+    ctx = reference_context(out, config, roles=roles, kb=kb, kb_images=kb_images, fetcher=fetcher,
+                            entity_tools=entity_tools)
     warnings = []
     if taken.counts["unguided"]:
         warnings.append(f"{taken.counts['unguided']} trajectories were not run with the short reference as guidance "
                         "(seed 001 collects them guided); references are built from them anyway")
     summaries: list[dict[str, Any]] = []
     inputs: list[dict[str, Any]] = records
-    for key, journal, _, label in STAGES:
+    for key, journal, _, label in stage_plan(config.filter_placement):
         path = out / journal
         ids = [r["id"] for r in inputs]
         if inputs:
@@ -194,6 +255,7 @@ def build_references(samples: str | Path, trajectories: str | Path, out: str | P
                                 "ok items); run with --no-resume to score their URLs with the model")
         inputs = [{k: v for k, v in ln.items() if k not in ("status", "reason", "attempts", "stage")}
                   for ln in lines if ln.get("status") == "ok"]
-    result = BuildResult(out, {**taken.counts, "limited_to": len(records), "tools": backend}, summaries, warnings)
+    result = BuildResult(out, {**taken.counts, "limited_to": len(records), "tools": backend,
+                               "filter_placement": config.filter_placement}, summaries, warnings)
     (out / FUNNEL_FILE).write_text(json.dumps(result.as_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
     return result

@@ -1,8 +1,11 @@
 """Stage 6 — the human audit (seed 001 §3.2 stage 4): a sheet out, decisions in, references written.
 
-`export_sheet` writes one CSV row per draft: the item, the draft text with its tags, the images it
-cites (index, file under the build folder, source), and two columns for the reviewer: `decision`
-(accept / minor fix / reject) and `corrected_text` (the fixed draft, for minor fix). `import_sheet`
+`export_sheet` writes one CSV row per draft (the consistency-check journal: drafts after the
+filter, the de-duplication and the check): the item, the draft text with its tags, the images it
+cites (index, file under the build folder, source), `flags` for the reviewer's attention (a failed
+multimodal consistency check with its issues; an image kept without a five-rule verdict because the
+filter call failed), and two columns for the reviewer: `decision` (accept / minor fix / reject) and
+`corrected_text` (the fixed draft, for minor fix). `import_sheet`
 reads it back and writes only accepted or fixed items as references in the NoteVQA layout
 (`kbvqa.data.notevqa`: `reference` = {text, images: [{path, source_url, sha256}]}), with paths
 relative to the references file. A fixed text's tags are checked like the generator's (the same
@@ -28,13 +31,14 @@ from kbvqa.data.sheets import read_sheet, write_sheet
 from kbvqa.pipelines.reference.synthesis import check_tags, renumber
 from kbvqa.runner import read_results
 
-COLUMNS = ("id", "question", "short_answer", "draft", "images", "decision", "corrected_text", "notes")
+COLUMNS = ("id", "question", "short_answer", "draft", "images", "flags", "decision", "corrected_text", "notes")
 DECISIONS = ("accept", "minor fix", "reject")
 
 
 def _drafts(journal: Path) -> dict[str, dict[str, Any]]:
     if not journal.is_file():
-        raise DataError("no synthesis journal: run `kbvqa reference build` first", file=journal)
+        raise DataError("no journal of drafts: run `kbvqa reference build` first (the drafts go to review "
+                        "from its last stage, the consistency check)", file=journal)
     return {line["id"]: line for line in read_results(journal) if line.get("status") == "ok"}
 
 
@@ -43,16 +47,38 @@ def _image_lines(draft: dict[str, Any], image_dir: str) -> str:
                      for im in draft["images"])
 
 
+def review_flags(line: dict[str, Any]) -> list[str]:
+    """What a reviewer must look at in this draft: a failed consistency check (with its issues) and
+    images the five-rule filter could not judge."""
+    flags = []
+    cons = line.get("consistency") or {}
+    if cons.get("passed") is False:
+        issues = "; ".join(f"{i['kind']}" + (f" (tag {i['tag']})" if i.get("tag") else "") + f": {i['detail']}"
+                           for i in cons.get("issues") or [])
+        flags.append(f"CONSISTENCY CHECK FAILED — {issues}")
+    index = {im["sha256"]: im["index"] for im in line["draft"]["images"]}
+    for u in (line.get("filter") or {}).get("unchecked") or []:
+        if u["sha256"] in index:
+            flags.append(f"image {index[u['sha256']]} kept without a five-rule verdict (filter call {u['status']}: "
+                         f"{u['reason'][:160]})")
+    return flags
+
+
 def export_sheet(journal: str | Path, out: str | Path, *, image_dir: str = "images",
                  overwrite: bool = False) -> dict[str, Any]:
-    """The reviewers' CSV for every ok draft in the synthesis journal; refuses to overwrite a sheet
-    (it may hold decisions) unless `overwrite`."""
+    """The reviewers' CSV for every ok draft in the final journal; refuses to overwrite a sheet (it
+    may hold decisions) unless `overwrite`."""
     drafts = _drafts(Path(journal))
+    flags = {rid: review_flags(line) for rid, line in drafts.items()}
     write_sheet(out, COLUMNS, ({"id": rid, "question": line.get("question", ""), "short_answer": line.get("answer", ""),
                                 "draft": line["draft"]["text"], "images": _image_lines(line["draft"], image_dir),
-                                "decision": "", "corrected_text": "", "notes": ""} for rid, line in drafts.items()),
+                                "flags": "\n".join(flags[rid]), "decision": "", "corrected_text": "", "notes": ""}
+                               for rid, line in drafts.items()),
                 overwrite=overwrite, who="reviewers")
-    return {"sheet": str(out), "rows": len(drafts), "decisions": list(DECISIONS)}
+    return {"sheet": str(out), "rows": len(drafts), "decisions": list(DECISIONS),
+            "flagged_consistency_failed": sum((drafts[r].get("consistency") or {}).get("passed") is False
+                                              for r in drafts),
+            "flagged_unjudged_images": sum(sum(f.startswith("image ") for f in fl) for fl in flags.values())}
 
 
 def _decision(raw: str | None, sheet: Path, row: int) -> str:

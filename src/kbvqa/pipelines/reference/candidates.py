@@ -68,6 +68,27 @@ def query_image(record: dict[str, Any], what: str) -> str:
     return q
 
 
+async def score_images(ctx: Context, role: str, record: dict[str, Any], images: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each image with its five dimension scores, overall score and scorer: one two-image call per
+    image (the query image first); any failed or unusable verdict fails the item (`gather_all`)."""
+    if not images:
+        return []
+    query = query_image(record, "candidate scoring")
+    cache = ctx.resource("verdicts", None)
+    replies = await gather_all((ask(
+        ctx, role, CANDIDATE_SCORE, CandidateReply, what=f"candidate scoring ({x['sha256'][:12]})",
+        images=[query, ctx.resource("image_store").path(x["path"])], cache=cache,
+        cache_parts={"kind": "candidate", "query": record.get("query_sha256"), "candidate": x["sha256"],
+                     "question": record.get("question", ""), "answer": record.get("answer", "")},
+        question=record.get("question", ""), answer=record.get("answer", "")) for x in images),
+        "candidate scores")
+    scored = []
+    for x, (reply, prov) in zip(images, replies):
+        scores = {d: getattr(reply, d).model_dump() for d in DIMENSIONS}
+        scored.append({**x, "scores": scores, "overall": reply.overall, "scorer": prov})
+    return scored
+
+
 @register_stage
 class CandidateScoring(Stage):
     """Reads `harvest.candidates`; adds `candidates` {kept (top-k, scored, ranked), scorer}. Resources:
@@ -86,19 +107,7 @@ class CandidateScoring(Stage):
             raise needs_model("candidate-image scoring (a two-image VLM call)", c.role)
         ok = await asyncio.gather(*(asyncio.to_thread(loadable, store.path(x["path"])) for x in pool))
         live = [x for x, good in zip(pool, ok) if good]
-        query = query_image(record, "candidate scoring") if live else None
-        cache = ctx.resource("verdicts", None)
-        replies = await gather_all((ask(
-            ctx, c.role, CANDIDATE_SCORE, CandidateReply, what=f"candidate scoring ({x['sha256'][:12]})",
-            images=[query, store.path(x["path"])], cache=cache,
-            cache_parts={"kind": "candidate", "query": record.get("query_sha256"), "candidate": x["sha256"],
-                         "question": record.get("question", ""), "answer": record.get("answer", "")},
-            question=record.get("question", ""), answer=record.get("answer", "")) for x in live),
-            "candidate scores")
-        scored = []
-        for x, (reply, prov) in zip(live, replies):
-            scores = {d: getattr(reply, d).model_dump() for d in DIMENSIONS}
-            scored.append({**x, "scores": scores, "overall": reply.overall, "scorer": prov})
+        scored = await score_images(ctx, c.role, record, live)
         ranked = sorted(scored, key=lambda s: -s["overall"])  # stable: ties keep pool order
         kept = [{**s, "rank": i} for i, s in enumerate(ranked[: c.top_k], 1)]
         drops = Counter(unloadable=len(pool) - len(live), below_top_k=max(0, len(ranked) - c.top_k))

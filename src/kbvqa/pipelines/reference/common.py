@@ -17,7 +17,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -27,6 +27,11 @@ from kbvqa.models.prompts import Prompt
 from kbvqa.runner.stage import Context, Invalid, StageConfig
 
 M = TypeVar("M", bound=BaseModel)
+
+#: Where the five-rule filter and the de-duplication run: on each tag of the synthesised draft, as
+#: seed 001 App. C.2 describes it (the default), or on the candidates before synthesis, as §3.2 words it.
+Placement = Literal["after_synthesis", "before_synthesis"]
+PLACEMENTS: tuple[str, ...] = ("after_synthesis", "before_synthesis")
 
 
 class ReferenceStageConfig(StageConfig):
@@ -149,6 +154,36 @@ async def gather_all(coros: Iterable[Any], what: str) -> list[Any]:
     if hard:
         raise ModelCallFailed(f"{first}{note}")
     raise Invalid(f"{first}{note}")
+
+
+async def settle(coros: Iterable[Any]) -> list[tuple[str, Any]]:
+    """Run calls concurrently and return each one's outcome without failing the item: ("ok", value),
+    ("error", exc) for a failed call, ("invalid", exc) for an unusable reply. A missing model and
+    cancellation still propagate: they are not outcomes of one call."""
+    results = await asyncio.gather(*coros, return_exceptions=True)
+    out: list[tuple[str, Any]] = []
+    for r in results:
+        if isinstance(r, NeedsModel) or (isinstance(r, BaseException) and not isinstance(r, Exception)):
+            raise r
+        out.append(("invalid", r) if isinstance(r, Invalid) else ("error", r) if isinstance(r, Exception)
+                   else ("ok", r))
+    return out
+
+
+def scored_pool(record: Mapping[str, Any], max_candidates: int | None = None) -> list[dict[str, Any]]:
+    """The scored top-k (at most `max_candidates`) followed by the entity-search additions: what the
+    pre-synthesis filter checks, and what the synthesis may cite when the filter runs after it."""
+    top = list((record.get("candidates") or {}).get("kept") or [])[:max_candidates]
+    return [*top, *((record.get("entities") or {}).get("added") or [])]
+
+
+def synthesis_pool(record: Mapping[str, Any], placement: str, max_candidates: int | None = None) -> list[dict[str, Any]]:
+    """The candidates the synthesis may cite: what survived the pre-synthesis filter and
+    de-duplication (`before_synthesis`), or the scored pool itself (`after_synthesis`, where the
+    filter and de-duplication work on the draft's tags instead)."""
+    if placement == "before_synthesis":
+        return list((record.get("dedup") or {}).get("kept") or [])
+    return scored_pool(record, max_candidates)
 
 
 def counts(**values: int | Mapping[str, int]) -> dict[str, Any]:

@@ -350,6 +350,11 @@ class Harvest(Stage):
                                     page_url=page.url, context=context, source_url=u))
 
     # -- images ---------------------------------------------------------------------------------
+    async def gate_images(self, found: list[Found], ctx: Context, keep: int,
+                          attempts: int) -> tuple[list[dict[str, Any]], Counter[str]]:
+        """The same gates for images found elsewhere (the entity image search): kept, drops."""
+        return await self._images(found, ctx, self.config, keep, attempts)  # type: ignore[arg-type]
+
     async def _images(self, found: list[Found], ctx: Context, c: HarvestConfig, keep: int,
                       attempts: int) -> tuple[list[dict[str, Any]], Counter[str]]:
         """Gate, fetch and admit `found` in order, in windows (bounded work, deterministic order):

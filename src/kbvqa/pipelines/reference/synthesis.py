@@ -22,7 +22,8 @@ from pydantic import Field
 from kbvqa.data.notevqa import candidate_tag, reference_tags
 from kbvqa.models.prompts.reference import SYNTHESIS
 from kbvqa.pipelines.reference.candidates import DIMENSIONS, query_image
-from kbvqa.pipelines.reference.common import ReferenceStageConfig, ask, counts, needs_model, stage_record
+from kbvqa.pipelines.reference.common import (Placement, ReferenceStageConfig, ask, counts, needs_model, stage_record,
+                                              synthesis_pool)
 from kbvqa.runner.stage import Context, Invalid, Stage
 from kbvqa.stages import register_stage
 
@@ -46,6 +47,52 @@ def renumber(text: str, used: list[int]) -> str:
         out += [text[pos:t.start], candidate_tag(new[t.index])]
         pos = t.end
     return "".join(out) + text[pos:]
+
+
+def drop_tags(text: str, drop: set[int]) -> str:
+    """`text` without the tags citing an index in `drop` (a tag alone on its line takes the line
+    with it); the remaining tags keep their indices (renumber afterwards)."""
+    tags, _ = reference_tags(text)
+    out, pos = [], 0
+    for t in tags:
+        if t.index not in drop:
+            continue
+        start, end = t.start, t.end
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", end)
+        line_end = len(text) if line_end < 0 else line_end
+        if not text[line_start:start].strip() and not text[end:line_end].strip():  # the tag's own line
+            start, end = max(line_start - 1, 0), line_end
+        out.append(text[pos:start])
+        pos = max(pos, end)
+    return "".join(out) + text[pos:]
+
+
+def keep_images(draft: dict[str, Any], keep: list[int]) -> dict[str, Any]:
+    """The draft citing only the images whose (current) indices are in `keep`, renumbered 1..M in
+    order of use: what the post-synthesis filter and de-duplication leave of a draft."""
+    kept = [i for i in (t.index for t in reference_tags(draft["text"])[0]) if i in set(keep)]
+    text = renumber(drop_tags(draft["text"], {im["index"] for im in draft["images"]} - set(kept)), kept)
+    by_index = {im["index"]: im for im in draft["images"]}
+    return {**draft, "text": text, "images": [{**by_index[old], "index": new} for new, old in enumerate(kept, 1)]}
+
+
+def tag_context(text: str, index: int, window: int = 200, limit: int = 300) -> str:
+    """The text around the tag citing image `index` (seed 001 C.2: ±`window` characters, truncated
+    to `limit`, the text before the tag first: the sentence a tag illustrates comes before it). The
+    tag itself reads [this image], any other tag [another image]."""
+    tags, _ = reference_tags(text)
+    parts, pos, here = [], 0, 0
+    for t in tags:
+        parts.append(text[pos:t.start])
+        if t.index == index:
+            here = sum(len(p) for p in parts)
+        else:
+            parts.append("[another image]")
+        pos = t.end
+    plain = "".join(parts) + text[pos:]
+    ctx = f"{plain[max(0, here - window):here]} [this image] {plain[here:here + window]}"
+    return " ".join(ctx.split())[:limit]
 
 
 def trajectory_text(steps: list[dict[str, Any]], observation_chars: int = 3000) -> str:
@@ -75,14 +122,17 @@ def candidate_block(cands: list[dict[str, Any]]) -> str:
 
 class SynthesisConfig(ReferenceStageConfig):
     role: str = "vision"
-    max_candidates: int = Field(10, ge=0)
+    placement: Placement = "after_synthesis"  # filled from [reference] filter_placement
+    max_candidates: int = Field(10, ge=0)  # of the scored top-k shown (entity-search additions come on top)
     observation_chars: int = Field(3000, ge=100)
     max_reply_tokens: int = Field(2048, ge=64)
 
 
 @register_stage
 class Synthesis(Stage):
-    """Reads `dedup.kept` and `steps`; adds `draft` {text, images, unused, generator}."""
+    """Reads the synthesis pool (`common.synthesis_pool`: `dedup.kept` before, or `candidates.kept` +
+    `entities.added` when the filter runs after) and `steps`; adds `draft` {text, images, unused,
+    generator}."""
 
     name = "reference-synthesis"
     version = "1"
@@ -94,7 +144,7 @@ class Synthesis(Stage):
         if c.role not in ctx.roles:
             raise needs_model("the interleaved synthesis (a multimodal call)", c.role)
         store = ctx.resource("image_store")
-        cands = ((record.get("dedup") or {}).get("kept") or [])[: c.max_candidates]
+        cands = synthesis_pool(record, c.placement, c.max_candidates)
         query = query_image(record, "synthesis")
         raw, prov = await ask(ctx, c.role, SYNTHESIS, None, what="synthesis", params={"max_tokens": c.max_reply_tokens},
                               images=[query, *(store.path(x["path"]) for x in cands)],
@@ -107,7 +157,8 @@ class Synthesis(Stage):
             raise Invalid(f"synthesis: {len(violations)} bad image tag(s) ({kinds}); first: "
                           f"{violations[0]['tag']!r}: {violations[0]['detail']}")
         images = [{"index": i, **{k: cands[old - 1].get(k) for k in ("sha256", "path", "source_url", "page_url",
-                                                                      "pool", "overall")}}
+                                                                      "pool", "overall", "entity")
+                                  if k != "entity" or cands[old - 1].get(k)}}
                   for i, old in enumerate(used, 1)]
         unused = [x["sha256"] for j, x in enumerate(cands, 1) if j not in used]
         payload = {"text": renumber(raw, used), "images": images, "unused": unused, "raw": raw, "generator": prov}
