@@ -158,7 +158,8 @@ def test_grounded_counts_every_item_that_cannot_count(tmp_path):
         (6, 2, 1, 1, 1, 1)
     assert run["recall"]["estimate"] == pytest.approx(100 / 3, abs=1e-3) and res["n_grounded_in_all"] == 2
     assert an.final_evidence({"evidence_used": []}, "pool") == []
-    with pytest.raises(ValueError, match="no prediction has final evidence at stage 'post'.*initial"):
+    with pytest.raises(ValueError, match="no prediction has retrieval stage 'post': none holds .*IBA selected_url"
+                                         ".*stages there: initial"):
         an.grounded_study([preds], refs, stage="post")
     assert st.study_name(res) == "grounded-pool" and "grounded" in study_table(res).name
 

@@ -1,7 +1,6 @@
 """E-VQA CSV adapter: answer/part splitting, 2-hop entities, evidence, lossless rewrite, errors."""
 
 import csv
-import io
 
 import pytest
 
@@ -35,14 +34,6 @@ def _write(path, header, rows, lineterminator="\r\n"):
     return path
 
 
-def _reserialised(path):
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
-    buf = io.StringIO(newline="")
-    csv.writer(buf).writerows(rows)
-    return buf.getvalue().encode("utf-8")
-
-
 @pytest.fixture
 def evqa_csv(tmp_path):
     return _write(tmp_path / "test.csv", OFFICIAL_COLUMNS, ROWS, lineterminator="\n")
@@ -68,15 +59,24 @@ def test_mapping(evqa_csv):
     assert s3.images == []
 
 
-def test_rewrite_is_byte_identical_to_csv_reserialisation(evqa_csv, tmp_path):
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_rewrite_is_byte_identical_line_endings_kept(tmp_path, eol):
+    src = _write(tmp_path / "in.csv", OFFICIAL_COLUMNS, ROWS, lineterminator=eol)
     out = tmp_path / "out.csv"
-    assert write_samples(read_samples(evqa_csv, "evqa"), out, "evqa") == 4
-    assert out.read_bytes() == _reserialised(evqa_csv)
+    assert write_samples(read_samples(src, "evqa"), out, "evqa") == 4
+    assert out.read_bytes() == src.read_bytes()  # LF stays LF, CRLF stays CRLF
     # and through the kbvqa JSONL intermediate
     mid, out2 = tmp_path / "mid.jsonl", tmp_path / "out2.csv"
-    write_samples(read_samples(evqa_csv, "evqa"), mid, "kbvqa")
+    write_samples(read_samples(src, "evqa"), mid, "kbvqa")
     write_samples(read_samples(mid, "kbvqa"), out2, "evqa")
-    assert out2.read_bytes() == _reserialised(evqa_csv)
+    assert out2.read_bytes() == src.read_bytes()
+
+
+def test_samples_without_a_source_file_are_written_with_crlf(evqa_csv, tmp_path):
+    from kbvqa.data.schema import Sample
+    out = tmp_path / "o.csv"
+    write_samples([Sample(id="q1", question="Q?", answers=["a"])], out, "evqa")
+    assert out.read_bytes().count(b"\r\n") == 2  # the csv module's default, as before
 
 
 def test_edits_are_written_and_untouched_groups_kept(evqa_csv, tmp_path):

@@ -12,7 +12,7 @@ import typer
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, fail,
                               model_limits, print_table)
 from kbvqa.evaluate import METRICS, infoseek_modes
-from kbvqa.evaluate.methods import DATASETS, DUPLICATE_POLICIES, METHODS
+from kbvqa.evaluate.methods import DATASETS, DUPLICATE_POLICIES, METHODS, RULES
 from kbvqa.evaluate.retrieval import TWO_HOP_POLICIES, parse_ks
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ MethodName = Literal[tuple(METHODS.names())]  # type: ignore[valid-type]
 TwoHop = Literal[TWO_HOP_POLICIES]  # type: ignore[valid-type]
 Duplicates = Literal[DUPLICATE_POLICIES]  # type: ignore[valid-type]
 Dataset = Literal[DATASETS]  # type: ignore[valid-type]
+Rules = Literal[RULES]  # type: ignore[valid-type]
 
 # ScoreInputError, ConfigError, InputError and UnknownName are ValueErrors; a missing BEM is a RuntimeError;
 # an unreadable file or an unwritable journal folder an OSError.
@@ -206,6 +207,8 @@ def convert_predictions(
                                                help="wikiprf legacy: *_raw_outputs.jsonl supplying the ids."),
     allow_gt_order: bool = typer.Option(False, "--allow-gt-order",
                                         help="wikiprf legacy: assign ids by reference row order (reported)."),
+    rules: Rules = typer.Option("kbvqa", "--rules", help="Where kbvqa's parsing and the ARA authors' scripts "
+                                "differ (CoMEM extraction): kbvqa's, or the authors' (named in the report)."),
     as_json: bool = typer.Option(False, "--json", help="Print the conversion report as one JSON object."),
 ) -> None:
     """Convert a published method's outputs to kbvqa prediction lines {data_id, prediction, method, parse_rule}."""
@@ -213,7 +216,7 @@ def convert_predictions(
 
     _show(lambda: convert(source, method, out, references=references, dataset=dataset, duplicates=duplicates,
                           id_key=id_key, answer_key=answer_key, extract=extract, raw_outputs=raw_outputs,
-                          allow_gt_order=allow_gt_order), as_json)
+                          allow_gt_order=allow_gt_order, rules=rules), as_json)
 
 
 @app.command("ivr12")

@@ -390,11 +390,17 @@ def fix_kinds(
 
 @app.command("grounded")
 def grounded_cmd(
-    predictions: list[str] = typer.Option(..., "--predictions", "-p", help="PATH or NAME=PATH; repeat per run."),
+    predictions: list[str] = typer.Option(..., "--predictions", "-p",
+                                          help="PATH or NAME=PATH; repeat per run. kbvqa runs, converted files, or a "
+                                               "method's file as released (EchoSight reranker JSON, IBA metadata/"
+                                               "answers JSONL, Wiki-PRF generation/recall details JSONL)."),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
-                                    help="Gold entities: kbvqa JSONL (entity.url) or CSV with wikipedia_url."),
-    stage: str = typer.Option("post", "--stage", help="post (reranked), initial, any trail stage, or pool "
-                                                      "(the evidence_used sections)."),
+                                    help="Gold entities: kbvqa JSONL (entity.url) or CSV with wikipedia_url (the "
+                                         "ARA augmented CSV too)."),
+    stage: str = typer.Option("post", "--stage", help="post (the evidence the answer read: kbvqa rerank, EchoSight "
+                                                      "reranked_entries, IBA selected_url, Wiki-PRF aggregated "
+                                                      "pool), initial, any other stage, or pool (evidence_used); a "
+                                                      "run without it is refused, naming the fields looked for."),
     k: int = typer.Option(1, "--k", min=1, help="Top-k of a retrieval stage that counts (not for pool)."),
     ids_out: Optional[Path] = typer.Option(None, "--ids-out", dir_okay=False,
                                            help="Write the ids grounded in every run here, one per line."),
@@ -454,10 +460,12 @@ def variants(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                                      help="Predictions on the augmented samples (ids __anchor, __intra, ...)."),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
-                                    help="The augmented samples (`kbvqa augment` OUT/samples.jsonl)."),
+                                    help="The augmented samples (`kbvqa augment` OUT/samples.jsonl), or the ARA "
+                                         "augmented CSV as released (anchor / intra / inter per row)."),
     scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
     stage: str = typer.Option("post", "--stage", help="Post-retrieval recall from this stage of the predictions' "
-                                                      "trails (post, initial, ..., pool), or none."),
+                                                      "trails or the methods' own fields (post, initial, ..., "
+                                                      "pool), or none (predictions without it are refused)."),
     k: int = typer.Option(1, "--k", min=1, help="Top-k of the stage that counts (not for pool)."),
     by_type: Optional[bool] = typer.Option(None, "--by-type/--no-by-type",
                                            help="Columns per question type (default: for InfoSeek's types)."),

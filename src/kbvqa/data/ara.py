@@ -8,7 +8,11 @@ question_before_review, ...) go to meta, and writing reproduces the file.
 The augmented manifest (`augmented/infoseek_challenging_queries_*.csv`) has one row per anchor with
 its intra-category (method1) and inter-category (method2) composites. It is available both as
 lossless rows (`read_ara_augmented` / `write_ara_augmented`) and as three Samples per row
-(`augmented_samples`): `<anchor>__anchor`, `<anchor>__intra`, `<anchor>__inter`.
+(`augmented_samples`): `<anchor>__anchor`, `<anchor>__intra`, `<anchor>__inter`. Where references
+are read (scorers, studies, retrieval gold), `augmented_reference_rows` gives those three samples as
+ground-truth-shaped rows, so the manifest is accepted wherever a reference CSV is.
+
+Numerical answers written as ranges get `Answer.range` in both shapes (`kbvqa.data.evqa.numeric_range`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kbvqa.data.errors import DataError, ErrorPolicy, from_validation_error
-from kbvqa.data.evqa import iter_csv, read_evqa, write_evqa
+from kbvqa.data.evqa import iter_csv, numeric_range, read_evqa, write_evqa
 from kbvqa.data.infoseek import SOURCE_KEY, normalise_answer_type
 from kbvqa.data.schema import Answer, Entity, Sample
 
@@ -87,8 +91,9 @@ def write_ara_augmented(rows: Iterable[dict[str, Any]], path: str | Path) -> int
     return n
 
 
-def _answers(cell: str) -> list[Answer]:
-    return [Answer(text=a) for a in cell.split("|")] if cell.strip() else []
+def _answers(cell: str, numeric: bool) -> list[Answer]:
+    return [Answer(text=a, range=numeric_range(a) if numeric else None) for a in cell.split("|")] \
+        if cell.strip() else []
 
 
 def augmented_row_samples(row: dict[str, str], *, file: str | Path | None = None, rownum: int | None = None,
@@ -131,7 +136,7 @@ def augmented_row_samples(row: dict[str, str], *, file: str | Path | None = None
             raise DataError("missing question", file=file, row=rownum, field=qcol)
         try:
             out.append(Sample(id=f"{anchor}__{side}", question=question, images=[image] if image else [],
-                              answers=_answers(answer), question_type=qtype, answer_type=atype,
+                              answers=_answers(answer, atype == "Numerical"), question_type=qtype, answer_type=atype,
                               entity=entity, dataset="infoseek",
                               meta={"augmented": {"variant": side, **common, **extra},
                                     SOURCE_KEY: {"format": "ara_augmented", "row": rownum}}))
@@ -159,6 +164,22 @@ def augmented_samples(path: str | Path, *, with_position: bool = False,
                                              with_position=with_position)
         except DataError as e:
             policy.handle(e)
+
+
+def augmented_reference_rows(path: str | Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """The augmented manifest as reference rows, three per manifest row (anchor, intra, inter), in
+    the ground-truth CSV's shape: (manifest row number, {data_id: <anchor>__<variant>, question,
+    answer, question_type, wikipedia_url, wikipedia_title, dataset_name, image_path}). Every variant
+    keeps the anchor's entity as its gold url; the inter question is the one without the position
+    cue (as `augmented_samples`). Errors are raised, never skipped: these are references."""
+    for num, header, row in iter_csv(path, ErrorPolicy()):
+        if len(row) != len(header):
+            raise DataError(f"expected {len(header)} cells, found {len(row)}", file=path, row=num)
+        for s in augmented_row_samples(dict(zip(header, row)), file=path, rownum=num):
+            yield num, {"data_id": s.id, "question": s.question, "answer": "|".join(s.answer_texts),
+                        "question_type": s.question_type or "", "wikipedia_url": (s.entity and s.entity.url) or "",
+                        "wikipedia_title": (s.entity and s.entity.title) or "", "dataset_name": s.dataset or "",
+                        "image_path": s.images[0] if s.images else ""}
 
 
 def read_ara(path: str | Path, *, policy: ErrorPolicy | None = None, with_position: bool = False,

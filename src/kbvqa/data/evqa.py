@@ -9,18 +9,25 @@ when it is String/Numerical/Time (InfoSeek rows in ARA files) also answer_type, 
 "infoseek" when there is no dataset_name. An evidence / split cell equal to "0" is ARA's placeholder
 and never becomes Evidence or a split. Every other column goes to meta under its own name.
 
+Numeric answers: in a row whose question_type is Numerical (InfoSeek rows of the ARA files), an
+alternative written as a range ("6 - 7", "between 5 and 7") gets `Answer.range`, read by the data
+layer's quantity parser (`kbvqa.data.matching.parse_quantity`); the text stays as written.
+
 Ids: the `data_id` column when present; otherwise `E-VQA_<0-based data row>`, the convention ARA
 used when it added ids to the official test CSV.
 
 Lossless: meta["_source"] keeps the column order and, for a column group whose canonical
 re-serialisation would differ from the cells (placeholders, odd evidence alignment), the original
-cells; they are written back while the sample's fields still parse the same. Rows are CSV records;
+cells; they are written back while the sample's fields still parse the same. The file's line ending
+is kept too: an LF file is recorded (`meta["_source"]["line_terminator"]`) and written back with LF;
+CRLF, the csv module's default, is what a sample without that record gets. Rows are CSV records;
 errors name the record number with the header as row 1.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -43,10 +50,32 @@ OFFICIAL_COLUMNS = ["question", "answer", "dataset_image_ids", "dataset_name", "
 DEFAULT_COLUMNS = ["data_id", *OFFICIAL_COLUMNS]
 
 
-def parse_answer_cell(cell: str) -> list[Answer]:
+_SCALE_WORDS = re.compile(r"\b(?:thousand|million|billion)s?\b", re.IGNORECASE)
+
+
+def numeric_range(text: str) -> tuple[float, float] | None:
+    """(low, high) when a numeric answer is written as a range ("6 - 7", "170-200 cm"), else None;
+    a single number is no range. A range with a scale word ("1 - 2 million") is left unset (kbvqa's
+    choice): the InfoSeek scorers read numbers as written, unscaled, and a reference must not mean
+    one thing as CSV and another as JSONL. Shared by every CSV reader that sees numeric answers."""
+    from kbvqa.data.matching import parse_quantity
+
+    if _SCALE_WORDS.search(text):
+        return None
+    q = parse_quantity(text)
+    return (q.low, q.high) if q is not None and q.is_range else None
+
+
+def parse_answer_cell(cell: str, *, numeric: bool = False) -> list[Answer]:
+    """`|` alternatives, `&&` parts; with `numeric` (a Numerical row) each range gets Answer.range."""
     if not cell.strip():
         raise ValueError("empty answer")
-    return [Answer(text=alt, parts=alt.split("&&") if "&&" in alt else []) for alt in cell.split("|")]
+    return [Answer(text=alt, parts=alt.split("&&") if "&&" in alt else [],
+                   range=numeric_range(alt) if numeric else None) for alt in cell.split("|")]
+
+
+def _is_numerical(c: dict[str, str]) -> bool:
+    return c.get("question_type", "").strip().lower() == "numerical"
 
 
 def _split(cell: str) -> list[str]:
@@ -121,7 +150,7 @@ def _simple(col: str, field: str, placeholder: bool = False) -> _Group:
 GROUPS: list[_Group] = [
     _Group(("question",), lambda c: {"question": c.get("question", "")}, lambda s: {"question": s.question},
            lambda v: {"question": v["question"]}),
-    _Group(("answer",), lambda c: {"answers": parse_answer_cell(c.get("answer", ""))},
+    _Group(("answer",), lambda c: {"answers": parse_answer_cell(c.get("answer", ""), numeric=_is_numerical(c))},
            lambda s: {"answers": list(s.answers)}, lambda v: {"answer": "|".join(a.text for a in v["answers"])}),
     _Group(("dataset_image_ids",), lambda c: {"images": _split(c.get("dataset_image_ids", ""))},
            lambda s: {"images": list(s.images)}, lambda v: {"dataset_image_ids": "|".join(v["images"])}),
@@ -145,8 +174,9 @@ def _parse_group(g: _Group, cells: dict[str, str]) -> dict[str, Any]:
 
 
 def evqa_sample(header: list[str], row: list[str], index: int, *, file: str | Path | None = None,
-                rownum: int | None = None, fmt: str = "evqa") -> Sample:
-    """One CSV record -> Sample. `index` is the 0-based data row (for the E-VQA_<n> id)."""
+                rownum: int | None = None, fmt: str = "evqa", line_terminator: str | None = None) -> Sample:
+    """One CSV record -> Sample. `index` is the 0-based data row (for the E-VQA_<n> id);
+    `line_terminator` the file's, recorded when it is not CRLF."""
     if len(row) != len(header):
         raise DataError(f"expected {len(header)} cells, found {len(row)}", file=file, row=rownum)
     cells = dict(zip(header, row))
@@ -181,6 +211,8 @@ def evqa_sample(header: list[str], row: list[str], index: int, *, file: str | Pa
         data_id = f"E-VQA_{index}"
     meta: dict[str, Any] = {c: cells[c] for c in header if c not in _GROUP_OF and c != "data_id"}
     source: dict[str, Any] = {"format": fmt, "columns": list(header)}
+    if line_terminator is not None and line_terminator != "\r\n":
+        source["line_terminator"] = line_terminator
     if raw:
         source["raw"] = raw
     meta[SOURCE_KEY] = source
@@ -221,9 +253,18 @@ def iter_csv(path: str | Path, policy: ErrorPolicy) -> Iterator[tuple[int, list[
             yield num, header, row
 
 
+def detect_line_terminator(path: str | Path) -> str:
+    """The line ending of a CSV file's header line: "\r\n" or "\n" (CRLF for a one-line file
+    without one). A header cannot hold a quoted newline in these files, so its end is the file's."""
+    with open(path, "rb") as fh:
+        head = fh.readline(1 << 20)
+    return "\n" if head.endswith(b"\n") and not head.endswith(b"\r\n") else "\r\n"
+
+
 def read_evqa(path: str | Path, *, policy: ErrorPolicy | None = None, fmt: str = "evqa",
               **_: Any) -> Iterator[Sample]:
     policy = policy or ErrorPolicy()
+    eol = detect_line_terminator(path)
     index = -1
     checked = False
     for num, header, row in iter_csv(path, policy):
@@ -236,7 +277,7 @@ def read_evqa(path: str | Path, *, policy: ErrorPolicy | None = None, fmt: str =
         if "data_id" not in header:  # the official E-VQA CSV has none: ids come from row order, said so
             policy.report.warn("ids_made_from_row_order", f"no data_id column: row {num} is E-VQA_{index}")
         try:
-            yield evqa_sample(header, row, index, file=path, rownum=num, fmt=fmt)
+            yield evqa_sample(header, row, index, file=path, rownum=num, fmt=fmt, line_terminator=eol)
         except DataError as e:
             policy.handle(e)
 
@@ -285,18 +326,22 @@ def csv_columns_for(s: Sample) -> list[str]:
 def write_evqa(samples: Iterable[Sample], path: str | Path, *, columns: list[str] | None = None,
                **_: Any) -> int:
     """Write an E-VQA-shaped CSV. Columns: `columns`, else the first sample's source columns, else
-    data_id + the official columns + the first sample's scalar meta keys."""
+    data_id + the official columns + the first sample's scalar meta keys. Line ending: the first
+    sample's source file's (LF stays LF), else CRLF."""
     n = 0
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
+        w: Any = None
         cols = columns
         for s in samples:
             if cols is None:
                 cols = csv_columns_for(s)
             if n == 0:
+                src = s.meta.get(SOURCE_KEY)
+                eol = src.get("line_terminator") if isinstance(src, dict) else None
+                w = csv.writer(fh, lineterminator=eol if eol in ("\n", "\r\n") else "\r\n")
                 w.writerow(cols)
             w.writerow(evqa_row(s, cols))
             n += 1
         if n == 0:
-            w.writerow(cols if cols is not None else DEFAULT_COLUMNS)
+            csv.writer(fh).writerow(cols if cols is not None else DEFAULT_COLUMNS)
     return n

@@ -48,7 +48,8 @@ from kbvqa.evaluate.studies import (DEFAULT_RESAMPLES, ItemScores, _boot_meta, _
 
 __all__ = [
     "CHANGE_KINDS", "norm_text", "answer_alternatives", "answer_set", "change_kind", "load_records", "question_type_of", "ItemChange",
-    "VersionChanges", "version_changes", "Subset", "final_evidence", "grounded_flags", "grounded_subset",
+    "VersionChanges", "version_changes", "Subset", "prediction_stages", "final_evidence", "grounded_flags",
+    "grounded_subset",
     "grounded_study", "restrict", "paired_accuracy", "fix_kinds", "fix_kinds_study", "modification_rates",
     "modification_rates_study", "variant_accuracy", "variant_runs", "variants_study", "correctness_buckets", "buckets_study",
     "demo_analyses",
@@ -254,35 +255,72 @@ def _types_in_order(qtypes: Iterable[str]) -> list[str]:
 # the grounded subset
 
 
+def prediction_stages(prediction: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every retrieval stage a prediction line really holds, stage -> {"retrieved": [...], ...}:
+    kbvqa's trail (`meta.retrieval`, or `retrieval` / `rerank` / `image_retrieval`), a bare
+    `retrieved` list as the initial stage, and the published methods' own fields
+    (`kbvqa.evaluate.methods.method_stages`: EchoSight reranked_entries, IBA candidate_urls /
+    selected_url, Wiki-PRF retrieved_urls with its hits). A stage nothing wrote is absent: never an
+    empty stand-in, so a run without it is refused rather than scored 0."""
+    from kbvqa.evaluate.methods import method_stages
+    from kbvqa.stages.answer.retrieve import retrieval_trail
+
+    obj = dict(prediction)
+    trail = (obj.get("meta") or {}).get("retrieval") or retrieval_trail(obj)
+    out = {st: dict(v) for st, v in trail.items() if isinstance(v, dict) and isinstance(v.get("retrieved"), list)}
+    if not out and isinstance(obj.get("retrieved"), list):
+        out["initial"] = {"retrieved": obj["retrieved"], "from": "retrieved"}
+    for st, v in method_stages(obj).items():
+        out.setdefault(st, v)
+    return out
+
+
 def final_evidence(prediction: Mapping[str, Any], stage: str = "post", k: int = 1) -> list[str] | None:
     """Canonical urls of a prediction's final evidence: the top-`k` of retrieval stage `stage`
-    (`post` = reranked, `initial`, or any stage of its trail), or with stage `pool` every url of the
-    `evidence_used` sections the answer was conditioned on. None when the prediction has no such
-    stage (or its evidence names no url): that is unknown, not "not grounded"."""
+    (`post` = the evidence the answer read: kbvqa's rerank, EchoSight's reranked_entries, IBA's
+    selected_url, Wiki-PRF's aggregated pool; `initial`; or any stage `prediction_stages` finds), or
+    with stage `pool` every url of the `evidence_used` sections the answer was conditioned on. None
+    when the prediction has no such stage (or its evidence names no url): that is unknown, not "not
+    grounded"."""
     if stage == "pool":
         ev = prediction.get("evidence_used")
         if not isinstance(ev, list):
             return None
         urls = [e["url"] for e in ev if isinstance(e, dict) and isinstance(e.get("url"), str) and e["url"]]
         return None if ev and not urls else [canonical_url(u) for u in urls]
-    from kbvqa.stages.answer.retrieve import retrieval_records
+    rec = prediction_stages(prediction).get(stage)
+    return None if rec is None else [canonical_url(u) for u in rec["retrieved"][:k]]
 
-    for rec in retrieval_records(dict(prediction)):
-        if rec["stage"] == stage:
-            return [canonical_url(u) for u in rec["retrieved"][:k]]
-    return None
+
+def _authors_hit(prediction: Mapping[str, Any], stage: str, k: int) -> bool | None:
+    """The method's own top-k hit flag for the stage (Wiki-PRF `hits.<stage>.top<k>`), if it wrote one."""
+    rec = prediction_stages(prediction).get(stage) or {}
+    hits = rec.get("hits")
+    return hits.get(f"top{k}") if isinstance(hits, dict) else None
+
+
+def _stage_sources(stage: str) -> str:
+    """Where a stage is looked for, for a refusal to name."""
+    from kbvqa.evaluate.methods import stage_fields
+
+    if stage == "pool":
+        return "evidence_used (the sections the answer read)"
+    return ", ".join([f"kbvqa meta.retrieval.{stage} (or retrieval/rerank)", *stage_fields(stage)])
 
 
 def _read_predictions(path: str | Path) -> tuple[dict[str, dict[str, Any]], int]:
-    """id -> last prediction line (runner and converted files alike), and the duplicate count."""
-    from kbvqa.evaluate.io import ScoreInputError, read_jsonl
+    """id -> last prediction line, and the duplicate count: kbvqa runs and converted files, and the
+    published methods' files as released (`kbvqa.evaluate.methods.read_records`: JSONL, a JSON list,
+    or EchoSight's data_id -> record reranker object)."""
+    from kbvqa.evaluate.io import ScoreInputError
+    from kbvqa.evaluate.methods import read_records
 
     out: dict[str, dict[str, Any]] = {}
     dup = 0
-    for ln, obj in read_jsonl(path):
+    for where, obj in read_records(path):
         pid = obj.get("id") or obj.get("sample_id") or obj.get("data_id")
         if not isinstance(pid, str) or not pid:
-            raise ScoreInputError(path, ln, "id", f"a prediction names no id: {str(obj)[:80]}")
+            raise ScoreInputError(where, None, "id", f"a prediction names no id: {str(obj)[:80]}")
         dup += pid in out
         out[pid] = obj
     return out, dup
@@ -292,10 +330,10 @@ def grounded_flags(predictions: Mapping[str, Mapping[str, Any]], gold: Mapping[s
                    k: int = 1, source: str = "predictions") -> tuple[dict[str, bool], dict[str, Any]]:
     """Per reference id (`gold`: id -> RetrievalRef or gold url list): is the item's final evidence
     the gold entity? A reference without a prediction, a failed prediction (status error/invalid)
-    and a prediction without the stage count as not grounded, each counted. No prediction at all
-    with the stage is a ValueError naming the stages there are: a wrong --stage is not a 0%."""
-    from kbvqa.stages.answer.retrieve import retrieval_records
-
+    and a prediction without the stage count as not grounded, each counted. A run with no
+    prediction holding the stage is a ValueError naming the fields looked for and the stages there
+    are, and so is a run none of whose ids is a reference: a wrong --stage is not a 0%. Where the
+    method wrote its own hit flags (Wiki-PRF `hits`), they are compared and the disagreements counted."""
     flags: dict[str, bool] = {}
     counts: Counter = Counter()
     stages_seen: Counter = Counter()
@@ -313,17 +351,29 @@ def grounded_flags(predictions: Mapping[str, Mapping[str, Any]], gold: Mapping[s
         ev = final_evidence(pred, stage, k)
         if ev is None:
             counts["no_stage"] += 1
-            stages_seen.update(r["stage"] for r in retrieval_records(dict(pred)))
+            stages_seen.update(list(prediction_stages(pred)))
             flags[rid] = False
             continue
         flags[rid] = bool(gold_urls.intersection(ev))
+        hit = _authors_hit(pred, stage, k) if stage != "pool" else None
+        if hit is not None:
+            counts["authors_hits"] += 1
+            counts["authors_hits_disagree"] += hit != flags[rid]
     n_ok = len(gold) - counts["missing"] - counts["failed"]
+    n_unknown = sum(1 for p in predictions if p not in gold)
+    if not n_ok and not counts["failed"]:
+        raise ValueError(f"{source}: none of its {len(predictions)} predictions has a reference id "
+                         f"({n_unknown} unknown ids, e.g. {list(predictions)[:3]}): nothing to measure")
     if n_ok and counts["no_stage"] == n_ok:
         found = ", ".join(sorted(stages_seen)) or "none"
-        raise ValueError(f"{source}: no prediction has final evidence at stage {stage!r} (retrieval stages "
-                         f"there: {found}; 'pool' reads evidence_used)")
+        raise ValueError(f"{source}: no prediction has retrieval stage {stage!r}: none holds "
+                         f"{_stage_sources(stage)} (stages there: {found}); choose a stage it has, or convert "
+                         "the method's file that holds it")
     info = {"n": len(gold), "grounded": sum(flags.values()), "missing": counts["missing"], "failed": counts["failed"],
-            "no_stage": counts["no_stage"], "unknown_ids": sum(1 for p in predictions if p not in gold)}
+            "no_stage": counts["no_stage"], "unknown_ids": n_unknown}
+    if counts["authors_hits"]:
+        info["authors_hits"] = {"n": counts["authors_hits"], "disagree": counts["authors_hits_disagree"],
+                                "rule": f"the method's own hits.<stage>.top{k} flag against its own gold url"}
     return flags, info
 
 
@@ -531,6 +581,13 @@ def modification_rates_study(a: str | Path, b: str | Path | None = None, *, fmt_
 # 4. per-variant accuracy (Table 4) and post-retrieval recall (Table 3)
 
 
+def _require_variants(ids: Iterable[str]) -> None:
+    """Refuse references without augmented ids (before anything else is read from them)."""
+    if not any(split_variant(d)[1] is not None for d in ids):
+        raise ValueError("no reference id carries a variant suffix (__anchor, __intra, ...): score the augmented "
+                         "samples (`kbvqa augment` OUT/samples.jsonl, or the ARA augmented CSV) as references")
+
+
 def variant_accuracy(scores: ItemScores, grounded: Mapping[str, bool] | None = None, *, by_type: bool | None = None,
                      original_as: str = "original", n_resamples: int = DEFAULT_RESAMPLES,
                      seed: int = 0) -> dict[str, Any]:
@@ -545,8 +602,7 @@ def variant_accuracy(scores: ItemScores, grounded: Mapping[str, bool] | None = N
         variant_of[d] = (base, v or original_as)
     present = {v for _, v in variant_of.values()}
     if present <= {original_as}:
-        raise ValueError("no reference id carries a variant suffix (__anchor, __intra, ...): score the augmented "
-                         "samples (`kbvqa augment` OUT/samples.jsonl) as references")
+        _require_variants([])
     order = [v for v in (*VARIANTS, original_as) if v in present] + sorted(present - {*VARIANTS, original_as})
     types = _types_in_order(scores.qtype)
     if by_type is None:
@@ -596,6 +652,7 @@ def variants_study(predictions: str | Path, references: str | Path, scorer: str,
     refs = load_references(references, scorer, qtypes=qtypes)
     sc = score_items(predictions, refs, scorer, label=label or Path(predictions).stem,
                      semantic_backend=semantic_backend(scorer, semantic_threshold))
+    _require_variants(sc.ids)
     flags = None
     rinfo = None
     if stage is not None:

@@ -47,12 +47,22 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def read_csv(path: str | Path) -> Iterator[tuple[int, dict[str, str]]]:
-    """Yield (row_number, row) with row 1 = the first data row after the header (line 2 of the file)."""
+    """Yield (row_number, row) with row 1 = the first data row after the header (line 2 of the file).
+    The ARA augmented manifest (one row per anchor) gives its anchor / intra / inter references
+    instead (`kbvqa.data.ara.augmented_reference_rows`), so it is read wherever references are."""
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None:
             raise ScoreInputError(path, 1, None, "empty CSV (no header)")
+        if "anchor_data_id" in reader.fieldnames and "data_id" not in reader.fieldnames:
+            from kbvqa.data.ara import augmented_reference_rows
+
+            try:
+                yield from augmented_reference_rows(path)
+            except DataError as exc:
+                raise ScoreInputError(path, exc.row, exc.field, exc.message) from None
+            return
         for row in reader:
             yield reader.line_num, row
 
