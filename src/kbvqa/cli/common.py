@@ -66,8 +66,10 @@ def model_limits(timeout: float | None, connect_timeout: float | None, deadline:
 
 
 def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
-    """One line on stderr, no traceback, non-zero exit."""
-    typer.echo(f"error: {exc}", err=True)
+    """One line on stderr (secrets redacted), no traceback, non-zero exit."""
+    from kbvqa.data.redact import redact
+
+    typer.echo(f"error: {redact(str(exc))}", err=True)
     raise typer.Exit(code=code)
 
 

@@ -19,6 +19,7 @@ every occurrence of that letter); the header and bearer patterns still catch the
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -84,3 +85,29 @@ def redact(text: str, *, extra: Iterable[str] = (), env: Mapping[str, str] | Non
     out = _BEARER.sub(lambda m: f"{m['scheme']} {MARK}" if m["value"] != MARK else m[0], out)
     out = _SK_KEY.sub(MARK, out)
     return _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MARK}@", out)
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts a log record's message (its arguments filled in) before any handler sees it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and record.exc_info[1] is not None:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
+
+
+def redact_logs(*names: str) -> None:
+    """Attach the filter to kbvqa's loggers (a logger's filters see only what is logged to it by name,
+    so each one kbvqa logs to is named here)."""
+    for name in names or ("kbvqa", "kbvqa.runner", "kbvqa.viewer"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+            logger.addFilter(RedactingFilter())
+
+
+redact_logs()

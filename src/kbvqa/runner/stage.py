@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from kbvqa.data.images import resolve_image
 from kbvqa.data.jsonl import dumps_line
+from kbvqa.data.redact import redact
 from kbvqa.data.schema import Usage
 from kbvqa.models.result import Invalid
 
@@ -153,7 +154,8 @@ def stage_name(stage: Any) -> str:
 
 
 def error_reason(exc: BaseException) -> str:
-    msg = str(exc)
+    """"ExcType: message", secrets redacted (kbvqa.data.redact): it goes to journals and manifests."""
+    msg = redact(str(exc))
     return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
@@ -189,7 +191,7 @@ async def run_record(rec: dict[str, Any], stages: Sequence[Stage], ctx: Context,
                     if result.get("id") != rid:
                         raise ValueError(f"stage {name!r} changed the record id from {rid!r} to {result.get('id')!r}")
                 except Invalid as exc:
-                    status, reason, failed = "invalid", str(exc) or "Invalid (no reason given)", name
+                    status, reason, failed = "invalid", redact(str(exc)) or "Invalid (no reason given)", name
                     ctx.log.debug("record %s invalid in stage %s: %s", rid, name, reason)
                     break
                 except Exception as exc:

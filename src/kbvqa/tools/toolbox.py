@@ -10,6 +10,7 @@ ToolResult whose status says so and whose text the model reads. Every result the
 from __future__ import annotations
 
 import time
+from functools import cached_property
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -80,6 +81,13 @@ class Toolbox:
     blocked_domains: tuple[str, ...] = ()
     calls: dict[str, int] = field(default_factory=dict)
 
+    @cached_property
+    def _identity(self) -> str:
+        """The backend as the tool cache keys it: its name, and its provider when it has several (web:
+        serper, searxng), so results of one provider are never served for another."""
+        provider = self.backend.describe().get("provider")
+        return f"{self.backend.name}/{provider}" if provider else self.backend.name
+
     def describe(self) -> dict[str, Any]:
         """For the manifest: the backend, replay mode, cache and leakage blocklist."""
         return {**self.backend.describe(), "replay": self.replay, "cache": str(self.cache.path) if self.cache else None,
@@ -110,7 +118,7 @@ class Toolbox:
         """Run one validated call (from `parse`): cache, backend, domain guard, rendering."""
         t0 = time.perf_counter()
         self.calls[name] = self.calls.get(name, 0) + 1
-        key = tool_key(self.backend.name, self.backend.version, name, canonical,
+        key = tool_key(self._identity, self.backend.version, name, canonical,
                        query_image_key(episode.image_sha256, episode.image_url), episode.locale)
         result = self.cache.get(key, replay=self.replay) if self.cache is not None else None
         if result is not None:
