@@ -621,3 +621,20 @@ def test_several_judges_from_config_roles(tmp_path):
         assert s["judges"] == ["openai:jm-1", "openai:jm-2"] and s["dimensions"]["accuracy"]["mean"] == 4
         res = _run(["-p", str(preds), "-s", str(samples), "--config", str(cfg), "--judge-role", "answerer"])
         assert res.exit_code == 2 and "'answerer' is not configured" in res.stderr
+
+
+def test_a_refused_image_reference_fails_its_item_not_the_file(demo, tmp_path):
+    """An answer image outside the predictions' folder (a hostile or hand-edited line) is that item's
+    error, with the reason; every other item is scored."""
+    root, community = demo
+    preds = [json.loads(x) for x in (root / "agent.jsonl").read_text().splitlines()]
+    preds[0]["meta"]["provenance"]["resolved"][0]["image"] = "/etc/passwd"
+    preds[0]["images"] = ["/etc/passwd"]
+    agent = _write(root / "agent_hostile.jsonl", preds)
+    res = _run(["-p", str(agent), "-s", str(community), "--out", str(tmp_path / "hostile.ivr12.jsonl"), "--json"])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    assert s["status"]["ok"] == 14 and s["status"]["error"] == 1
+    lines = {x["id"]: x for x in map(json.loads, (tmp_path / "hostile.ivr12.jsonl").read_text().splitlines())}
+    bad = lines[preds[0]["id"]]
+    assert bad["status"] == "error" and "image reference refused" in bad["reason"]

@@ -490,10 +490,11 @@ def build_records(predictions: str | Path, samples: Iterable[Any], *, source: st
     for s in samples:
         known.add(s.id)
         meta = s.meta or {}
+        bad_image = None  # an image reference refused (outside its root...): this item's error, not the file's
         try:
             query = [locate(str(q), qroot) for q in s.images]
         except ImageRefError as exc:
-            raise ScoreInputError(samples_path or "samples", None, "images", f"sample {s.id!r}: {exc}") from None
+            query, bad_image = [], f"query image of sample {s.id!r}: {exc}"
         rec: dict[str, Any] = {"id": s.id, "source": src, "question": s.question,
                                "short_reference": _short_reference(s.answer_texts),
                                "category": meta.get("category"), "intent": meta.get("intent"),
@@ -508,7 +509,9 @@ def build_records(predictions: str | Path, samples: Iterable[Any], *, source: st
             try:
                 _fill(rec, obj, src, aroot, predictions, ln, locate)
             except ImageRefError as exc:
-                raise ScoreInputError(predictions, ln, "images", str(exc)) from None
+                bad_image = bad_image or f"{predictions}:{ln}: {exc}"
+        if bad_image:
+            rec["bad_image"] = bad_image
         rec["words"] = text_length(rec["text"])
         rec["reference_words"] = text_length(rec["short_reference"])
         inputs.records.append(rec)
@@ -828,6 +831,8 @@ class IVR12Stage(Stage):
         return [] if j is None else (list(j) if isinstance(j, list) else [j])
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        if record.get("bad_image"):  # refused per item (build_records), counted as this item's error
+            raise ValueError(f"image reference refused: {record['bad_image']}")
         rb = self.rubric
         judges = self.judges(ctx)
         # image files are read in a worker thread; with a judge, the rule measurements (recorded beside
