@@ -121,5 +121,8 @@ def run_answer(prepared: PreparedAnswer, spec: AnswerSpec, out: Path, *, progres
 
     summary = prepared.job.run(SampleRecords(spec.samples, spec.fmt), out=out,
                                concurrency=spec.concurrency, limit=spec.limit, progress=progress,
-                               resume=spec.resume, run_config={"index": str(spec.index) if spec.index else None})
+                               resume=spec.resume,
+                               # absolute: the viewer finds the references beside an episode from anywhere
+                               run_config={"index": str(spec.index) if spec.index else None,
+                                           "samples": str(Path(spec.samples).resolve())})
     return summary, write_retrieval_records(out, out.with_suffix(".retrieval.jsonl"))
