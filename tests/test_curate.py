@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,7 @@ from kbvqa.cli.app import app
 from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
 from kbvqa.data.formats import read_samples
 from kbvqa.data.posts import read_posts
-from kbvqa.demo.bench import build_bench, build_posts, load_content
+from kbvqa.demo.bench import build_bench, build_community, build_posts, load_content
 from kbvqa.models.client import OpenAIChatClient
 from kbvqa.pipelines.curate import (CurateConfig, CurateSetupError, curate_posts, export_review,
                                     load_curate_config, review_import)
@@ -32,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
 
 runner = CliRunner()
-ALL_ROLES = ("vision", "answerer", "checker", "repairer")
+ALL_ROLES = ("vision", "answerer", "checker", "repairer", "judge")
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -94,7 +97,8 @@ def scripted(req: dict) -> Reply:
         return js({"plausible": True, "comment": 1, "reason": "the top comment answers"})
     if "Turn this community post into one benchmark question" in t:
         post = t.split("Post text:", 1)[1].split("\n", 1)[0].strip().strip('"')
-        return js({"question": post, "answer": answer_for(t)})
+        key = answer_for(t)
+        return js({"question": post, "answer": key, "reference": expert_paragraph(key)})
     if "Rewrite the question so that it no longer contains" in t:
         q = json.loads(t.split("Question: ", 1)[1].split("\n", 1)[0])
         return js({"question": q, "removed_terms": []})  # the dahlia post keeps its give-away
@@ -102,7 +106,17 @@ def scripted(req: dict) -> Reply:
         rewritten = t.split("Rewritten question: ", 1)[1].split("\n", 1)[0]
         return js({"same_intent": True, "reveals_answer": "dahlia" in rewritten.lower(), "reason": "checked"})
     if "Answer the question about the image" in t:
-        return js({"answer": "latte art" if "baristas" in t else "not sure"})
+        if "baristas" in t:
+            return js({"answer": "latte art"})
+        PROBE_RUNS[t] += 1  # the other items get a different guess on every run: they stay hard
+        return js({"answer": f"guess {PROBE_RUNS[t]}"})
+    if "answered the same visual question" in t:
+        answers = re.findall(r"^(\d+)\. (.*)$", t, re.M)
+        groups: dict[str, list[int]] = {}
+        for n, a in answers:
+            groups.setdefault(a.strip(), []).append(int(n))
+        agree = [int(n) for n, a in answers if a.strip() == "latte art" and "latte art" in t.split("Answers:")[0]]
+        return js({"groups": list(groups.values()), "agree_with_reference": agree})
     if "You sort community visual questions" in t:
         return js({"category": "Science & Space", "intent": "Explanation"})
     if "Translate this benchmark item from" in t:
@@ -111,6 +125,16 @@ def scripted(req: dict) -> Reply:
     if "Check an English translation" in t:
         return js({"faithful": True, "issues": []})
     raise AssertionError(f"unexpected request: {t[:300]}")
+
+
+PROBE_RUNS: Counter = Counter()
+
+
+def expert_paragraph(key: str) -> str:
+    """A reference of the paper's shape (about 100 words, the answer first) around a key fact."""
+    return (f"{key}. " + "Experienced members point to the distinguishing features visible in the photo, explain "
+            "how to tell it apart from similar cases, and give the background that makes the identification "
+            "certain. " * 3).strip()
 
 
 def roles_for(srv: FakeLLMServer) -> dict:
@@ -124,9 +148,13 @@ def small_config(**overrides) -> object:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    bench = build_bench(tmp_path_factory.mktemp("bench"))
-    return build_posts(bench)
+def demo_bench(tmp_path_factory):
+    return build_bench(tmp_path_factory.mktemp("bench"))
+
+
+@pytest.fixture(scope="module")
+def demo(demo_bench) -> Path:
+    return build_posts(demo_bench)
 
 
 def expected(reason: str) -> set[str]:
@@ -276,7 +304,7 @@ def test_demo_posts_offline_funnel(demo, tmp_path):
 # ------------------------------------------------------------------------------ the whole funnel
 
 
-def test_whole_funnel_against_scripted_server(demo, tmp_path):
+def test_whole_funnel_against_scripted_server(demo, demo_bench, tmp_path, monkeypatch):
     out = tmp_path / "run"
     with FakeLLMServer(handler=scripted) as srv:
         res = curate_posts(demo, out, config=small_config(), roles=roles_for(srv))
@@ -302,7 +330,25 @@ def test_whole_funnel_against_scripted_server(demo, tmp_path):
     tower = items["p03"]
     assert tower.meta["language"] == "en" and tower.answers[0].text == "Tower of Buddhist Incense"
     assert tower.meta["extra"]["curation"]["source_language"] == "zh"
-    assert tower.meta["extra"]["curation"]["source_answer"] == "佛香阁"
+    assert tower.meta["extra"]["curation"]["source_answer"].startswith("佛香阁. Experienced members")
+    assert tower.meta["extra"]["curation"]["key_answer"] == "佛香阁"
+    # the short reference has the paper's shape: an expert paragraph, the key fact beside it
+    latte = [s for s in items.values() if s.meta["extra"]["curation"].get("key_answer") == "latte art"]
+    assert not latte  # the item every run answered alike was dropped as too easy (consistency rule)
+    hopper = next(s for s in items.values() if s.meta["extra"]["curation"].get("key_answer") == "Grace Hopper")
+    assert hopper.answers[0].text.startswith("Grace Hopper. ") and len(hopper.answers[0].text.split()) > 80
+    # `kbvqa data compare`, as a user runs it (relative paths, cache on): the curated items' short references
+    # beside the demo community set's interleaved references and their embedded images
+    monkeypatch.setenv("KBVQA_CACHE", str(tmp_path / "cache.sqlite"))
+    community = build_community(demo_bench)
+    monkeypatch.chdir(tmp_path)
+    rel = Path(os.path.relpath(community, tmp_path))
+    r = runner.invoke(app, ["data", "compare", "run/items.jsonl", str(rel), "--name", "curated", "--name",
+                                 "community", "--json"])
+    assert r.exit_code == 0, r.output
+    cmp = {b["name"]: b for b in json.loads(r.stdout)["benchmarks"]}
+    assert cmp["curated"]["answer_words"]["median"] > 80 and cmp["curated"]["reference_images"] is None
+    assert cmp["community"]["reference_words"]["n"] == 15 and cmp["community"]["reference_images"]["per_item"] > 0
     assert items["p01"].meta["category"] == "Science & Space" and items["p01"].meta["intent"] == "Explanation"
     for s in items.values():
         assert (out / s.images[0]).is_file() and Image.open(out / s.images[0]).size[0] >= 200
@@ -361,7 +407,7 @@ def test_proofreading_export_and_import(demo, tmp_path):
     assert (res["accept"], res["fix"], res["reject"], res["pending"], res["written"]) == (5, 1, 1, 1, 6)
     reviewed = {s.id: s for s in read_samples(out / "reviewed.jsonl", "notevqa")}
     assert reviewed["p02"].answers[0].text == "Falcon 9 (Block 5)"
-    assert reviewed["p02"].meta["extra"]["curation"]["review"]["before"] == {"answer": "Falcon 9"}
+    assert reviewed["p02"].meta["extra"]["curation"]["review"]["before"] == {"answer": expert_paragraph("Falcon 9")}
     rejected = [d for d in lines(out / "dropped.jsonl") if d["stage"] == "proofread"]
     assert [d["id"] for d in rejected] == ["p04"]
     review_import(out, sheet)  # importing again replaces, never duplicates, the proofreading drops

@@ -79,6 +79,10 @@ def test_profiles_of_every_format(files):
     assert nv["categories"]["n"] == 3 and nv["intents"] == {"n": 2, "covered_items": 3,
                                                           "counts": {"Identification": 2, "How-to": 1}}
     assert nv["reference_words"]["n"] == 1 and nv["reference_words"]["mean"] == 8  # the tag is not a word
+    # embedded images: over all items (the paper's 1.5 = 378 / 252) and over the items with a reference
+    assert nv["reference_images"] == {"total": 1, "per_item": round(1 / 3, 3), "per_referenced_item": 1.0,
+                                      "items_with_reference": 1}
+    assert got["infoseek"]["reference_images"] is None
     assert nv["answer_words"]["median"] == 3.0
     assert got["kbvqa"]["items_without_answer"] == 1 and got["kbvqa"]["answer_words"]["n"] == 1
     generic = benchmark_profile(read_samples(files["generic"], "csv", mapping={"id": "qid", "question": "q",

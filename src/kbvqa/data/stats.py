@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from kbvqa.data.compare import reference_word_count, word_count
 from kbvqa.data.schema import Sample
 
 
@@ -27,13 +28,16 @@ def _label(v: str | None) -> str:
 
 def dataset_stats(samples: Iterable[Sample]) -> dict[str, Any]:
     """Counts by question_type / answer_type / split / dataset, length of the canonical (first)
-    answer in words and characters, multi-part and numeric-with-range answers, and missing fields."""
+    answer — the short reference — in words (`kbvqa.data.compare.word_count`: a CJK character is a
+    word) and characters, the interleaved references' length (tags removed) and embedded images per
+    item (over all items, as seed 001 reports 1.5), multi-part and numeric-with-range answers, and missing fields."""
     total = 0
     by: dict[str, Counter[str]] = {k: Counter() for k in ("question_type", "answer_type", "split", "dataset")}
     by_meta: dict[str, Counter[str]] = {k: Counter() for k in META_GROUPS}
     words: list[int] = []
     chars: list[int] = []
     multipart = numeric_range = interleaved = ref_images = 0
+    ref_words: list[int] = []
     missing = Counter({"answers": 0, "entity_url": 0, "images": 0, "evidence": 0})
     for s in samples:
         total += 1
@@ -45,9 +49,10 @@ def dataset_stats(samples: Iterable[Sample]) -> dict[str, Any]:
         if isinstance(s.meta.get("reference"), dict):
             interleaved += 1
             ref_images += len(s.meta["reference"].get("images") or [])
+            ref_words.append(reference_word_count(str(s.meta["reference"].get("text") or "")))
         if s.answers:
             canon = s.answers[0].text
-            words.append(len(canon.split()))
+            words.append(word_count(canon))
             chars.append(len(canon))
         else:
             missing["answers"] += 1
@@ -65,7 +70,9 @@ def dataset_stats(samples: Iterable[Sample]) -> dict[str, Any]:
         "total": total,
         **{f"by_{k}": dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for k, c in by.items()},
         **{f"by_{k}": dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for k, c in by_meta.items() if c},
-        **({"interleaved_references": interleaved, "reference_images": ref_images} if interleaved else {}),
+        **({"interleaved_references": interleaved, "reference_images": ref_images,
+            "reference_images_per_item": round(ref_images / total, 3),
+            "interleaved_reference_words": _summary(ref_words)} if interleaved else {}),
         "answer_words": _summary(words),
         "answer_chars": _summary(chars),
         "multipart": multipart,

@@ -128,22 +128,28 @@ substance, or "me too")? If so, give the number of the best such comment.
 ))
 
 STANDARDIZE = register(Prompt(
-    name="curate.standardize", version="1", system="",
+    name="curate.standardize", version="2", system="",
     user="""\
-Turn this community post into one benchmark question with a short reference answer.
+Turn this community post into one benchmark question with its reference answer, writing as a domain
+expert who has read every comment and distils what they establish.
 
 """ + _POST + """
 Best answering comment: {answer_comment}
 Other comments: {comments}
 
-The question: one or two plain sentences in the post's own language that keep everything the author
-asks and the context needed to answer, written as a question about "this" thing in the picture,
-without greetings, hashtags, emojis or usernames. The answer: the short factual answer the comments
-support, in a few words (a name, a number, yes/no with the key fact), in the same language.
+- question: one or two plain sentences in the post's own language that keep everything the author
+  asks and the context needed to answer, written as a question about "this" thing in the picture,
+  without greetings, hashtags, emojis or usernames.
+- answer: the key fact the comments support, in a few words (a name, a number, yes/no with the key
+  fact), in the same language.
+- reference: the expert's short reference answer, one paragraph of about {reference_words} words in
+  the same language. Open with the answer, then give the reasons and distinguishing features that
+  support it and any practical guidance the comments offer. State facts directly (not "commenters
+  say"), name no users, and add nothing the comments do not support.
 
 """ + JSON_ONLY + """
-{{"question": "<the question>", "answer": "<the short answer>"}}""",
-    fields=("title", "text", "answer_comment", "comments"),
+{{"question": "<the question>", "answer": "<the key fact>", "reference": "<the paragraph>"}}""",
+    fields=("title", "text", "answer_comment", "comments", "reference_words"),
 ))
 
 REWRITE = register(Prompt(
@@ -193,6 +199,26 @@ Question: {question}
     fields=("question",),
 ))
 
+PROBE_AGREEMENT = register(Prompt(
+    name="curate.probe_agreement", version="1", system="",
+    user="""\
+A model answered the same visual question {runs} times. Group the answers that give the same answer
+(the same entity, value or verdict, however worded; an answer that adds or drops detail but names
+the same thing is the same answer; a negation or a different thing is not).
+
+Question: {question}
+Reference answer (only to read the answers against; grouping is about the answers themselves): {answer}
+Answers:
+{answers_raw}
+
+Then say which answers agree with the reference answer.
+
+""" + JSON_ONLY + """
+{{"groups": [[<answer numbers>], ...], "agree_with_reference": [<answer numbers>]}}
+(every answer number in exactly one group)""",
+    fields=("runs", "question", "answer", "answers_raw"),
+))
+
 CLASSIFY = register(Prompt(
     name="curate.classify", version="1",
     system="""\
@@ -210,10 +236,11 @@ Answer: {answer}
 ))
 
 TRANSLATE = register(Prompt(
-    name="curate.translate", version="1", system="",
+    name="curate.translate", version="2", system="",
     user="""\
 Translate this benchmark item from {language} into natural English. Keep names, numbers and units
-exact; keep the question a question and the answer short.
+exact; keep the question a question and the answer in its form and length (a short answer stays
+short, a paragraph stays a paragraph).
 
 Question: {question}
 Answer: {answer}

@@ -104,7 +104,7 @@ class _CurateBase(BaseModel):
         for key, _, _ in STAGES:
             cfg = self.stage(key)
             if cfg.enabled:
-                out.extend(getattr(cfg, f) for f in ("role", "check_role") if f in type(cfg).model_fields)
+                out.extend(getattr(cfg, f) for f in ("role", "check_role", "judge_role") if f in type(cfg).model_fields)
         return tuple(dict.fromkeys(out))
 
 
@@ -229,7 +229,7 @@ def _model_notes(config: Any, roles: Mapping[str, Any]) -> list[str]:
     for key, _, _ in STAGES:
         cfg = config.stage(key)
         if cfg.enabled:
-            for f in ("role", "check_role"):
+            for f in ("role", "check_role", "judge_role"):
                 role = getattr(cfg, f, None)
                 if role is not None and role not in roles:
                     missing.setdefault(role, []).append(key)

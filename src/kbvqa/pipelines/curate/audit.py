@@ -47,7 +47,7 @@ class Translate(CurateStage):
     """Translates a non-English item into English; a second model cross-checks the translation."""
 
     name = "curate-translate"
-    version = "1"
+    version = "2"
     key = "translate"
     config_model = TranslateConfig
     prompts = (TRANSLATE, TRANSLATION_CHECK)

@@ -50,6 +50,7 @@ def build_item(record: dict[str, Any], out_dir: Path, max_images: int = 4) -> di
         "post_row": record.get("row"),
         "original_question": it.get("original_question") or it["question"],
         "answer_source": it.get("answer_source"),
+        **({"key_answer": it["key_answer"]} if it.get("key_answer") else {}),
         **{k: it[k] for k in ("source_language", "source_question", "source_answer") if it.get(k)},
         "review_flags": review_flags(record),
         "scores": {k: v for k, v in (("aesthetic", stage_payload(record, "aesthetic").get("score")),

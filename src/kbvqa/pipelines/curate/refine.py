@@ -1,7 +1,9 @@
 """Step 3 of the funnel, refinement and balancing (seed 001 §3.1 step 3): query and answer style
-standardisation, the answer-revealing rewrite with its check, the difficulty probe (N runs of an
-answerer; response consistency and accuracy), the category × intent labels, and balancing the cells
-to a target size.
+standardisation (the question, its key fact, and the expert-style short reference the paper's items
+carry: one paragraph of about 100 words distilled from the comments), the answer-revealing rewrite
+with its check, the difficulty probe (N runs of an answerer; their agreement decided by a judge
+model, the paper's response-consistency rule by default), the category × intent labels, and
+balancing the cells.
 
 The rewrite is checked twice, because a rewrite that still gives the answer away is worse than none:
 a rule (the normalised answer, or a term the rewriter said it removed, still in the question) and a
@@ -14,12 +16,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, StrictBool
 
 from kbvqa.evaluate.normalize import contains_word_bounded, infoseek_normalize
-from kbvqa.models.prompts.curate import ANSWER_PROBE, CLASSIFY, REWRITE, REWRITE_CHECK, STANDARDIZE
+from kbvqa.models.prompts.curate import ANSWER_PROBE, CLASSIFY, PROBE_AGREEMENT, REWRITE, REWRITE_CHECK, STANDARDIZE
 from kbvqa.models.replies import NonBlank, Reply
 from kbvqa.pipelines.curate.common import (CorpusStage, CurateStage, CurateStageConfig, ModelStageConfig, Verdict,
                                            comment_list, consult, item, post_fields, post_text, stage_payload)
@@ -47,16 +49,18 @@ def reveals(question: str, answer: str | None) -> bool:
     return a in q if _CJK.search(a) else contains_word_bounded(q, a)
 
 
-def same_answer(response: str, answer: str | None) -> bool:
-    """A probe response agrees with the reference: one contains the other (normalised, bounded)."""
-    if not answer:
-        return False
-    return reveals(response, answer) or reveals(answer, response)
-
-
 class QuestionReply(Reply):
     question: NonBlank
     answer: NonBlank
+
+
+class StandardizeReply(QuestionReply):
+    reference: NonBlank
+
+
+class AgreementReply(Reply):
+    groups: list[list[int]] = Field(min_length=1)
+    agree_with_reference: list[int]
 
 
 class RewriteReply(Reply):
@@ -83,28 +87,40 @@ class StandardizeConfig(ModelStageConfig):
     role: str = "repairer"
     max_images: int = Field(0, ge=0, le=16)
     comments: int = Field(10, ge=0)
+    reference_words: int = Field(100, ge=10, le=400)  # NoteVQA's short references average 107.5 words (§3.2)
+    min_reference_words: int = Field(30, ge=0)  # a shorter "reference" is not of the paper's shape: invalid
 
 
 @register_stage
 class Standardize(CurateStage):
-    """Writes the item's question (plain, self-contained, in the post's language) and its short answer
-    from the comment the plausibility check chose."""
+    """Writes the item's question (plain, self-contained, in the post's language), its key fact, and
+    its short reference: an expert-style paragraph distilled from the comments (about
+    `reference_words` words; NoteVQA's average 107.5). The reference becomes the item's answer — what
+    the judge and IVR-12's content group read — and the key fact stays beside it (`key_answer`), for
+    the answer-revealing check."""
 
     name = "curate-standardize"
-    version = "1"
+    version = "2"
     key = "standardize"
     config_model = StandardizeConfig
     prompts = (STANDARDIZE,)
 
     async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
+        from kbvqa.data.compare import word_count
+
         c: StandardizeConfig = self.config  # type: ignore[assignment]
         chosen = stage_payload(record, "plausibility").get("comment_text") or record.get("answer") or "(none)"
-        reply, prov = await consult(ctx, c, STANDARDIZE, QuestionReply, record, what="style standardisation",
+        reply, prov = await consult(ctx, c, STANDARDIZE, StandardizeReply, record, what="style standardisation",
                                     answer_comment=chosen, comments=comment_list(record, c.comments),
-                                    **post_fields(record))
-        return Verdict({"question": reply.question, "answer": reply.answer, "judge": prov},
-                       item={"question": reply.question, "answer": reply.answer, "answer_source": "standardized",
-                             "original_question": post_text(record)})
+                                    reference_words=c.reference_words, **post_fields(record))
+        words = word_count(reply.reference)
+        if words < c.min_reference_words:
+            raise Invalid(f"style standardisation ({record['id']}): the reference has {words} words, fewer than "
+                          f"{c.min_reference_words}: not an expert paragraph")
+        return Verdict({"question": reply.question, "answer": reply.answer, "reference": reply.reference,
+                        "reference_words": words, "judge": prov},
+                       item={"question": reply.question, "answer": reply.reference, "key_answer": reply.answer,
+                             "answer_source": "standardized", "original_question": post_text(record)})
 
 
 class RewriteConfig(ModelStageConfig):
@@ -126,7 +142,7 @@ class Rewrite(CurateStage):
     async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
         c: RewriteConfig = self.config  # type: ignore[assignment]
         it = item(record)
-        question, answer = it["question"], it.get("answer")
+        question, answer = it["question"], it.get("key_answer") or it.get("answer")
         if not answer:
             return Verdict({"question": question}, "no_short_answer",
                            "no short answer to check the question against (standardisation disabled and the post "
@@ -154,39 +170,76 @@ class Rewrite(CurateStage):
 
 class DifficultyConfig(ModelStageConfig):
     role: str = "answerer"
+    judge_role: str = "judge"  # decides which of the N answers agree (never a substring test)
     max_images: int = Field(1, ge=0, le=16)
     runs: int = Field(10, ge=1, le=50)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
-    max_accuracy: float = Field(0.9, ge=0.0, le=1.0)  # above it the item is too easy
+    #: consistency: the paper's probe (§3.1) — an item whose runs nearly all give the same answer is
+    #: dropped as settled; accuracy: kbvqa's variant — dropped when nearly all runs agree with the reference.
+    rule: Literal["consistency", "accuracy"] = "consistency"
+    max_consistency: float = Field(0.9, ge=0.0, le=1.0)  # above it: too easy (kbvqa's threshold)
+    max_accuracy: float = Field(0.9, ge=0.0, le=1.0)  # above it: too easy (the accuracy rule)
+
+
+def agreement_groups(reply: AgreementReply, n: int, what: str) -> tuple[list[list[int]], list[int]]:
+    """The judge's groups must partition answers 1..n; its agreeing answers must be numbers 1..n."""
+    flat = [i for g in reply.groups for i in g]
+    if sorted(flat) != list(range(1, n + 1)):
+        raise Invalid(f"{what}: the groups must hold each answer 1..{n} exactly once, got {reply.groups}")
+    if any(not 1 <= i <= n for i in reply.agree_with_reference) or len(set(reply.agree_with_reference)) != len(
+            reply.agree_with_reference):
+        raise Invalid(f"{what}: agree_with_reference must be distinct answer numbers 1..{n}, got "
+                      f"{reply.agree_with_reference}")
+    return sorted((sorted(g) for g in reply.groups if g), key=lambda g: (-len(g), g[0])), sorted(reply.agree_with_reference)
 
 
 @register_stage
 class Difficulty(CurateStage):
-    """N runs of an answerer on the image and the refined question: consistency (share of the most
-    common answer) and accuracy (share agreeing with the short answer); too easy items are dropped."""
+    """N runs of an answerer on the image and the refined question; a judge model groups the answers
+    that say the same thing. Consistency is the largest group's share, accuracy the share agreeing
+    with the reference; the configured rule (consistency by default, as the paper probes) drops the
+    items that are too easy. Without a judge the stage cannot decide: NeedsModel, never a guess."""
 
     name = "curate-difficulty"
-    version = "1"
+    version = "2"
     key = "difficulty"
     config_model = DifficultyConfig
-    prompts = (ANSWER_PROBE,)
+    prompts = (ANSWER_PROBE, PROBE_AGREEMENT)
 
     async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
+        from kbvqa.pipelines.reference.common import needs_model
+
         c: DifficultyConfig = self.config  # type: ignore[assignment]
         it = item(record)
+        if c.role in ctx.roles and c.judge_role not in ctx.roles:
+            raise needs_model("deciding which difficulty-probe answers agree", c.judge_role)
         replies = await gather_all((consult(ctx, c, ANSWER_PROBE, ProbeReply, record, what=f"difficulty probe run {k + 1}",
                                             params={"temperature": c.temperature}, question=it["question"])
                                     for k in range(c.runs)), "difficulty probe runs")
         answers = [r.answer for r, _ in replies]
-        modal = Counter(infoseek_normalize(a) for a in answers).most_common(1)[0][1]
-        correct = sum(same_answer(a, it.get("answer")) for a in answers)
-        consistency, accuracy = modal / len(answers), correct / len(answers)
-        label = "easy" if accuracy >= 0.8 else "hard" if accuracy <= 0.2 else "medium"
-        payload = {"runs": len(answers), "answers": answers, "consistency": round(consistency, 3),
-                   "accuracy": round(accuracy, 3), "difficulty": label, "judge": replies[0][1]}
-        if accuracy > c.max_accuracy:
-            return Verdict(payload, "too_easy", f"answered correctly in {correct} of {len(answers)} runs "
-                                                f"(over {c.max_accuracy:.0%})")
+        judge = c.model_copy(update={"role": c.judge_role})
+        what = f"difficulty probe agreement ({record['id']})"
+        verdict, prov2 = await consult(ctx, judge, PROBE_AGREEMENT, AgreementReply, record, images=False,
+                                       what="difficulty probe agreement",
+                                       runs=len(answers), question=it["question"],
+                                       answer=it.get("answer") or "(none)",
+                                       answers_raw="\n".join(f"{i}. {a}" for i, a in enumerate(answers, 1)))
+        groups, agree = agreement_groups(verdict, len(answers), what)
+        consistency = len(groups[0]) / len(answers)
+        accuracy = len(agree) / len(answers) if it.get("answer") else None
+        score = consistency if c.rule == "consistency" else accuracy
+        payload = {"runs": len(answers), "answers": answers, "groups": groups, "agree_with_reference": agree,
+                   "consistency": round(consistency, 3),
+                   "accuracy": round(accuracy, 3) if accuracy is not None else None, "rule": c.rule,
+                   "difficulty": None if score is None else "easy" if score >= 0.8 else "hard" if score <= 0.2
+                   else "medium", "answerer": replies[0][1], "judge": prov2}
+        if score is None:
+            return Verdict(payload, "no_short_answer", "the accuracy rule needs a reference answer")
+        limit = c.max_consistency if c.rule == "consistency" else c.max_accuracy
+        if score > limit:
+            said = (f"{len(groups[0])} of {len(answers)} runs gave the same answer" if c.rule == "consistency" else
+                    f"{len(agree)} of {len(answers)} runs agreed with the reference")
+            return Verdict(payload, "too_easy", f"{said} (over {limit:.0%}, {c.rule} rule)")
         return Verdict(payload)
 
 
@@ -250,8 +303,9 @@ class Balance(CorpusStage):
             return (it.get("category") or "(none)", it.get("intent") or "(none)")
 
         def priority(r: dict[str, Any]) -> float:
-            acc = stage_payload(r, "difficulty").get("accuracy")
-            return (1.0 - (acc if acc is not None else 0.5)) * 1000 + float(stage_payload(r, "rubric").get("total") or 0)
+            d = stage_payload(r, "difficulty")
+            score = d.get("accuracy") if d.get("rule") == "accuracy" else d.get("consistency", d.get("accuracy"))
+            return (1.0 - (score if score is not None else 0.5)) * 1000 + float(stage_payload(r, "rubric").get("total") or 0)
 
         rows = [(r["id"], cell(r), priority(r)) for r in records]
         kept, quotas = balance(rows, target if target is not None else len(rows))
