@@ -18,7 +18,7 @@ from kbvqa.runner import read_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
-from fake_web_server import FakeWebServer, Resp, json_resp, loopback_only  # noqa: E402
+from fake_web_server import FakeWebServer, json_resp, loopback_only  # noqa: E402
 from test_agent import answer, call, tag  # noqa: E402
 from test_tools_web import searx  # noqa: E402
 
@@ -120,7 +120,8 @@ def test_web_flags_need_tools_web_and_eval_takes_them_too(user):
 
 
 def test_tools_web_table_is_checked_and_never_holds_a_key(tmp_path):
-    from kbvqa.models.config import ConfigError, web_tool_options
+    from kbvqa.models.config import ConfigError
+    from kbvqa.tools.config import web_tool_options
 
     cfg = tmp_path / "k.toml"
     cfg.write_text('[tools.web]\nprovider = "searxng"\nbase_url = "http://127.0.0.1:8888"\ntop_k = 5\n')

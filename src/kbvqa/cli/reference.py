@@ -67,7 +67,8 @@ def build(
     (filter and de-duplication before synthesis with [reference] filter_placement = "before_synthesis"),
     each a resumable runner job."""
     from kbvqa.kb.store import open_kb
-    from kbvqa.models.config import roles_from_flags, web_tool_options
+    from kbvqa.models.config import roles_from_flags
+    from kbvqa.tools.config import web_tool_options
     from kbvqa.pipelines.reference import build_references, load_reference_config
 
     console = Console(stderr=True)

@@ -62,7 +62,7 @@ class AnswerSpec:
     def web_options(self) -> dict[str, Any] | None:
         """The web backend's settings for `--tools web` (`[tools.web]` of --config, the --web-* flags over
         it), None for any other backend; a --web-* flag without `--tools web` is an error, never ignored."""
-        from kbvqa.models.config import web_tool_options
+        from kbvqa.tools.config import web_tool_options
 
         flags = {"provider": self.web_provider, "base_url": self.web_base_url, "api_key_env": self.web_api_key_env}
         if self.tools != "web":
