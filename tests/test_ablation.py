@@ -271,6 +271,16 @@ def test_whole_study_counts_accuracy_and_resume(refs, tmp_path):
     assert intents[("Identification", "image_critical")]["n"] == 3  # r1 ic 2, r2 ic 1, r2 ic 2
     assert intents[("Identification", "image_critical")]["placeholder"]["ci"]["estimate"] == pytest.approx(33.3333)
     assert res["warnings"][0].startswith("the judge is the reader model")
+    # the missing-information analysis (§4.3): text-only replies that say the passage does not give the answer
+    mi = res["missing_information"]
+    assert mi["measured_by"].startswith("rule (kbvqa's)")
+    ic_mi = mi["by_kind"]["image_critical"]
+    assert [(ic_mi[c]["n"], ic_mi[c]["reports"]) for c in ("text", "placeholder", "full")] == [(5, 5), (5, 4), (5, 0)]
+    assert ic_mi["text"]["ci"] == {"estimate": 100.0, "low": 100.0, "high": 100.0}
+    assert all(mi["by_kind"]["text_answerable"][c]["reports"] == 0 for c in ("text", "placeholder", "full"))
+    assert mi["corrected_by_full"]["probes"] == 5 and mi["corrected_by_full"]["text_reply_reports_missing"]["reports"] == 5
+    mi_intents = {(r["intent"], r["kind"]): r for r in mi["by_intent"]}
+    assert mi_intents[("Identification", "image_critical")]["placeholder"]["reports"] == 2  # r2 ic 1 answered
     # one journal and one manifest per step; every generated probe is in probes.jsonl
     for name in ("generate", "control.read", "control.judge", "read", "judge"):
         assert (out / f"{name}.jsonl").is_file() and (out / f"{name}.manifest.json").is_file()

@@ -16,8 +16,14 @@ The reader never sees the query image or the probe's answer. This module holds t
 two model stages (`ProbeGeneration`, `PassageReader`: strict replies, a failed call is a runner
 `error`, an unusable reply `invalid`, never a default) and the statistics: accuracy per probe kind
 and condition with cluster-bootstrap CIs (probes are nested in reference items, so whole items are
-resampled), paired differences between conditions, and the same by intent. The jobs that run the
-stages are in kbvqa.pipelines.ablation.
+resampled), paired differences between conditions, and the same by intent; and the missing-information
+analysis (§4.3: text-only readers "report missing information that the images subsequently provide"):
+the share of reader replies that say the passage does not give the answer, per kind, condition and
+intent, and among the image-critical probes the full condition corrected, how many text-only replies
+said so. A reply reports missing information when it gives the reader prompt's prescribed answer for
+that case ("I cannot tell from the passage."); that reading is a rule, kbvqa's (the paper does not
+say how it decided), and is labelled so in the output. The jobs that run the stages are in
+kbvqa.pipelines.ablation.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from kbvqa.stages import register_stage
 
 __all__ = ["KINDS", "CONDITIONS", "DIFFERENCES", "GRADED", "ReferenceTag", "reference_tags", "render_passage",
            "interleaved_messages", "Probe", "ProbeReply", "ProbeConfig", "ProbeGeneration", "ReaderConfig",
-           "PassageReader", "probe_id", "ablation_statistics"]
+           "PassageReader", "probe_id", "ablation_statistics", "missing_information", "reports_missing"]
 
 Kind = Literal["image_critical", "text_answerable"]
 KINDS: tuple[str, ...] = get_args(Kind)
@@ -53,6 +59,11 @@ CONDITIONS = ("text", "placeholder", "full")
 DIFFERENCES = (("full", "text"), ("placeholder", "text"), ("full", "placeholder"))
 #: Judge labels that grade an answer; anything else (reader or judge error/invalid) leaves it ungraded.
 GRADED = ("correct", "incorrect", "not_attempted")
+
+#: The reader's prescribed reply when the passage does not give the answer (READ_PASSAGE asks for it).
+MISSING_INFO = re.compile(r"\bcannot tell from the passage\b", re.IGNORECASE)
+MISSING_INFO_RULE = ("rule (kbvqa's): the reply contains the reader prompt's prescribed sentence for a passage that "
+                     "does not give the answer, 'I cannot tell from the passage'")
 
 #: Where an image goes in the rendered prompt text; never sent (the text is split there).
 _SLOT = "\x00image\x00"
@@ -248,6 +259,46 @@ def _cells(probes: Sequence[Mapping[str, Any]], n_resamples: int, seed: int, nam
     return out
 
 
+def reports_missing(response: str | None) -> bool:
+    """Does a reader reply say the passage does not give the answer (MISSING_INFO_RULE)?"""
+    return bool(MISSING_INFO.search(response or ""))
+
+
+def _share(flags: Sequence[bool], clusters: Sequence[str], n_resamples: int, seed: int, name: str) -> dict[str, Any]:
+    x = np.array(flags, dtype=np.float64)
+    ci = cluster_bootstrap_ci(x, list(clusters), n_resamples=n_resamples, seed=_sub_seed(seed, name))
+    return {"n": len(flags), "reports": int(x.sum()), "ci": _ci_json(ci) if len(flags) else None}
+
+
+def missing_information(probes: Sequence[Mapping[str, Any]], *, n_resamples: int = DEFAULT_RESAMPLES,
+                        seed: int = 0) -> dict[str, Any]:
+    """Over the complete probes (the accuracy tables' denominator): the share of reader replies that
+    report missing information, per kind and condition and per intent; and, among image-critical
+    probes the full condition corrected (text-only not correct, full correct), the share whose
+    text-only reply reported it — seed 001 §4.3 says all 281 such replies did. Percent, cluster
+    bootstrap CIs over reference items."""
+    complete = [p for p in probes if _complete(p)]
+
+    def table(sub: Sequence[Mapping[str, Any]], name: str) -> dict[str, Any]:
+        ids = [p["ref_id"] for p in sub]
+        return {c: _share([reports_missing(p["conditions"][c].get("response")) for p in sub], ids, n_resamples, seed,
+                          f"missing/{name}/{c}") for c in CONDITIONS}
+
+    by_kind = {k: table([p for p in complete if p["kind"] == k], k) for k in KINDS}
+    by_intent = []
+    for intent in sorted({p.get("intent") or "(none)" for p in complete}):
+        for k in KINDS:
+            sub = [p for p in complete if p["kind"] == k and (p.get("intent") or "(none)") == intent]
+            if sub:
+                by_intent.append({"intent": intent, "kind": k, **table(sub, f"{intent}/{k}")})
+    corrected = [p for p in complete if p["kind"] == "image_critical"
+                 and p["conditions"]["full"]["outcome"] == "correct" and p["conditions"]["text"]["outcome"] != "correct"]
+    said = _share([reports_missing(p["conditions"]["text"].get("response")) for p in corrected],
+                  [p["ref_id"] for p in corrected], n_resamples, seed, "missing/corrected")
+    return {"measured_by": MISSING_INFO_RULE, "by_kind": by_kind, "by_intent": by_intent,
+            "corrected_by_full": {"probes": len(corrected), "text_reply_reports_missing": said}}
+
+
 def _complete(p: Mapping[str, Any]) -> bool:
     return all(p["conditions"][c]["outcome"] in GRADED for c in CONDITIONS)
 
@@ -283,4 +334,5 @@ def ablation_statistics(probes: Iterable[Mapping[str, Any]], *, n_resamples: int
         "complete": {k: sum(p["kind"] == k for p in complete) for k in KINDS},
         "incomplete": {k: sum(p["kind"] == k and not _complete(p) for p in kept) for k in KINDS},
         "ungraded_by_condition": {c: dict(sorted(failures[c].items())) for c in CONDITIONS},
+        "missing_information": missing_information(complete, n_resamples=n_resamples, seed=seed),
     }

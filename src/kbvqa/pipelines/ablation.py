@@ -292,7 +292,7 @@ def image_ablation_study(references: str | Path, out: str | Path, models: Ablati
         "out": str(out), "probes_file": str(probes_file), "probes_per_kind": probes_per_kind,
         "models": models.describe(), "kinds": list(KINDS), "conditions": list(CONDITIONS),
         "differences": [f"{a}-{b}" for a, b in DIFFERENCES], "counts": counts,
-        **{k: stats[k] for k in ("by_kind", "by_intent", "ungraded_by_condition")},
+        **{k: stats[k] for k in ("by_kind", "by_intent", "ungraded_by_condition", "missing_information")},
         "generation_failures": [{"id": rid, "status": line["status"], "reason": line.get("reason", "")}
                                 for rid, line in gen.items() if line["status"] != "ok"],
         "denominators": DENOMINATORS, "runs": runs, "warnings": _warnings(models, counts),
