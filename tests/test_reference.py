@@ -319,6 +319,25 @@ def test_harvest_keeps_at_most_n_per_page(tmp_path, web):
     assert line["funnel"]["harvest"]["kept"] == 2 and line["funnel"]["harvest"]["dropped"] == {"per_url_cap": 2}
 
 
+def test_harvest_settings_user_agent_and_uncapped_pool(tmp_path, web):
+    imgs = [jpeg(photo(n).resize((200, 150))) for n in ("astronaut", "rocket", "coffee", "chelsea")]
+    with FakeWebServer() as srv:
+        for i, b in enumerate(imgs):
+            srv.route(f"/pool{i}.jpg", Resp(body=b, content_type="image/jpeg"))
+        rec = {"id": "ua", "urls": {"selected": [], "image_results": [{"image": srv.url(f"/pool{i}.jpg")}
+                                                                      for i in range(4)]}}
+        local = {"allow_hosts": ["127.0.0.1"], "retries": 0}
+        (line,) = run_stage("harvest", [rec], tmp_path, config=ReferenceConfig(fetch=local))  # default User-Agent
+        ua = srv.hits("/pool0.jpg")[0]["headers"]["user-agent"]
+        capped = ReferenceConfig(harvest=HarvestConfig(backend="web", max_pool=2),
+                                 fetch={**local, "user_agent": "kbvqa-test/1"})
+        (small,) = run_stage("harvest", [{**rec, "id": "ua2"}], tmp_path, config=capped, journal="h2.jsonl")
+        ua2 = srv.hits("/pool0.jpg")[-1]["headers"]["user-agent"]
+    assert ua.startswith("Mozilla/5.0") and ua2 == "kbvqa-test/1"  # the paper's browser User-Agent by default
+    assert line["funnel"]["harvest"]["kept_by_pool"] == {"image_search_pool": 4}  # uncapped, as the paper
+    assert small["funnel"]["harvest"]["kept"] == 2 and small["funnel"]["harvest"]["dropped"] == {"per_url_cap": 2}
+
+
 def test_pre_gate_and_page_patterns():
     block = re.compile("|".join(HarvestConfig().blocklist), re.IGNORECASE)
     assert pre_gate("data:image/png;base64,xx", block, remote_allowed=True) == "data_uri"

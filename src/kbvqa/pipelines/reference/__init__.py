@@ -86,11 +86,20 @@ class ReferenceSetupError(ValueError):
     """The build cannot run as configured (the message says what to change)."""
 
 
+#: What seed 001 C.1 downloads with ("a browser User-Agent"); kbvqa's own spelling of a common one.
+BROWSER_USER_AGENT = ("Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0 "
+                      "Safari/537.36")
+
+
 class FetchSettings(BaseModel):
-    """The guarded fetcher for `--tools web` (pages and images): seed 001 used a 10 s timeout and 32
-    downloads at once. `allow_hosts` lifts the address guard for exact hosts (tests: 127.0.0.1)."""
+    """The guarded fetcher for `--tools web` (pages and images): seed 001 used a 10 s timeout, 32
+    downloads at once and a browser User-Agent (the default here; set `user_agent` to the fetcher's
+    own `kbvqa/0.1 ...` to announce the crawler). The byte cap, the time cap and the address guard
+    stay in force whatever the pool sizes. `allow_hosts` lifts the address guard for exact hosts
+    (tests: 127.0.0.1)."""
 
     model_config = ConfigDict(extra="forbid")
+    user_agent: str = Field(BROWSER_USER_AGENT, min_length=1)
     allow_hosts: list[str] = Field(default_factory=list)
     allow_private: bool = False
     max_bytes: int = Field(10_000_000, ge=1)

@@ -235,7 +235,7 @@ class HarvestConfig(ReferenceStageConfig):
     backend: Literal["local", "web"] = "local"
     max_per_url: int = Field(20, ge=1)  # images kept per page
     max_attempts_per_url: int = Field(60, ge=1)  # images tried per page
-    max_pool: int = Field(50, ge=0)  # reverse-search images kept
+    max_pool: int | None = Field(None, ge=0)  # reverse-search images kept; None: every one, as the paper takes
     min_side: int = Field(100, ge=1)  # px, the shorter side
     max_aspect: float = Field(3.0, ge=1.0)
     min_bytes: int = Field(1024, ge=0)
@@ -289,7 +289,8 @@ class Harvest(Stage):
                       context=r.get("context", ""), source_url=r["image"] if "://" in r["image"] else None)
                 for r in urls.get("image_results") or []]
         page_drops = await asyncio.gather(*(self._page(p, ctx, c) for p in pages))
-        pool_kept, pool_drops = await self._images(pool, ctx, c, c.max_pool, c.max_pool * 3)
+        cap = len(pool) if c.max_pool is None else c.max_pool
+        pool_kept, pool_drops = await self._images(pool, ctx, c, cap, len(pool) if c.max_pool is None else cap * 3)
         for d in (*page_drops, pool_drops):
             drops.update(d)
         candidates: list[dict[str, Any]] = []
