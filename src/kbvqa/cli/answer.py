@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, end_job, fail,
+                              journal_reasons,
                               model_limits)
 from kbvqa.cli.retrieve import job_errors
 from kbvqa.models.rerank import RERANKERS
@@ -89,6 +90,7 @@ def answer(
     deadline: Optional[float] = DEADLINE,
     structured_output: Optional[str] = STRUCTURED_OUTPUT,
     max_retries: Optional[int] = MAX_RETRIES,
+    allow_empty: bool = typer.Option(False, "--allow-empty", help="Run on an input with no samples (otherwise an error)."),
     guided: Optional[bool] = typer.Option(None, "--guided", help="agent: tell it the short reference (trajectories "
                                                                 "for `kbvqa reference build`, seed 001 §3.2)."),
 ) -> None:
@@ -104,7 +106,7 @@ def answer(
                       tools=tools, cassette=cassette, protocol=protocol, max_turns=max_turns, max_tokens=max_tokens,
                       max_cost=max_cost, max_seconds=max_seconds, kb_images=kb_images, blocked_domain=blocked_domain,
                       today=today, guided=guided, web_provider=web_provider, web_base_url=web_base_url,
-                      web_api_key_env=web_api_key_env,
+                      web_api_key_env=web_api_key_env, allow_empty=allow_empty,
                       limits=model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
     try:
         prepared = prepare_answer(spec)
@@ -116,4 +118,5 @@ def answer(
     typer.echo(json.dumps({"out": str(out), "retrieval_records": str(rr), "ok": summary.ok, "error": summary.error,
                            "invalid": summary.invalid, "pipeline": pipeline, "stages": prepared.job.stage_names,
                            "usage": summary.usage.model_dump(), "seconds": round(summary.seconds, 3)}))
-    end_job(summary.ok, {"error": summary.error, "invalid": summary.invalid}, skipped=summary.skipped, what="sample(s)")
+    end_job(summary.ok, {"error": summary.error, "invalid": summary.invalid}, skipped=summary.skipped, what="sample(s)",
+            reasons=journal_reasons(out) if summary.error or summary.invalid else None)

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, model_limits, print_result)
+                              fail, journal_reasons, model_limits, print_result)
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 
@@ -33,6 +33,7 @@ def run_cmd(
     resume: bool = typer.Option(True, "--resume/--no-resume"),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip malformed input rows (counted) instead of stopping."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    allow_empty: bool = typer.Option(False, "--allow-empty", help="Run on an input with no samples (otherwise an error)."),
     llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible server URL: fills the verifier, "
                                       "repairer and checker roles with one model (needs --model)."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name on the --llm server."),
@@ -55,7 +56,7 @@ def run_cmd(
     try:
         summary = run_audit(input, kb, out, config=config, llm=llm, model=model, llm_concurrency=llm_concurrency,
                             concurrency=concurrency, fmt=fmt, resume=resume, limit=limit, progress=not as_json,
-                            skip_invalid=skip_invalid,
+                            skip_invalid=skip_invalid, allow_empty=allow_empty,
                             limits=model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
     except _input_errors() as exc:
         fail(exc)
@@ -66,7 +67,8 @@ def run_cmd(
         print_result(audit_summary_table(summary))
         typer.echo(f"wrote {r['out']} (ok {r['ok']}, error {r['error']}, invalid {r['invalid']}, "
                    f"skipped {r['skipped']}) and {summary['summary_path']}")
-    end_job(r["ok"], {"error": r["error"], "invalid": r["invalid"]}, skipped=r["skipped"], what="sample(s)")
+    end_job(r["ok"], {"error": r["error"], "invalid": r["invalid"]}, skipped=r["skipped"], what="sample(s)",
+            reasons=journal_reasons(r["out"]) if r["error"] or r["invalid"] else None)
 
 
 @app.command("summary")

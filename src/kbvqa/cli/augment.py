@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from kbvqa.cli.common import emit_json, fail, print_result
+from kbvqa.cli.common import emit_json, end_job, fail, print_result
 from kbvqa.data.errors import DataError
 
 
@@ -45,6 +45,7 @@ def augment(
     url_types: Optional[Path] = typer.Option(None, "--url-types", exists=True, dir_okay=False, help="JSON {url: type} KB-category fallback."),
     similar: bool = typer.Option(False, "--similar", help="Hardest same-type distractor by image similarity (histogram baseline encoder)."),
     as_json: bool = typer.Option(False, "--json", help="Print the stats as JSON."),
+    allow_empty: bool = typer.Option(False, "--allow-empty", help="Run on an input with no samples (otherwise an error)."),
 ) -> None:
     """Augment INPUT: intra/inter-category composites, Blank/Double controls, rewritten questions."""
     from kbvqa.pipelines.augment.run import AugmentConfig, augment_file
@@ -61,12 +62,29 @@ def augment(
             from kbvqa.models.image_encoders import HistogramEncoder
             cfg.encoder = HistogramEncoder()
         stats = augment_file(input, images, out, fmt=fmt, config=cfg, seed=seed, num_samples=num_samples,
-                             variants=[v.strip() for v in variants.split(",") if v.strip()], progress=not as_json)
+                             variants=[v.strip() for v in variants.split(",") if v.strip()], progress=not as_json,
+                             allow_empty=allow_empty)
     except (DataError, ValueError, OSError) as e:
         fail(e)
     if as_json:
         emit_json(stats)
-        return
-    for table in augment_stats_tables(stats):
-        print_result(table)
-    typer.echo(f"wrote {out / 'manifest.csv'}, {out / 'manifest.jsonl'}, {out / 'samples.jsonl'}, {out / 'stats.json'}")
+    else:
+        for table in augment_stats_tables(stats):
+            print_result(table)
+        typer.echo(f"wrote {out / 'manifest.csv'}, {out / 'manifest.jsonl'}, {out / 'samples.jsonl'}, "
+                   f"{out / 'stats.json'}")
+    _end(stats)
+
+
+def _end(stats: dict) -> None:
+    """The exit-code convention over anchors: one whose composites were all made is ok, `partial` is
+    counted with the failures (its missing variants), and when no anchor got a composite — every one
+    failed, or every input was excluded — the job exits 3 with the most common reasons."""
+    status = stats.get("status") or {}
+    made = int(status.get("ok", 0)) + int(status.get("partial", 0))
+    failed = {"error": int(status.get("error", 0)), "partial": int(status.get("partial", 0))}
+    reasons = dict(stats.get("failure_reasons") or {})
+    if not made and not failed["error"] and stats.get("inputs"):  # nothing reached compositing
+        failed = {"excluded": int(status.get("excluded", 0)), "not sampled": int(status.get("not_sampled", 0))}
+        reasons = {str(k): int(v) for k, v in (stats.get("exclusions") or {}).items()}
+    end_job(made, failed, what="anchor(s)", reasons=reasons, hint="each anchor's reason is in OUT/manifest.jsonl")

@@ -29,14 +29,58 @@ def _fail_on_error() -> bool:
     return bool(ctx is not None and ctx.find_root().params.get("fail_on_error"))
 
 
-def end_job(ok: int, failed: dict[str, int], *, skipped: int = 0, what: str = "record(s)") -> None:
+def top_reasons(reasons: Iterable[str] | dict[str, int], n: int = 3) -> list[tuple[str, int]]:
+    """The `n` most common failure reasons, alike ones grouped: quoted names, paths and numbers are
+    masked for the grouping (so 33 "missing image 'a.jpg'" lines are one reason), and each group is
+    shown by its first reason as written."""
+    import re
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    items = reasons.items() if isinstance(reasons, dict) else ((r, 1) for r in reasons)
+    for reason, k in items:
+        text = " ".join(str(reason or "no reason recorded").split())
+        key = re.sub(r"\d+", "N", re.sub(r"'[^']*'|\"[^\"]*\"|(?:[\w.~-]*/)+[\w.~-]*", "…", text))
+        counts[key] += k
+        example.setdefault(key, text)
+    return [(example[key][:200], k) for key, k in counts.most_common(n)]
+
+
+def journal_reasons(journal: Any) -> list[str]:
+    """The reasons of a runner journal's records that did not end ok (for `end_job`)."""
+    from pathlib import Path
+
+    from kbvqa.runner import read_results
+
+    if journal is None or not Path(journal).is_file():
+        return []
+    return [str(r.get("reason", "")) for r in read_results(Path(journal)) if r.get("status") != "ok"]
+
+
+def end_job(ok: int, failed: dict[str, int], *, skipped: int = 0, what: str = "record(s)",
+            needs_model: int = 0, reasons: Iterable[str] | dict[str, int] | None = None,
+            hint: str = "see their `reason`; `kbvqa journal status OUT` counts them; --resume re-runs them") -> None:
     """Finish a per-record job by the exit-code convention: counts of what did not end ok go to
-    stderr; every record failed → EXIT_ALL_FAILED; some failed → EXIT_SOME_FAILED under
-    --fail-on-error, else 0. Scripts and CI notice a job that produced nothing."""
+    stderr with the most common `reasons`; no record ok and some failed → EXIT_ALL_FAILED; some
+    failed → EXIT_SOME_FAILED under --fail-on-error, else 0. Scripts and CI notice a job that
+    produced nothing.
+
+    `needs_model` records (a stage that cannot decide without a model, run offline) are counted
+    apart and are not failures: alone they exit 0 with a line saying how to continue; they are
+    not ok either, so they never make a run with failures look partly successful."""
     bad = {k: v for k, v in failed.items() if v}
     if bad:
         typer.echo(f"{sum(bad.values())} {what} did not end ok: " + ", ".join(f"{k} {v}" for k, v in bad.items())
-                   + " (see their `reason`; `kbvqa journal status OUT` counts them; --resume re-runs them)", err=True)
+                   + f" ({hint})", err=True)
+        common = top_reasons(reasons or [])
+        if common:
+            typer.echo("most common reasons:", err=True)
+            for text, k in common:
+                typer.echo(f"  {k} x {text}", err=True)
+    if needs_model:
+        typer.echo(f"{needs_model} {what} need a model (status needs_model, not a failure): configure the stage's "
+                   "role (--llm URL --model NAME, or --config) and run again with --resume", err=True)
     if bad and ok == 0 and skipped == 0:
         raise typer.Exit(code=EXIT_ALL_FAILED)
     if bad and _fail_on_error():

@@ -11,7 +11,7 @@ import typer
 
 from kbvqa.cli.common import emit_json, fail, print_result
 from kbvqa.data.errors import DataError, SkipReport
-from kbvqa.data.formats import FORMATS, detect_format, read_samples, write_samples
+from kbvqa.data.formats import FORMATS, detect_format, non_empty, read_samples, write_samples
 from kbvqa.data.generic import GENERIC_FORMATS, TABLE_SOURCES, parse_mapping
 from kbvqa.data.stats import dataset_stats
 
@@ -100,24 +100,13 @@ def convert(
         write_opts: dict = {"qtypes_out": qtypes_out} if fout == "infoseek" else {}
         if fout in GENERIC_FORMATS:
             write_opts.update(mapping=m, sep=sep)
-        samples = _non_empty(samples, src, allow_empty)
+        samples = non_empty(samples, src, allow_empty)
         n = write_samples(samples, dst, fout, **write_opts)
     except (DataError, ValueError) as e:
         _fail(str(e))
         return
     typer.echo(f"wrote {n} sample(s) {fin} -> {fout}: {dst}")
     _report_skipped(report)
-
-
-def _non_empty(samples, src: Path, allow_empty: bool):
-    """The samples, or a DataError when there are none and the user did not say that is fine."""
-    first = next(iter(samples), None)
-    if first is None:
-        if not allow_empty:
-            raise DataError("no samples in the input (an empty file?); pass --allow-empty if that is intended",
-                            file=src)
-        return iter(())
-    return itertools.chain([first], samples)
 
 
 def _out_format(dst: Path, fin: str, generic: bool = False) -> str:
@@ -143,14 +132,17 @@ def stats(
     split: Optional[str] = typer.Option(None, "--split", help="Hugging Face export: the split to count."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip (and count) invalid rows."),
+    allow_empty: bool = typer.Option(False, "--allow-empty", help="Count an input with no samples (otherwise an "
+                                                                  "error)."),
 ) -> None:
     """Counts by type/split/dataset, answer lengths, multi-part/numeric answers, missing fields."""
     report = SkipReport()
     try:
         fmt = from_fmt or detect_format(path)
         m = _mapping(mapping) if fmt in TABLE_SOURCES else None
-        result = dataset_stats(read_samples(path, fmt, qtypes=qtypes, mapping=m, skip_invalid=skip_invalid,
-                                            report=report, **_table_opts(fmt, split=split)))
+        result = dataset_stats(non_empty(read_samples(path, fmt, qtypes=qtypes, mapping=m, skip_invalid=skip_invalid,
+                                                      report=report, **_table_opts(fmt, split=split)),
+                                         path, allow_empty))
     except (DataError, ValueError) as e:
         _fail(str(e))
         return

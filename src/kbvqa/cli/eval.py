@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from kbvqa.cli import answer as answer_cmd
-from kbvqa.cli.common import emit_json, end_job, fail, model_limits, print_result
+from kbvqa.cli.common import emit_json, end_job, fail, journal_reasons, model_limits, print_result
 from kbvqa.cli.retrieve import job_errors
 from kbvqa.cli.score import _GRADED_TEXT, _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_URL, _ROLE, GradedText, TwoHop
 
@@ -110,4 +110,5 @@ def evaluate(
         fail(f"{len(res.metric_errors)} metric(s) could not be scored (recorded in {res.path}); the predictions are "
              f"kept: run again with --resume to score them without answering again")
     a = res.answer
-    end_job(a.ok, res.failed, skipped=a.skipped, what="record(s)")
+    end_job(a.ok, res.failed, skipped=a.skipped, what="record(s)",
+            reasons=journal_reasons(a.out) if a.error or a.invalid else None)

@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import end_job, fail
+from kbvqa.cli.common import end_job, fail, journal_reasons
 
 
 def job_errors() -> tuple[type[BaseException], ...]:
@@ -41,6 +41,7 @@ def retrieve(
     limit: Optional[int] = typer.Option(None, "--limit", min=1),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Skip samples already retrieved ok; re-run "
                                                                      "errored ones."),
+    allow_empty: bool = typer.Option(False, "--allow-empty", help="Run on an input with no samples (otherwise an error)."),
 ) -> None:
     """Image-to-image retrieval: rank KB articles for each sample's image; missing images become error records."""
     from kbvqa.pipelines.retrieve import retrieve_file
@@ -49,8 +50,9 @@ def retrieve(
     try:
         run = retrieve_file(samples, index, out=out, images=images, fmt=fmt, model_dir=model_dir, device=device,
                             k=k, batch_size=batch_size, concurrency=concurrency, limit=limit, resume=resume,
-                            progress=console.is_terminal)
+                            progress=console.is_terminal, allow_empty=allow_empty)
     except job_errors() as e:
         fail(e)
     typer.echo(json.dumps(run.summary()))
-    end_job(run.counts.get("ok", 0), {"error": run.counts.get("error", 0)}, skipped=run.skipped, what="sample(s)")
+    end_job(run.counts.get("ok", 0), {"error": run.counts.get("error", 0)}, skipped=run.skipped, what="sample(s)",
+            reasons=journal_reasons(run.journal) if run.counts.get("error") else None)

@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional
 
 import typer
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, fail,
+from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job, fail,
                               model_limits, print_result)
 from kbvqa.evaluate.scorers import SCORERS
 
@@ -346,6 +346,10 @@ def image_ablation(
     if not as_json:
         for table in image_ablation_tables(res)[1:]:
             print_result(table)
+    g = res["counts"]["generation"]  # no probe generated: the study ran and measured nothing (exit 3)
+    end_job(g.get("ok", 0), {s: g.get(s, 0) for s in ("error", "invalid")}, what="probe generation(s)",
+            reasons=[f.get("reason", "") for f in res.get("generation_failures", [])],
+            hint="listed under generation_failures in the study JSON; --resume asks again")
 
 
 # ---------------------------------------------------- seed 000's analyses (kbvqa.evaluate.analyses)

@@ -18,6 +18,7 @@ None) and `write_samples(samples, path, fmt)` writes them back. Formats:
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -29,7 +30,7 @@ from kbvqa.data import ara, evqa, generic, hf, infoseek, kbvqa_jsonl, notevqa
 from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
 from kbvqa.data.schema import Sample
 
-__all__ = ["FORMATS", "DataError", "SkipReport", "detect_format", "read_samples", "write_samples"]
+__all__ = ["FORMATS", "DataError", "SkipReport", "detect_format", "non_empty", "read_samples", "write_samples"]
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,25 @@ def read_samples(path: str | Path, fmt: str | None = None, *, qtypes: Path | Non
         raise _not_utf8(path, exc) from None
 
 
+def empty_input(path: str | Path) -> DataError:
+    """The one error for an input with no samples (README: an empty input is an error unless --allow-empty)."""
+    return DataError("no samples in the input (an empty file, or a header without rows?); pass --allow-empty "
+                     "if that is intended", file=path)
+
+
+def non_empty(samples: Iterable[Sample], path: str | Path, allow_empty: bool = False) -> Iterator[Sample]:
+    """`samples`, or `empty_input` when there are none and the user did not say that is fine. Reads
+    one sample ahead, so a stream stays a stream. Every command that reads a benchmark goes through
+    this (or SampleRecords, which calls it)."""
+    it = iter(samples)
+    first = next(it, None)
+    if first is None:
+        if not allow_empty:
+            raise empty_input(path)
+        return iter(())
+    return itertools.chain([first], it)
+
+
 COUNT_LIMIT_BYTES = 256 << 20  # inputs up to this size get a counting pre-pass (see SampleRecords)
 
 
@@ -172,15 +192,20 @@ class SampleRecords:
     the number to expect: `len()` comes from a counting pre-pass over files up to COUNT_LIMIT_BYTES
     (parsing is cheap next to any job that runs stages), so progress bars show N/M and an ETA instead
     of N/?. Without a count (bigger files, Hugging Face folders whose pre-pass would write images)
-    `len()` raises TypeError, which the runner reads as "unknown". Iterated once."""
+    `len()` raises TypeError, which the runner reads as "unknown". Iterated once.
 
-    def __init__(self, path: str | Path, fmt: str | None = None, **read_opts: Any):
+    An input with no samples is refused here, before anything runs (`non_empty`), unless `allow_empty`."""
+
+    def __init__(self, path: str | Path, fmt: str | None = None, *, allow_empty: bool = False, **read_opts: Any):
         self.path, self.fmt, self.read_opts = Path(path), fmt or detect_format(path), read_opts
+        self.allow_empty = allow_empty
         self.expected: int | None = None
         if self.fmt != "hf" and self.path.is_file() and self.path.stat().st_size <= COUNT_LIMIT_BYTES:
             opts = {k: v for k, v in read_opts.items() if k not in ("skip_invalid", "report")}
             self.expected = sum(1 for _ in read_samples(self.path, self.fmt, skip_invalid=True,
                                                         report=SkipReport(), **opts))
+        if self.expected == 0 and not allow_empty:
+            raise empty_input(self.path)
 
     def __len__(self) -> int:
         if self.expected is None:
@@ -188,7 +213,8 @@ class SampleRecords:
         return self.expected
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (s.dump() for s in read_samples(self.path, self.fmt, **self.read_opts))
+        samples = non_empty(read_samples(self.path, self.fmt, **self.read_opts), self.path, self.allow_empty)
+        return (s.dump() for s in samples)
 
 
 def write_samples(samples: Iterable[Sample], path: str | Path, fmt: str, **opts: Any) -> int:

@@ -49,10 +49,21 @@ def _num(x: Any) -> float:
     return float(x)
 
 
+def answer_eval_string(value: str) -> str:
+    """The one refusal of a string `answer_eval` (the data readers and the scorer share it)."""
+    import json
+
+    return (f"is the string {json.dumps(value[:60], ensure_ascii=False)}, not a list of accepted answers; "
+            f"InfoSeek writes answer_eval as a list (e.g. {json.dumps([value[:60]], ensure_ascii=False)}) "
+            "or one numeric dict")
+
+
 def parse_answer_eval(value: Any, canonical: Any = None) -> list[Answer]:
     """answer_eval (list of strings / numeric dicts, or one numeric dict) -> Answers. Raises ValueError."""
     if value is None:
         return []
+    if isinstance(value, str):  # never iterated as characters, never guessed into a one-answer list
+        raise ValueError(answer_eval_string(value))
     items = [value] if isinstance(value, dict) else value
     if not isinstance(items, list):
         raise ValueError(f"expected a list or a numeric dict, got {type(value).__name__}")

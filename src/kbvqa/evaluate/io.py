@@ -348,6 +348,10 @@ def _parse_ref(obj: dict[str, Any], kind: str, path: str | Path, ln: int,
             rng = _num_range(ae, path, ln, "answer_eval")
             # the raw `answer` strings feed the reward mode; without them it uses the range itself
             aliases = _str_list(obj["answer"], path, ln, "answer") if "answer" in obj else []
+        elif isinstance(ae, str):
+            from kbvqa.data.infoseek import answer_eval_string
+
+            raise ScoreInputError(path, ln, "answer_eval", answer_eval_string(ae))
         else:
             aliases = _str_list(ae, path, ln, "answer_eval")
     elif kind == "kbvqa":

@@ -224,7 +224,7 @@ def audit_job(config: AuditConfig | None = None, *, kb: Any, roles: dict[str, An
 def audit_file(input_path: str | Path, kb: Any, out: str | Path, config: AuditConfig | None = None, *,
                fmt: str | None = None, concurrency: int = 8, resume: bool = True, limit: int | None = None,
                progress: bool = False, roles: dict[str, Any] | None = None,
-               skip_invalid: bool = False, close: bool = False) -> dict[str, Any]:
+               skip_invalid: bool = False, close: bool = False, allow_empty: bool = False) -> dict[str, Any]:
     """Audit a benchmark file (any format read_samples knows) against `kb` (a KB object, or a path
     that kb.store.open_kb opens) and write the audited JSONL to `out` and the summary beside it.
     Returns the summary (with the runner's counts under "run"). The caller owns `roles`; `close=True`
@@ -235,7 +235,7 @@ def audit_file(input_path: str | Path, kb: Any, out: str | Path, config: AuditCo
     if isinstance(kb, (str, Path)):
         from kbvqa.kb.store import open_kb
         kb = open_kb(kb)
-    records = SampleRecords(input_path, fmt, skip_invalid=skip_invalid)
+    records = SampleRecords(input_path, fmt, skip_invalid=skip_invalid, allow_empty=allow_empty)
     rs = audit_job(config, kb=kb, roles=roles).run(records, out=Path(out), close=close, concurrency=concurrency,
                                                    resume=resume, limit=limit, progress=progress,
                                                    run_config={"input": str(input_path)})

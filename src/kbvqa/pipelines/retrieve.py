@@ -115,14 +115,14 @@ def run_retrieval(records: Iterable[dict] | AsyncIterable[dict], index: Any, enc
 
 def retrieve_file(samples: str | Path, index: str | Path, *, out: str | Path, images: str | Path | None = None,
                   fmt: str | None = None, model_dir: str | Path | None = None, device: str | None = None,
-                  **options: Any) -> RetrievalRun:
+                  allow_empty: bool = False, **options: Any) -> RetrievalRun:
     """`kbvqa retrieve`: load the index and its encoder, read the benchmark file (any supported
     format; image paths relative to `images`, default the samples file's folder) and run."""
     from kbvqa.data.formats import SampleRecords
     from kbvqa.pipelines.index import load_image_index
 
+    records = SampleRecords(samples, fmt, allow_empty=allow_empty)  # an empty input is refused before loading
     idx, enc = load_image_index(index, model_dir, device=device)
-    records = SampleRecords(samples, fmt)
     return run_retrieval(records, idx, enc, out=out, image_root=images or Path(samples).parent, **options)
 
 

@@ -58,6 +58,7 @@ class AnswerSpec:
     web_base_url: str | None = None
     web_api_key_env: str | None = None
     limits: dict[str, Any] = field(default_factory=dict)
+    allow_empty: bool = False  # an input with no samples is an error otherwise (kbvqa.data.formats.non_empty)
 
     def web_options(self) -> dict[str, Any] | None:
         """The web backend's settings for `--tools web` (`[tools.web]` of --config, the --web-* flags over
@@ -119,7 +120,7 @@ def run_answer(prepared: PreparedAnswer, spec: AnswerSpec, out: Path, *, progres
     from kbvqa.data.formats import SampleRecords
     from kbvqa.pipelines.answer import write_retrieval_records
 
-    summary = prepared.job.run(SampleRecords(spec.samples, spec.fmt), out=out,
+    summary = prepared.job.run(SampleRecords(spec.samples, spec.fmt, allow_empty=spec.allow_empty), out=out,
                                concurrency=spec.concurrency, limit=spec.limit, progress=progress,
                                resume=spec.resume,
                                # absolute: the viewer finds the references beside an episode from anywhere

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kbvqa.data.formats import read_samples, write_samples
+from kbvqa.data.formats import non_empty, read_samples, write_samples
 from kbvqa.data.images import ImageRefError, resolve_image
 from kbvqa.data.schema import Sample
 from kbvqa.pipelines.augment import composite as comp
@@ -347,10 +347,12 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
 def augment_file(input: str | Path, images_root: str | Path, out_dir: str | Path, *,
                  variants: Iterable[str] = ALL_VARIANTS, seed: int = 3185, num_samples: int | None = None,
                  fmt: str | None = None, config: AugmentConfig | None = None, progress: bool = False,
-                 read_opts: Mapping[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
-    """Read `input` (any kbvqa-readable format) and augment it; returns the stats dict.
+                 read_opts: Mapping[str, Any] | None = None, allow_empty: bool = False,
+                 **overrides: Any) -> dict[str, Any]:
+    """Read `input` (any kbvqa-readable format; no samples is an error unless `allow_empty`) and
+    augment it; returns the stats dict.
     `overrides` set AugmentConfig fields (height=, workers=, with_position=, k=, layout=, encoder=, ...)."""
     cfg = replace(config or AugmentConfig(), variants=tuple(variants), seed=seed, num_samples=num_samples,
                   **overrides)
-    samples = list(read_samples(input, fmt, **dict(read_opts or {})))
+    samples = list(non_empty(read_samples(input, fmt, **dict(read_opts or {})), input, allow_empty))
     return augment_samples(samples, images_root, out_dir, cfg, progress=progress)

@@ -23,6 +23,9 @@ def compute(entries: Iterable[dict[str, Any]], *, variants: Iterable[str] = (),
     aug = [e for e in entries if e.get("status") in ("ok", "partial", "error")]
     status = Counter(e.get("status") for e in entries)
     exclusions = Counter(e.get("reason") for e in entries if e.get("status") == "excluded")
+    # why composites failed (an anchor ended error or partial), so a total failure can say why
+    failures = Counter(str(e.get("reason") or "no reason recorded") for e in entries
+                       if e.get("status") in ("error", "partial"))
     types = Counter(e.get("anchor_entity_type") for e in aug)
     per_variant: dict[str, dict[str, int]] = {}
     cols = {"intra": "method1_image_status", "inter": "method2_image_status",
@@ -35,6 +38,7 @@ def compute(entries: Iterable[dict[str, Any]], *, variants: Iterable[str] = (),
         "augmented_anchors": len(aug),
         "status": dict(status),
         "exclusions": dict(exclusions),
+        "failure_reasons": dict(failures.most_common(20)),
         "dropped_types": dict(sorted((dropped_types or {}).items())),
         "type_distribution": dict(types.most_common()),
         "per_type_quota": quotas,
