@@ -128,7 +128,7 @@ def test_llm_tagger_runs_through_the_runner_with_resume_and_manifest(tmp_path):
     lines = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert lines["b"]["status"] == "error" and lines["a"]["entity_type"]["source"] == "llm"
     m = json.loads((tmp_path / "types.manifest.json").read_text())
-    assert m["counts"] == {"ok": 2, "error": 1, "invalid": 0} and m["usage"]["prompt_tokens"] == 20
+    assert m["counts"] == {"ok": 2, "error": 1, "invalid": 0, "needs_model": 0} and m["usage"]["prompt_tokens"] == 20
     assert ENTITY_TYPE.id in m["stages"][0]["prompt_hashes"] and m["roles"]["tagger"]["backend"] == "fake"
 
     second = Billed({"How heavy": ("ok", {"type": "vehicle"})})

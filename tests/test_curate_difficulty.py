@@ -83,7 +83,7 @@ def test_a_bad_grouping_is_invalid_and_no_judge_cannot_decide(tmp_path):
         (off,) = run(Difficulty(DifficultyConfig(runs=3)), [record("d2")], tmp_path, {"answerer": c}, name="off.jsonl")
         assert srv.count == before  # no run is spent when the agreement cannot be decided
     assert bad["status"] == "invalid" and "exactly once" in bad["reason"]
-    assert off["status"] == "error" and off["reason"].startswith("NeedsModel:") and "'judge'" in off["reason"]
+    assert off["status"] == "needs_model" and off["reason"].startswith("NeedsModel:") and "'judge'" in off["reason"]
 
 
 def test_standardiser_writes_an_expert_paragraph(tmp_path):

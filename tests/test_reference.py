@@ -405,7 +405,7 @@ def test_candidate_scoring_stable_top_k_with_pools(tmp_path, qimg):
     assert line["funnel"]["candidates"]["dropped"] == {"unloadable": 1, "below_top_k": 2}
     # offline: the item stops, saying why
     (off,) = run_stage("candidates", [rec], tmp_path, journal="off.jsonl")
-    assert off["status"] == "error" and off["reason"].startswith("NeedsModel:") and "vision" in off["reason"]
+    assert off["status"] == "needs_model" and off["reason"].startswith("NeedsModel:") and "vision" in off["reason"]
 
 
 # ------------------------------------------------------------------ the entity image search
@@ -480,7 +480,7 @@ def test_entity_search_finds_a_picture_for_an_entity_missing_from_the_pool(tmp_p
                            journal="bad.jsonl")
     assert bad["status"] == "invalid" and "candidate(s) [3]" in bad["reason"]
     (off,) = run_stage("entities", [rec], tmp_path, entity_tools=tools, journal="off.jsonl")
-    assert off["status"] == "error" and off["reason"].startswith("NeedsModel:")
+    assert off["status"] == "needs_model" and off["reason"].startswith("NeedsModel:")
 
 
 # ------------------------------------------------------------------ the consistency check
@@ -640,7 +640,7 @@ def test_dedup_probes_a_crop_pair_and_lets_the_hash_settle_only_certain_ones(tmp
     assert [p["cached"] for ln in lines for p in ln["dedup"]["probes"]] == [False, False, True, True]
     # without a model, the pairs the hash cannot settle are undecided and counted; the item stops
     (off,) = run_stage("dedup", recs[:1], tmp_path, config=BEFORE, journal="off.jsonl")
-    assert off["status"] == "error" and off["reason"].startswith("NeedsModel:")
+    assert off["status"] == "needs_model" and off["reason"].startswith("NeedsModel:")
     assert "3 image pair(s) the hash cannot settle" in off["reason"] and "dedup" not in off
 
 

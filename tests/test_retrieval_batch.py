@@ -152,7 +152,7 @@ def test_retrieve_resume_reruns_only_the_error_line(tmp_path):
     attempts = {r["id"]: r["attempts"] for r in read_results(journal_path(out))}
     assert attempts.pop("late_image") == 2 and set(attempts.values()) == {1}  # only the error line re-ran
     manifest = json.loads((tmp_path / "R.run.manifest.json").read_text())
-    assert manifest["counts"] == {"ok": 1, "error": 0, "invalid": 0} and manifest["skipped"] == b.n_samples
+    assert manifest["counts"] == {"ok": 1, "error": 0, "invalid": 0, "needs_model": 0} and manifest["skipped"] == b.n_samples
 
 
 def test_cli_choices_come_from_the_registries():

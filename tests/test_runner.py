@@ -228,7 +228,7 @@ def test_manifest_contents_and_redaction(tmp_path):
     assert rc["nested"]["list"] == [{"password": "***redacted***", "ok": 1}]
     assert "x=1" in rc["endpoint"]
     assert m["state"] == "finished" and m["description"] == "smoke"
-    assert m["counts"] == {"ok": 5, "error": 0, "invalid": 0} and m["skipped"] == 0 and m["total"] == 5
+    assert m["counts"] == {"ok": 5, "error": 0, "invalid": 0, "needs_model": 0} and m["skipped"] == 0 and m["total"] == 5
     assert m["usage"]["calls"] == 5 and m["usage"]["prompt_tokens"] == 50
     assert math.isclose(m["usage"]["cost"], 0.005)
     assert s.usage.completion_tokens == 10 and c.usage.calls == 5

@@ -153,7 +153,7 @@ def test_unpicklable_context_fails_before_any_record(cluster, tmp_path):
     with pytest.raises(TypeError, match="must pickle"):
         run([{"id": "r0", "n": 0}], [Ask()], ctx, out=tmp_path / "o.jsonl", progress=False, executor="ray")
     manifest = json.loads((tmp_path / "o.manifest.json").read_text())
-    assert manifest["state"] == "failed" and manifest["counts"] == {"ok": 0, "error": 0, "invalid": 0}
+    assert manifest["state"] == "failed" and manifest["counts"] == {"ok": 0, "error": 0, "invalid": 0, "needs_model": 0}
 
 
 def test_options_are_checked_and_split():

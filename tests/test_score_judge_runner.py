@@ -103,7 +103,7 @@ def test_judge_resume_resends_only_failed_calls(tmp_path):
     assert {x["id"]: x["attempts"] for x in lines}["q3"] == 2
     manifest = json.loads(Path(s2["manifest"]).read_text())
     assert manifest["state"] == "finished" and manifest["roles"]["judge"]["model"] == "fj"
-    assert manifest["counts"] == {"ok": 3, "error": 0, "invalid": 0} and manifest["skipped"] == 4
+    assert manifest["counts"] == {"ok": 3, "error": 0, "invalid": 0, "needs_model": 0} and manifest["skipped"] == 4
 
 
 def test_judge_per_item_no_resume_and_stale_journal(tmp_path):

@@ -119,4 +119,4 @@ def answer(
                            "invalid": summary.invalid, "pipeline": pipeline, "stages": prepared.job.stage_names,
                            "usage": summary.usage.model_dump(), "seconds": round(summary.seconds, 3)}))
     end_job(summary.ok, {"error": summary.error, "invalid": summary.invalid}, skipped=summary.skipped, what="sample(s)",
-            reasons=journal_reasons(out) if summary.error or summary.invalid else None)
+            needs_model=summary.needs_model, reasons=journal_reasons(out) if summary.error or summary.invalid else None)

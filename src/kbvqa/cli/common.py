@@ -62,26 +62,28 @@ def end_job(ok: int, failed: dict[str, int], *, skipped: int = 0, what: str = "r
             needs_model: int = 0, reasons: Iterable[str] | dict[str, int] | None = None,
             hint: str = "see their `reason`; `kbvqa journal status OUT` counts them; --resume re-runs them") -> None:
     """Finish a per-record job by the exit-code convention: counts of what did not end ok go to
-    stderr with the most common `reasons`; no record ok and some failed → EXIT_ALL_FAILED; some
-    failed → EXIT_SOME_FAILED under --fail-on-error, else 0. Scripts and CI notice a job that
-    produced nothing.
+    stderr with the most common `reasons`; not one record ok → EXIT_ALL_FAILED (scripts and CI
+    notice a job that produced nothing); some error/invalid → EXIT_SOME_FAILED under
+    --fail-on-error, else 0.
 
     `needs_model` records (a stage that cannot decide without a model, run offline) are counted
-    apart and are not failures: alone they exit 0 with a line saying how to continue; they are
-    not ok either, so they never make a run with failures look partly successful."""
+    apart from error and invalid: they are not failures, so they never make --fail-on-error exit 4,
+    but they are not ok either, so a run where every record needs a model still exits 3 (it
+    produced nothing); a line says how to continue."""
     bad = {k: v for k, v in failed.items() if v}
-    if bad:
-        typer.echo(f"{sum(bad.values())} {what} did not end ok: " + ", ".join(f"{k} {v}" for k, v in bad.items())
+    shown = {**bad, **({"needs_model": needs_model} if needs_model else {})}
+    if shown:
+        typer.echo(f"{sum(shown.values())} {what} did not end ok: " + ", ".join(f"{k} {v}" for k, v in shown.items())
                    + f" ({hint})", err=True)
-        common = top_reasons(reasons or [])
-        if common:
-            typer.echo("most common reasons:", err=True)
-            for text, k in common:
-                typer.echo(f"  {k} x {text}", err=True)
+    common = top_reasons(reasons or []) if bad else []
+    if common:
+        typer.echo("most common reasons:", err=True)
+        for text, k in common:
+            typer.echo(f"  {k} x {text}", err=True)
     if needs_model:
-        typer.echo(f"{needs_model} {what} need a model (status needs_model, not a failure): configure the stage's "
-                   "role (--llm URL --model NAME, or --config) and run again with --resume", err=True)
-    if bad and ok == 0 and skipped == 0:
+        typer.echo(f"{needs_model} {what} need a model (needs_model is not a failure): configure the stage's role "
+                   "(--llm URL --model NAME, or --config) and run again with --resume", err=True)
+    if shown and ok == 0 and skipped == 0:
         raise typer.Exit(code=EXIT_ALL_FAILED)
     if bad and _fail_on_error():
         raise typer.Exit(code=EXIT_SOME_FAILED)

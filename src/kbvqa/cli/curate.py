@@ -8,7 +8,7 @@
 funnel as one JSON document (also in DIR/funnel.json). Exit codes follow the per-record jobs'
 convention with "ok" meaning a post that became an item: 3 when posts stopped and none became an item
 (an offline run ends so, after the deterministic stages), 4 under `kbvqa --fail-on-error` when some
-stopped. Drops are outcomes, not failures.
+stopped with error or invalid (needs_model is not a failure). Drops are outcomes, not failures.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def run(
     for s in result.stages:
         for why, n in s["stopped"].items():
             stopped[why] = stopped.get(why, 0) + n
-    end_job(result.output["items"], stopped, what="post(s)")
+    end_job(result.output["items"], stopped, what="post(s)", needs_model=stopped.pop("needs_model", 0))
 
 
 @app.command("review-export")

@@ -95,7 +95,8 @@ def build(
     for s in result.stages:
         for why, n in s["stopped"].items():
             stopped[why] = stopped.get(why, 0) + n
-    end_job(result.stages[-1]["ok"], stopped, what="item(s)")  # ok = items with a draft
+    end_job(result.stages[-1]["ok"], stopped, what="item(s)",  # ok = items with a draft
+            needs_model=stopped.pop("needs_model", 0))
 
 
 @app.command("audit-export")

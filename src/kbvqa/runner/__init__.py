@@ -11,8 +11,8 @@ from kbvqa.runner.executor import EXECUTORS, Executor, Task, get_executor, set_d
 from kbvqa.runner.manifest import manifest_path, redact
 from kbvqa.runner.run import InputError, RunSummary, output_paths, run, run_stages
 from kbvqa.runner.sinks import compact_journal, read_parquet, read_results, write_parquet
-from kbvqa.runner.stage import RUNNER_FIELDS, Context, Invalid, Stage, StageConfig, run_record
+from kbvqa.runner.stage import RUNNER_FIELDS, Context, Invalid, NeedsModel, Stage, StageConfig, run_record
 
-__all__ = ["EXECUTORS", "Context", "Executor", "InputError", "Invalid", "RUNNER_FIELDS", "RunSummary", "Stage",
+__all__ = ["EXECUTORS", "Context", "Executor", "InputError", "Invalid", "NeedsModel", "RUNNER_FIELDS", "RunSummary", "Stage",
            "StageConfig", "Task", "compact_journal", "get_executor", "manifest_path", "output_paths", "read_parquet",
            "read_results", "redact", "run", "run_record", "run_stages", "set_default_executor", "write_parquet"]

@@ -9,7 +9,7 @@ Why it looks like this:
 - **Streaming.** Records are pulled from the input as executors ask for them, so a 10M-line input
   never sits in memory. Memory grows only with the number of ids (input order, the resume index).
 - **Nothing dropped.** Every record pulled ends as one output line with `status` ok / error /
-  invalid (`run_record`), or is counted as skipped because an earlier run finished it.
+  invalid / needs_model (`run_record`), or is counted as skipped because an earlier run finished it.
 - **Crash-safe resume.** Lines are appended and flushed as records finish (fsync every N lines), so
   SIGKILL loses only in-flight records. The next run skips ids whose last line is `ok` and runs
   `error`/`invalid` ones again with `attempts` incremented. At the end the journal is compacted to
@@ -43,7 +43,7 @@ from kbvqa.runner.stage import Context, Stage, default_record_deadline, error_re
 log = logging.getLogger("kbvqa.runner")
 
 FORMATS = ("jsonl", "parquet")
-STATUSES = ("ok", "error", "invalid")
+STATUSES = ("ok", "error", "invalid", "needs_model")  # needs_model: kbvqa.runner.stage.NeedsModel
 
 
 class InputError(ValueError):
@@ -52,8 +52,8 @@ class InputError(ValueError):
 
 @dataclass
 class RunSummary:
-    """Counts are for this run's input: total = ok + error + invalid + skipped, where skipped means
-    already ok in the output from a previous run."""
+    """Counts are for this run's input: total = ok + error + invalid + needs_model + skipped, where
+    skipped means already ok in the output from a previous run."""
 
     total: int
     ok: int
@@ -67,10 +67,12 @@ class RunSummary:
     parquet: Path | None = None
     previous_output: Path | None = None  # where resume=False moved an existing output
     output_counts: dict[str, int] = field(default_factory=dict)  # statuses in the whole output file
+    needs_model: int = 0  # records a stage could not decide without a model (not failures; --resume)
 
     def as_dict(self) -> dict[str, Any]:
         return {"total": self.total, "ok": self.ok, "error": self.error, "invalid": self.invalid,
-                "skipped": self.skipped, "seconds": round(self.seconds, 3), "usage": self.usage.model_dump(),
+                "needs_model": self.needs_model, "skipped": self.skipped, "seconds": round(self.seconds, 3),
+                "usage": self.usage.model_dump(),
                 "out": str(self.out), "manifest": str(self.manifest),
                 **({"parquet": str(self.parquet)} if self.parquet else {})}
 
@@ -264,7 +266,7 @@ class _Run:
         self.manifest["previous_output"] = str(self.previous_output) if self.previous_output else None
         self.manifest["resumed_from_lines"] = len(self.previous)
         self.manifest["attempts"] = _earlier_attempts(self.paths["manifest"]) if resume else []
-        self.counts = {"ok": 0, "error": 0, "invalid": 0, "skipped": 0}
+        self.counts = {"ok": 0, "error": 0, "invalid": 0, "needs_model": 0, "skipped": 0}
         self.remote_usage = Usage()
         self.bar: ProgressBar | None = None
         mf.write_manifest(self.paths["manifest"], self.manifest)
@@ -396,7 +398,7 @@ async def _execute(run: _Run, records: Iterable[dict] | AsyncIterable[dict], sta
     summary = RunSummary(total=pending.pos, ok=c["ok"], error=c["error"], invalid=c["invalid"], skipped=c["skipped"],
                          seconds=time.monotonic() - run.started, usage=run.usage(), out=out,
                          manifest=run.paths["manifest"], parquet=parquet, previous_output=run.previous_output,
-                         output_counts=output_counts)
+                         output_counts=output_counts, needs_model=c["needs_model"])
     ctx.log.info("run finished: %d records, ok %d, error %d, invalid %d, skipped %d in %.1fs -> %s",
                  summary.total, summary.ok, summary.error, summary.invalid, summary.skipped, summary.seconds, out)
     return summary

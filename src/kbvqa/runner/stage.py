@@ -29,8 +29,8 @@ from kbvqa.data.redact import redact
 from kbvqa.data.schema import Usage
 from kbvqa.models.result import Invalid
 
-__all__ = ["Context", "Invalid", "RECORD_DEADLINE_ENV", "RUNNER_FIELDS", "Stage", "StageConfig", "default_record_deadline",
-           "run_record", "set_record_deadline", "stage_name"]
+__all__ = ["Context", "Invalid", "NeedsModel", "RECORD_DEADLINE_ENV", "RUNNER_FIELDS", "Stage", "StageConfig",
+           "default_record_deadline", "run_record", "set_record_deadline", "stage_name"]
 
 #: The default total time one record may take through all its stages (`kbvqa --record-deadline`).
 RECORD_DEADLINE_ENV = "KBVQA_RECORD_DEADLINE"
@@ -59,6 +59,13 @@ def default_record_deadline() -> float | None:
 RUNNER_FIELDS = ("status", "reason", "attempts", "stage")
 
 _MISSING = object()
+
+
+class NeedsModel(RuntimeError):
+    """A stage that cannot decide this record without a model, run with none configured for its role
+    (offline). The record ends `needs_model` — its own status, counted apart from `error` and
+    `invalid`, never a failure of the run — with the reason "NeedsModel: …"; `--resume` runs it again
+    once a model is configured."""
 
 
 class StageConfig(BaseModel):
@@ -193,6 +200,10 @@ async def run_record(rec: dict[str, Any], stages: Sequence[Stage], ctx: Context,
                 except Invalid as exc:
                     status, reason, failed = "invalid", redact(str(exc)) or "Invalid (no reason given)", name
                     ctx.log.debug("record %s invalid in stage %s: %s", rid, name, reason)
+                    break
+                except NeedsModel as exc:
+                    status, reason, failed = "needs_model", error_reason(exc), name
+                    ctx.log.debug("record %s needs a model in stage %s: %s", rid, name, reason)
                     break
                 except Exception as exc:
                     status, reason, failed = "error", error_reason(exc), name

@@ -6,7 +6,7 @@ whatever the outcome, so a curator sees the scores behind a decision) and, when 
 reason code and a detail. A drop is an outcome, not a failure: the record ends `ok` in the stage's
 journal with `drop = {stage, reason, detail}`, is never re-run on `--resume`, and goes to
 `dropped.jsonl`. Failures keep the runner's meaning — a model stage without a model raises
-`NeedsModel` (status `error`, reason "NeedsModel: …", retried on `--resume` once a model is
+`NeedsModel` (status `needs_model`, reason "NeedsModel: …", retried on `--resume` once a model is
 configured), a failed call is `error`, an unusable reply `invalid`; none of them is ever a keep or a
 drop.
 

@@ -23,7 +23,7 @@ placement. Then `kbvqa reference audit-export` / `audit-import` (audit.py) turn 
 
 Offline (no model in a stage's role): URL selection uses an embedded, labelled ranker (urls.py);
 harvesting and hashing are deterministic; the first VLM stage ends each item that reaches it with
-status `error` and a reason starting "NeedsModel:", which `--resume` retries once a model is
+status `needs_model` and a reason starting "NeedsModel:", which `--resume` retries once a model is
 configured. Nothing is guessed in place of a model's verdict.
 """
 

@@ -2,8 +2,9 @@
 verdicts, honest failure states), the offline stop, and the per-stage counters the funnel sums.
 
 Failure states, the same in every stage:
-- no model configured for the stage's role → `NeedsModel` (the runner writes `error`, reason
-  "NeedsModel: …"; an `error` is retried on `--resume`, so configuring a model later picks the item up);
+- no model configured for the stage's role → `NeedsModel` (the runner's: status `needs_model`, reason
+  "NeedsModel: …", counted apart from errors; retried on `--resume`, so configuring a model later picks
+  the item up);
 - the call failed (HTTP, timeout, cassette miss) → `ModelCallFailed` → `error`;
 - the model replied but not with the contract (not exactly one JSON value, a missing field, a score
   out of 1-5, a label off the list) → `Invalid` → `invalid`. Never a default verdict, never "keep".
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from kbvqa.data.kvstore import KVStore
 from kbvqa.models.jsonx import extract_json
 from kbvqa.models.prompts import Prompt
-from kbvqa.runner.stage import Context, Invalid, StageConfig
+from kbvqa.runner.stage import Context, Invalid, NeedsModel, StageConfig
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -38,10 +39,6 @@ class ReferenceStageConfig(StageConfig):
     """Stage settings as `[reference.<stage>]` tables of a kbvqa.toml: a misspelt key is an error."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-class NeedsModel(RuntimeError):
-    """The stage needs a model and none is configured for its role (offline run)."""
 
 
 class ModelCallFailed(RuntimeError):

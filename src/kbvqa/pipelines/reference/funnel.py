@@ -18,8 +18,8 @@ from kbvqa.runner import read_results
 
 def stop_reason(line: Mapping[str, Any]) -> str:
     status = line.get("status")
-    if status == "invalid":
-        return "invalid"
+    if status in ("invalid", "needs_model"):
+        return str(status)
     return "needs_model" if str(line.get("reason", "")).startswith("NeedsModel") else "error"
 
 
