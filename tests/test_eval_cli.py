@@ -203,7 +203,7 @@ def test_report_compare(bench, tmp_path):
     assert rows["a"]["infoseek-strict final_score"] == rows["strict"]["infoseek-strict final_score"]
     assert rows["a"]["judge correct"] == 1.0 and rows["b"]["judge correct"] == 0.0 and rows["strict"]["judge n"] is None
     text = md.read_text()
-    assert f"judge correct {FLAG}".replace("(", "\\(").replace(")", "\\)").replace("!", "\\!") in text
+    assert f"judge correct (%) {FLAG}".replace("(", "\\(").replace(")", "\\)").replace("!", "\\!") in text
     assert "NOT comparable" in text and "scorer infoseek-strict, time\\_leniency=True \\(every run\\)" in text
     assert "jA" in text and "jB" in text
 

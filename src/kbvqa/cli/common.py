@@ -112,9 +112,13 @@ def model_limits(timeout: float | None, connect_timeout: float | None, deadline:
 
 
 def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
-    """One line on stderr (secrets redacted), no traceback, non-zero exit."""
+    """One line on stderr (secrets redacted), no traceback, non-zero exit. An executor failure
+    (kbvqa.runner.executor.ExecutorError) exits with its own code (5: workers lost, --resume finishes)."""
     from kbvqa.data.redact import redact
 
+    executor = sys.modules.get("kbvqa.runner.executor")
+    if executor is not None and isinstance(exc, executor.ExecutorError):
+        code = exc.exit_code
     typer.echo(f"error: {redact(str(exc))}", err=True)
     raise typer.Exit(code=code)
 
@@ -125,18 +129,45 @@ def emit_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
-def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """A rich table; floats shown with 2 decimals, every cell escaped (values may contain [brackets])."""
-    from rich.console import Console
+def _min_width(header: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """The narrowest a rich table can be without cutting a word of a header or a cell."""
+    def widest_word(text: str) -> int:
+        return max((len(w) for w in str(text).split()), default=0)
+
+    cols = [max([widest_word(h)] + [widest_word(r[i]) for r in rows if i < len(r)])
+            for i, h in enumerate(header)]
+    return sum(cols) + 3 * len(cols) + 1
+
+
+def table_renderable(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]], width: int) -> Any:
+    """The rich table for a terminal `width` columns wide: a table too wide for it (at a word per line)
+    with few rows is shown transposed (its first column's cells become the headers), and whatever is
+    still too long folds onto the next line — a header or a cell is never cut to "…"."""
     from rich.markup import escape
     from rich.table import Table
 
+    cells = [[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
+    header = [str(h) for h in header]
+    if cells and len(cells) <= 8 and len(header) > 2 and _min_width(header, cells) > width:
+        turned = [[header[0], *[r[0] for r in cells]]]
+        turned += [[h, *[r[i] if i < len(r) else "" for r in cells]] for i, h in enumerate(header) if i]
+        if _min_width(turned[0], turned[1:]) < _min_width(header, cells):
+            header, cells = turned[0], turned[1:]
     t = Table(title=escape(title))
     for h in header:
-        t.add_column(escape(str(h)))
-    for r in rows:
-        t.add_row(*[escape(f"{v:.2f}" if isinstance(v, float) else str(v)) for v in r])
-    Console().print(t)
+        t.add_column(escape(h), overflow="fold")
+    for r in cells:
+        t.add_row(*[escape(c) for c in r])
+    return t
+
+
+def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A rich table that fits the terminal (`table_renderable`); floats shown with 2 decimals, every
+    cell escaped (values may contain [brackets])."""
+    from rich.console import Console
+
+    console = Console()
+    console.print(table_renderable(title, header, rows, console.width))
 
 
 def print_result(table: "ResultTable") -> None:

@@ -246,8 +246,10 @@ def compare(
         return None if not d or d.get(k) is None else float(d[k])
 
     table = [{"benchmark": r["name"], "format": r["format"], "items": r["items"],
-              "query words": num(r["query_words"], "mean"), "(median)": num(r["query_words"], "median"),
-              "answer words": num(r["answer_words"], "mean"), "(median) ": num(r["answer_words"], "median"),
+              "query words (mean)": num(r["query_words"], "mean"),
+              "query words (median)": num(r["query_words"], "median"),
+              "answer words (mean)": num(r["answer_words"], "mean"),
+              "answer words (median)": num(r["answer_words"], "median"),
               "images/item": r["images_per_item"],
               "categories": r["categories"]["n"] if r["categories"] else None,
               "intents": r["intents"]["n"] if r["intents"] else None,

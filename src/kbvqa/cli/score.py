@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Optional
 import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, fail,
-                              model_limits, print_table)
+                              model_limits, print_result)
 from kbvqa.evaluate import METRICS, infoseek_modes
 from kbvqa.evaluate.methods import DATASETS, DUPLICATE_POLICIES, METHODS, RULES
 from kbvqa.evaluate.retrieval import TWO_HOP_POLICIES, parse_ks
@@ -44,7 +44,9 @@ def _show(make_report: Callable[[], ScoreReport], as_json: bool) -> None:
     if as_json:
         emit_json(report.summary)
         return
-    print_table(report.title, report.header, report.rows)
+    from kbvqa.report.tables import ResultTable
+
+    print_result(ResultTable("score", report.title, "", report.header, report.rows))
     for line in report.footer:
         typer.echo(line)
 

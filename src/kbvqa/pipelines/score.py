@@ -121,7 +121,7 @@ def score_infoseek_files(predictions: Path, references: Path, *, qtypes: Path | 
         rows = [(qt, v["accuracy"], v["correct"], v["n"]) for qt, v in s["by_question_type"].items()]
         rows.append(("all", s["accuracy"], s["correct"], s["n"]))
         return ScoreReport(s, f"InfoSeek reward accuracy (coverage {s['coverage']:.2%})",
-                           ("type", "accuracy", "correct", "n"), rows, notes + [f"warning: {w}" for w in s["warnings"]])
+                           ("type", "accuracy (%)", "correct", "n"), rows, notes + [f"warning: {w}" for w in s["warnings"]])
     rows = [(name, s[f"{name}_score"]["score"], s[f"{name}_score"]["score_string"], s[f"{name}_score"]["score_num"],
              s[f"{name}_score"]["score_time"]) for name in ("unseen_question", "unseen_entity")]
     footer = []
@@ -132,7 +132,7 @@ def score_infoseek_files(predictions: Path, references: Path, *, qtypes: Path | 
     if s.get("final_score_basis") == "all_items_no_split":
         title += " (no data_split in the references: the all-items score, not the harmonic mean of splits)"
     return ScoreReport(s, title,
-                       ("split", "score", "string", "numerical", "time"), rows, notes, footer)
+                       ("split", "score (%)", "string (%)", "numerical (%)", "time (%)"), rows, notes, footer)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ def score_evqa_files(predictions: Path, references: Path, *, judge: Any = None, 
     run = (s.get("judge") or {}).get("run") or {}
     footer = [_run_line(run)] if run.get("out") else []
     return ScoreReport(s, f"E-VQA accuracy, scorer {s['scorer']}, coverage {s['coverage']:.2%}",
-                       ("question_type", "accuracy", "correct", "n", "predicted"), rows, footer=footer)
+                       ("question_type", "accuracy (%)", "correct", "n", "predicted"), rows, footer=footer)
 
 
 def _run_line(run: dict[str, Any]) -> str:
@@ -243,13 +243,17 @@ def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | 
                        judge_rows(summary), footer=[_run_line(summary["run"])])
 
 
-def judge_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+def judge_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
     """The judge table: accuracy over graded verdicts with n graded / invalid / error beside it, then
-    SimpleQA's own aggregates, labelled as rates over all n (kbvqa.evaluate.judge.FIGURES)."""
+    SimpleQA's own aggregates, labelled as rates over all n (kbvqa.evaluate.judge.FIGURES). The
+    summary keeps SimpleQA's fractions; the table shows percentages (kbvqa.report.tables.PCT)."""
+    from kbvqa.report.tables import percent
+
     acc = s.get("accuracy")
-    rows = [("accuracy (correct / graded)", "n/a" if acc is None else f"{acc:.4f}"),
-            ("n graded", str(s["n_graded"])), ("n invalid", str(s["n_invalid"])), ("n error", str(s["n_error"]))]
-    rows += [(f"SimpleQA {k} (over all n)", f"{s[k]:.4f}")
+    rows: list[tuple[str, Any]] = [
+        ("accuracy (correct / graded) (%)", "n/a" if acc is None else percent(acc, fraction=True)),
+        ("n graded", s["n_graded"]), ("n invalid", s["n_invalid"]), ("n error", s["n_error"])]
+    rows += [(f"SimpleQA {k} (over all n) (%)", percent(s[k], fraction=True))
              for k in ("correct", "incorrect", "not_attempted", "invalid", "error", "accuracy_given_attempted", "f1")]
     return rows
 
@@ -270,10 +274,10 @@ def score_retrieval_files(records: Path, references: Path, *, ks: list[int] | tu
         table = rt.load_answer_texts(texts)
         out["answer_in_text"] = {stage: rt.answer_in_text_recall(r, refs, table.get, ks=ks)
                                  for stage, r in recs.items()}
-    rows = [(stage, *[f"{100 * m['recall'][f'@{k}']:.2f}" for k in out["ks"]], f"{m['mrr']:.4f}", m["n_missing"])
+    rows = [(stage, *[round(100 * m["recall"][f"@{k}"], 2) for k in out["ks"]], float(m["mrr"]), m["n_missing"])
             for stage, m in out["stages"].items()]
-    return ScoreReport(out, f"Retrieval ({out['n_references']} references, two_hop={two_hop})",
-                       ("stage", *[f"R@{k}" for k in out["ks"]], "MRR", "missing"), rows)
+    return ScoreReport(out, f"Retrieval ({out['n_references']} references, two_hop={two_hop}; MRR in [0, 1])",
+                       ("stage", *[f"R@{k} (%)" for k in out["ks"]], "MRR", "missing"), rows)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from kbvqa.report.tables import ResultTable, md_escape, to_markdown
+from kbvqa.report.tables import PCT, ResultTable, md_escape, percent, to_markdown
 
 __all__ = ["Run", "load_run", "summary_metric", "scorer_identity", "judge_counts", "compare_runs", "compare_table",
            "compare_markdown", "results_table", "RESULTS_FILE", "FLAG"]
@@ -165,6 +165,19 @@ def scorer_identity(scorer: Mapping[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+def shown_figure(metric: str, entry: Mapping[str, Any], key: str, value: Any) -> tuple[str, Any]:
+    """(label, value) of one metric value as every table shows it (kbvqa.report.tables' unit rule): a
+    percentage with PCT in its label, or MRR as the fraction it is. Results files keep each number in
+    its producer's unit (README "Units"): fractions for Recall@K, MRR and coverage, for the SimpleQA
+    judge's figures; percent for InfoSeek, E-VQA and the study scorers (judge-verdicts among them)."""
+    if "MRR" in key:
+        return key, value
+    name = str((entry.get("scorer") or {}).get("name") or "")
+    fraction = ("R@" in key or key == "coverage"
+                or (name.startswith("simpleqa-judge") and metric in ("judge", "simpleqa-judge")))
+    return f"{key} {PCT}", percent(value, fraction=fraction)
+
+
 #: SimpleQA's own aggregates: rates over all n items, invalid and error included (kbvqa.evaluate.judge)
 _SIMPLEQA_RATES = ("correct", "incorrect", "not_attempted", "accuracy_given_attempted", "f1")
 
@@ -243,21 +256,23 @@ def compare_runs(paths: Sequence[str | Path], *, names: Sequence[str] | None = N
 
 
 def compare_table(doc: Mapping[str, Any]) -> ResultTable:
-    """The comparison as a ResultTable: a column per metric value and per metric n; a metric whose
-    scorers differ has FLAG in its headers; the notes name every metric's scorer(s)."""
-    columns = ["run"]
-    keys = ["run"]
+    """The comparison as a ResultTable, one row per figure and one column per run (runs are few and
+    figures many: the long layout stays readable in 80 columns); a metric whose scorers differ has
+    FLAG in its rows' labels; percentages say so (kbvqa.report.tables.PCT); the notes name every
+    metric's scorer(s). `report compare --json` keeps the document's one-row-per-run shape."""
+    labels = [row["run"] for row in doc["rows"]]
+    rows: list[list[Any]] = []
     for m, e in doc["metrics"].items():
         flag = "" if e["consistent"] else f" {FLAG}"
+        entry = {"scorer": {"name": next(iter(e["scorers"].values()), "")}}
         for col in e["columns"]:
-            columns.append(f"{m} {col}{flag}")
-            keys.append(f"{m} {col}")
-        columns.append(f"{m} n")
-        keys.append(f"{m} n")
+            label = shown_figure(m, entry, col, None)[0]
+            rows.append([f"{m} {label}{flag}",
+                         *[shown_figure(m, entry, col, row.get(f"{m} {col}"))[1] for row in doc["rows"]]])
+        rows.append([f"{m} n", *[row.get(f"{m} n") for row in doc["rows"]]])
         if "judge_counts" in e:
-            columns += [f"{m} {k}" for k in ("graded", "invalid", "error")]
-            keys += [f"{m} {k}" for k in ("graded", "invalid", "error")]
-    rows = [[row.get(k) for k in keys] for row in doc["rows"]]
+            rows += [[f"{m} {k}", *[row.get(f"{m} {k}") for row in doc["rows"]]] for k in ("graded", "invalid", "error")]
+    columns = ["figure", *labels]
     notes = []
     for m, e in doc["metrics"].items():
         if "judge_counts" in e:
@@ -278,7 +293,7 @@ def compare_table(doc: Mapping[str, Any]) -> ResultTable:
                          + "".join(f" ({lab}: {why})" for lab, why in e["errors"].items()))
     notes += [w for w in doc["warnings"] if w.startswith("the runs were scored against")]
     return ResultTable("compare", f"{len(doc['rows'])} runs compared", "per metric, named in the notes", columns,
-                       rows, notes, float_digits=4)
+                       rows, notes)
 
 
 def compare_markdown(doc: Mapping[str, Any]) -> str:
@@ -305,8 +320,9 @@ def results_table(doc: Mapping[str, Any]) -> ResultTable:
         jc = judge_counts(c) or {}
         simpleqa = [h for h in e.get("headline") or [] if jc and h in _SIMPLEQA_RATES]
         for h in e.get("headline") or []:
-            shown = f"{h} (SimpleQA, over all n)" if h in simpleqa else h
-            rows.append([m, shown, e["values"].get(h), c.get("n"), jc.get("graded"), c.get("missing"), c.get("error"),
+            label, value = shown_figure(m, e, h, e["values"].get(h))
+            shown = f"{label} (SimpleQA, over all n)" if h in simpleqa else label
+            rows.append([m, shown, value, c.get("n"), jc.get("graded"), c.get("missing"), c.get("error"),
                          c.get("invalid"), jc.get("error"), jc.get("invalid")])
         notes.append(f"{m}: scorer {scorer_identity(e.get('scorer'))}")
         if jc:
@@ -316,5 +332,5 @@ def results_table(doc: Mapping[str, Any]) -> ResultTable:
     a = doc.get("answer") or {}
     counts = ", ".join(f"{k} {v}" for k, v in (a.get("counts") or {}).items())
     return ResultTable("results", f"kbvqa eval: {a.get('pipeline')} ({counts})", "per metric, named in the notes",
-                       ["metric", "value", "score", "n", "graded", "missing", "answer error", "answer invalid",
-                        "judge error", "judge invalid"], rows, notes, float_digits=4)
+                       ["metric", "figure", "value", "n", "graded", "missing", "answer error", "answer invalid",
+                        "judge error", "judge invalid"], rows, notes)

@@ -15,12 +15,66 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["ResultTable", "latex_escape", "md_escape", "to_markdown", "to_csv", "to_latex", "write_table"]
+__all__ = ["PCT", "ResultTable", "latex_escape", "md_escape", "percent", "to_markdown", "to_csv", "to_latex",
+           "transposed", "unit_problems", "write_table"]
+
+#: The unit rule every table follows (README "Units"): accuracies, recalls and rates are percentages
+#: shown with two decimals, and the column (or the row's figure, in a long table) names the unit with
+#: PCT. The exceptions, stated once here: MRR and agreement coefficients (kappa, alpha) stay in [0, 1];
+#: IVR-12 scores stay on their 1-5 scale; counts, words and hops are what they are. Every float is
+#: shown with two decimals whatever its unit.
+PCT = "(%)"
+_RATE_WORDS = re.compile(r"accuracy|recall|R@\d+|rate|share|precision|coverage|\bcorrect\b|incorrect|"
+                         r"not_attempted|\bf1\b", re.IGNORECASE)
+_NOT_PERCENT = re.compile(r"MRR|kappa|alpha|agreement|IVR|score \(1-5\)", re.IGNORECASE)
+
+
+def _is_rate(label: str) -> bool:
+    """A header (or a long table's row label) naming an accuracy, recall or rate, which must be in percent."""
+    return bool(_RATE_WORDS.search(label)) and not _NOT_PERCENT.search(label)
+
+
+def _says_percent(label: str) -> bool:
+    return PCT in label or "%" in label
+
 
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
 }
+
+
+def percent(v: Any, *, fraction: bool) -> Any:
+    """`v` as a percentage rounded to two decimals (`fraction`: it is in [0, 1]); None/non-numbers as they are."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    return round(100.0 * v if fraction else float(v), 2)
+
+
+def unit_problems(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """What breaks the unit rule in a rendered table (its header and its cells as shown): a float not
+    shown with two decimals; a rate column (or, in a long table, a rate row: its first cell names the
+    figure; its first column is "figure", "metric" or "measure") with a float but no PCT in its name;
+    a PCT value outside [0, 100]."""
+    out = []
+    num = re.compile(r"^-?\d+\.\d+$")
+    cells = [[str(c).strip() for c in r] for r in rows]
+    long_form = bool(header) and str(header[0]).lower() in ("figure", "metric", "measure")  # a row per figure
+    for r in cells:
+        label = " ".join(c for c in r if c and not num.match(c) and not c.lstrip("-").isdigit())  # the row's words
+        for h, c in zip(header, r):
+            if not num.match(c):
+                continue
+            if len(c.split(".")[1]) != 2:
+                out.append(f"{h!r} = {c}: not two decimals")
+            if _says_percent(h) or (_says_percent(label) and not _is_rate(h)):
+                if not 0 <= float(c) <= 100:
+                    out.append(f"{h!r} = {c}: a percentage outside [0, 100]")
+            elif _is_rate(h):
+                out.append(f"{h!r}: a rate column without {PCT} in its name ({c})")
+            elif long_form and _is_rate(label):
+                out.append(f"row {label!r}: a rate without {PCT} in its label ({c})")
+    return list(dict.fromkeys(out))
 
 
 @dataclass
@@ -35,7 +89,7 @@ class ResultTable:
 
     @classmethod
     def from_dicts(cls, rows: Sequence[dict[str, Any]], *, name: str, title: str = "", scorer: str = "",
-                   notes: Sequence[str] = (), float_digits: int | None = None) -> "ResultTable":
+                   notes: Sequence[str] = (), float_digits: int | None = 2) -> "ResultTable":
         """A table from row dicts; the columns are every key in first-seen order (a key a row lacks
         is an empty cell)."""
         columns = list(dict.fromkeys(c for r in rows for c in r))
