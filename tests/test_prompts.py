@@ -15,7 +15,7 @@ PINNED = {  # prompt id -> sha256 of its text
     "agent.guided_question@1": "43b733b69e5925bc5899c72d6b00fc79aac73f6821e00a35b98ff8809117cda0",
     "agent.nothing_new@1": "cc9bc42257e3fa62f49c72b56c7681fd44c62444cfa5615bc7b5ae3666b73d0f",
     "agent.repeat_warning@1": "7933d06659c00aed5b55c37d872b41e47580e94227a4558af77f50442b3e16b8",
-    "agent.system@1": "438e0a80f00f5e96fa71288cdf326d5b84a7f5ae2ecc2633762906468c922eb9",
+    "agent.system@2": "86ccdbf08dcb1ecb38127f4a0737b866988893714f355bfdb047a5713ad8aeb1",
     "agent.visit_extract@1": "2cb5738106e3ed97843c6ff9eba36361a5d570cc7ec78f8dbf28d2683ec71d71",
     "answer.identify_entity@1": "49536e3154ca3f6169077d2c5b031c811b3747181c9cc6747d940a302e866872",
     "answer.rerank_sections@1": "bf39ee2df64ba46ab0099f3216d52d245b27128c6a6789ab1054452fa8716117",
@@ -52,8 +52,8 @@ PINNED = {  # prompt id -> sha256 of its text
     "reference.entity_check@1": "030ef4043808720485481b78367a608140150b543c9d92c663634749b113a5b5",
     "reference.five_rule_filter@2": "93e9b36e411e657d50d9fd34a7612d21754e8d6525626f56622edcf24f35976e",
     "reference.similar_probe@1": "beb6ec7de7a7444335d5a3a569d512beb00e49455a1b1de179d7fee0b0c5b807",
-    "reference.synthesis@1": "4212d7efbefee87fef14758d02b21112b5f7511e779e18258e843634b8287ed6",
-    "reference.url_scores@1": "4e82df9b94a8bab536a0d3eba20f352ff7728ab429eb89d5d78bb3cd06560343",
+    "reference.synthesis@2": "21694b31075f4be426d57623b0644e737ebb85c7daa339954924d3c46b7c6355",
+    "reference.url_scores@2": "f2ccfccb28bc9f991e9493184bda54fa34cff8a61f5a523c7c1f92489e01a9d1",
 }
 
 

@@ -37,7 +37,7 @@ from kbvqa.tools.base import VISIT_HEADER
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
-from fake_web_server import FakeWebServer, Resp, loopback_only, redirect  # noqa: E402
+from fake_web_server import FakeWebServer, Resp, json_resp, loopback_only, redirect  # noqa: E402
 
 runner = CliRunner()
 Q, A = "Who is the astronaut in this photo?", "Eileen Collins"
@@ -249,6 +249,10 @@ def web(monkeypatch):
     yield from loopback_only(monkeypatch)
 
 
+#: pages read as raw HTML through the guarded fetcher (the default reads them through the scrape endpoint)
+HTML_PAGES = ReferenceConfig(harvest=HarvestConfig(backend="web", page_source="html"))
+
+
 def test_harvest_gates_count_every_drop(tmp_path, web):
     good_a = jpeg(crop(photo(), 0.05).resize((300, 240)))
     og = jpeg(photo("rocket").resize((260, 400)))
@@ -284,7 +288,7 @@ def test_harvest_gates_count_every_drop(tmp_path, web):
             "image_results": [{"image": srv.url("/img/pool.jpg"), "page_url": "https://x.example", "context": "coffee"},
                               {"image": srv.url("/img/og.jpg"), "page_url": "https://y.example", "context": "rocket"}]}}
         fetcher = LoopFetcher(allow_hosts=["127.0.0.1"], retries=0, timeout=5)
-        (line,) = run_stage("harvest", [rec], tmp_path, fetcher=fetcher)
+        (line,) = run_stage("harvest", [rec], tmp_path, fetcher=fetcher, config=HTML_PAGES)
         assert srv.hits("/ads/banner.jpg") == [] and srv.hits("/img/diagram.svg") == []
         assert len(srv.hits("/img/a.jpg")) == 1  # the repeated URL was not fetched twice
     assert line["status"] == "ok", line["reason"]
@@ -311,7 +315,7 @@ def test_harvest_keeps_at_most_n_per_page(tmp_path, web):
         srv.route("/p", Resp(body="".join(f'<img src="/i{i}.jpg">' for i in range(4))))
         for i, b in enumerate(imgs):
             srv.route(f"/i{i}.jpg", Resp(body=b, content_type="image/jpeg"))
-        cfg = ReferenceConfig(harvest=HarvestConfig(backend="web", max_per_url=2))
+        cfg = ReferenceConfig(harvest=HarvestConfig(backend="web", max_per_url=2, page_source="html"))
         rec = {"id": "h2", "urls": {"selected": [{"url": srv.url("/p"), "rank": 1}], "image_results": []}}
         (line,) = run_stage("harvest", [rec], tmp_path, config=cfg,
                             fetcher=LoopFetcher(allow_hosts=["127.0.0.1"], retries=0))
@@ -336,6 +340,57 @@ def test_harvest_settings_user_agent_and_uncapped_pool(tmp_path, web):
     assert ua.startswith("Mozilla/5.0") and ua2 == "kbvqa-test/1"  # the paper's browser User-Agent by default
     assert line["funnel"]["harvest"]["kept_by_pool"] == {"image_search_pool": 4}  # uncapped, as the paper
     assert small["funnel"]["harvest"]["kept"] == 2 and small["funnel"]["harvest"]["dropped"] == {"per_url_cap": 2}
+
+
+def test_harvest_reads_pages_through_the_scrape_endpoint_by_default(tmp_path, web, monkeypatch):
+    """Seed 001 C.1: each page as markdown from the web backend's scrape endpoint, its og:image put
+    first; the images themselves still come through the guarded fetcher. A failed scrape is a failed
+    page with its reason; a private page address is never sent to the scraper."""
+    monkeypatch.setenv("TEST_SERPER_KEY", "k-123")
+    hero = jpeg(photo("rocket").resize((260, 400)))
+    inline = jpeg(crop(photo(), 0.05).resize((300, 240)))
+    with FakeWebServer() as srv:
+        page1, page2 = srv.url("/page1"), srv.url("/page2")
+
+        def scrape(req):
+            if req["json"]["url"] == page2:
+                return Resp(500, "scraper down", "text/plain")
+            return json_resp({"text": "plain text without images", "metadata": {"og:image": "/img/hero.jpg"},
+                              "markdown": "# Eileen Collins\nShe piloted STS-63.\n\n![in orbit](/img/inline.jpg)\n"
+                                          "After the picture."})
+
+        srv.route("/scrape", scrape)
+        srv.route("/img/hero.jpg", Resp(body=hero, content_type="image/jpeg"))
+        srv.route("/img/inline.jpg", Resp(body=inline, content_type="image/jpeg"))
+        rec = {"id": "s1", "urls": {"selected": [{"url": page1, "rank": 1}, {"url": page2, "rank": 2},
+                                                 {"url": "http://10.0.0.7/intranet", "rank": 3}], "image_results": []}}
+        settings = {"provider": "serper", "base_url": srv.url(""), "scrape_url": srv.url("/scrape"),
+                    "api_key_env": "TEST_SERPER_KEY", "retries": 0}
+        cfg = ReferenceConfig(harvest=HarvestConfig(backend="web"), fetch={"allow_hosts": ["127.0.0.1"], "retries": 0})
+        assert cfg.harvest.page_source == "scrape"
+        (line,) = run_stage("harvest", [rec], tmp_path, config=cfg, web_tools=settings)
+        sent = [h["json"] for h in srv.hits("/scrape")]
+        assert srv.hits("/page1") == [] and srv.hits("/page2") == []  # pages are never fetched directly
+        assert srv.hits("/scrape")[0]["headers"]["x-api-key"] == "k-123"
+    assert sent == [{"url": page1, "includeMarkdown": True}, {"url": page2, "includeMarkdown": True}]
+    assert line["status"] == "ok", line.get("reason")
+    f = line["funnel"]["harvest"]
+    assert f["pages_failed"] == {"scrape_error": 1, "scrape_blocked": 1} and f["kept"] == 2
+    cands = line["harvest"]["candidates"]
+    assert [c["source_url"].rsplit("/", 1)[-1] for c in cands] == ["hero.jpg", "inline.jpg"]  # og:image first
+    assert "STS-63" in cands[1]["context"] and "After the picture" in cands[1]["context"]
+    rows = {r["rank"]: r for r in line["harvest"]["pages"]}
+    assert "HTTP 500" in rows[2]["reason"] and rows[3]["reason"] == "private address 10.0.0.7"
+
+
+def test_scrape_source_needs_its_key_or_html(tmp_path, monkeypatch, demo):
+    from kbvqa.pipelines.reference.harvest import PageScraper
+
+    monkeypatch.delenv("SERPER_API_KEY", raising=False)
+    assert "SERPER_API_KEY" in PageScraper({}).check()
+    assert "no scrape endpoint" in PageScraper({"provider": "searxng", "base_url": "http://127.0.0.1:1"}).check()
+    res = runner.invoke(app, build_args(demo, tmp_path / "b") + ["--tools", "web"])
+    assert res.exit_code == 2 and 'page_source = "html"' in res.output and "Traceback" not in res.output
 
 
 def test_pre_gate_and_page_patterns():
@@ -919,5 +974,8 @@ def test_context_pickles_for_the_ray_executor(tmp_path, demo):
     copy = pickle.loads(pickle.dumps(ctx))
     assert copy.resources["image_store"].root == ctx.resources["image_store"].root
     assert copy.resources["kb_image_file"]("images/kb_rocket.jpg") is not None
-    web = reference_context(tmp_path, ReferenceConfig(harvest=HarvestConfig(backend="web")))
-    assert pickle.loads(pickle.dumps(web)).resources["fetcher"].settings["timeout"] == 10.0
+    web = reference_context(tmp_path, ReferenceConfig(harvest=HarvestConfig(backend="web")),
+                            web_tools={"api_key_env": "K"})
+    again = pickle.loads(pickle.dumps(web))
+    assert again.resources["fetcher"].settings["timeout"] == 10.0
+    assert again.resources["page_scraper"].settings == {"api_key_env": "K"}

@@ -97,7 +97,12 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
                                                help="Response cache file for every model role (default: "
                                                     "~/.cache/kbvqa/responses.sqlite; env KBVQA_CACHE)."),
           no_cache: bool = typer.Option(False, "--no-cache", help="Send every model call, cache nothing "
-                                                                   "(KBVQA_CACHE=off).")) -> None:
+                                                                   "(KBVQA_CACHE=off)."),
+          prompt_file: Optional[list[str]] = typer.Option(
+              None, "--prompt-file", metavar="NAME=PATH",
+              help="Replace a prompt by your own template file (repeatable), e.g. agent.system=paper.txt: its "
+                   "{placeholders} are checked, its hash names it in every manifest. Also [prompts] in "
+                   "kbvqa.toml (this flag wins).")) -> None:
     """kbvqa command line. (--fail-on-error is read by each job from this command's parameters.)"""
     if allow_outside_root:  # an environment variable reaches worker processes (Ray actors, image pools)
         os.environ[ALLOW_OUTSIDE_ROOT_ENV] = "1"
@@ -107,6 +112,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
         from kbvqa.models.config import CACHE_ENV
 
         os.environ[CACHE_ENV] = "off" if no_cache else str(cache.expanduser().resolve())
+    _use_prompt_files(prompt_file or [])
     options = {k: v for k, v in (("address", ray_address), ("actors", ray_actors)) if v is not None}
     if options and executor != "ray":
         raise typer.BadParameter("--ray-address/--ray-actors need --executor ray", param_hint="--executor")
@@ -127,8 +133,32 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
             raise typer.BadParameter(str(exc), param_hint="--executor") from None
 
 
+def _use_prompt_files(specs: list[str]) -> None:
+    """`--prompt-file NAME=PATH` for every command of this process (and its workers); without it,
+    kbvqa's own prompts (an earlier invocation's files in this process are cleared). The prompt
+    package is light (its prompt modules load only when a file is checked or a prompt is used)."""
+    from kbvqa.models.prompts import PromptFileError, clear_prompt_files, use_prompt_files
+
+    clear_prompt_files()
+    if not specs:
+        return
+    files: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise typer.BadParameter(f"{spec!r}: give NAME=PATH (e.g. agent.system=prompts/agent.txt)",
+                                     param_hint="--prompt-file")
+        if name.strip() in files:
+            raise typer.BadParameter(f"{name.strip()} is given twice", param_hint="--prompt-file")
+        files[name.strip()] = path.strip()
+    try:
+        use_prompt_files(files)
+    except PromptFileError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--prompt-file") from None
+
+
 # root options that take a value: skipped (with it) when looking for the sub-command in argv
-_VALUED = {"--executor", "--ray-address", "--ray-actors", "--record-deadline", "--cache"}
+_VALUED = {"--executor", "--ray-address", "--ray-actors", "--record-deadline", "--cache", "--prompt-file"}
 
 
 def _command_in(argv: list[str]) -> str | None:

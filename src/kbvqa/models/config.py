@@ -25,6 +25,9 @@ holds one (otherwise the client falls back to KBVQA_API_KEY / OPENAI_API_KEY).
     # the response cache is on by default: ~/.cache/kbvqa/responses.sqlite (XDG_CACHE_HOME);
     # `kbvqa --no-cache` / KBVQA_CACHE=off turn it off, `kbvqa --cache PATH` / KBVQA_CACHE=PATH move it
 
+    [prompts]                     # a prompt replaced by your own template file (kbvqa.models.prompts)
+    "agent.system" = "prompts/agent_system.txt"   # relative to the config file; `kbvqa --prompt-file` wins
+
 Precedence for a role's field, highest first: flag for that role (`overrides["roles"][role]`),
 global flag (`overrides["model"]`, `overrides["base_url"]`, … for every openai role), env for that
 role (`KBVQA_<ROLE>_BASE_URL`, `KBVQA_<ROLE>_MODEL`), the file, then global env (`KBVQA_BASE_URL`,
@@ -212,6 +215,8 @@ class ModelsConfig(BaseModel):
 
     roles: dict[str, RoleConfig | list[RoleConfig]] = Field(default_factory=dict)
     cache: CacheConfig = Field(default_factory=CacheConfig)
+    #: `[prompts]`: a prompt's name -> the user's template file that replaces it (kbvqa.models.prompts)
+    prompts: dict[str, Path] = Field(default_factory=dict)
     source: Path | None = None  # the file it came from, for messages and the manifest
 
 
@@ -306,7 +311,23 @@ def load_model_config(path: Path | str | None, overrides: dict[str, Any] | None 
         raise ConfigError(f"{where}: {_fmt_loc('cache', err)}") from None
     if cache.path is not None and not cache.path.is_absolute():
         cache.path = base_dir / cache.path
-    return ModelsConfig(roles=roles, cache=cache, source=Path(path) if path else None)
+    files = raw.get("prompts", {})
+    if not isinstance(files, dict) or not all(isinstance(v, str) and v.strip() for v in files.values()):
+        raise ConfigError(f"{where}: [prompts] maps a prompt's name to a file path, e.g. "
+                          '"agent.system" = "prompts/agent.txt"')
+    prompts = {name: base_dir / Path(f).expanduser() for name, f in files.items()}  # relative to the file
+    return ModelsConfig(roles=roles, cache=cache, prompts=prompts, source=Path(path) if path else None)
+
+
+def use_config_prompts(cfg: ModelsConfig) -> None:
+    """Put the file's `[prompts]` in force (under `kbvqa --prompt-file`, which wins); a file that
+    cannot replace its prompt is a ConfigError naming the config file."""
+    from kbvqa.models.prompts import PromptFileError, use_prompt_files
+
+    try:
+        use_prompt_files(dict(cfg.prompts), layer="config")
+    except PromptFileError as exc:
+        raise ConfigError(f"{cfg.source}: [prompts]: {exc}") from None
 
 
 def _build_one(role: str, rc: RoleConfig, cache: ResponseCache | None, env: dict[str, str]) -> ModelClient:
@@ -497,6 +518,8 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
     shorthand = not llm and split_shorthand(model) is not None  # `--model ollama/qwen2.5vl:7b` alone
     if config is not None or any(env.get(f"KBVQA_{r.upper()}_MODEL") for r in ROLES):
         cfg = load_model_config(config, overrides=limits, env=env)
+        if config is not None:
+            use_config_prompts(cfg)
         cache = open_cache(cache_path(cfg, env))
         roles.update(build_roles(cfg, env=env, cache=cache))
     elif model and (llm or shorthand):

@@ -19,7 +19,7 @@ from kbvqa.models.prompts import JSON_ONLY, Prompt, register
 FILTER_RULES = ("redundant_with_query", "composite", "watermark", "video_thumbnail", "off_topic")
 
 URL_SCORES = register(Prompt(
-    name="reference.url_scores", version="1", system="",
+    name="reference.url_scores", version="2", system="",
     user="""\
 A research agent collected the web pages below while answering a question whose correct answer is
 known. Rank the pages by how much each one helps to answer it.
@@ -33,7 +33,7 @@ Pages (an ID, the tool that produced the page, its URL, then the text the agent 
 Rate each page on five integer scales from 1 (not at all) to 5 (fully):
 - relevance: the page is about what the question asks;
 - completeness: the page holds the information needed to answer;
-- clarity: that information is clear and easy to read;
+- clarity: the page is clear, well organised and easy to read;
 - answer_support: the page states or confirms the known answer;
 - necessity: the answer would be weaker without this page (5) or the page only repeats others (1).
 Return the {top_k} most useful pages, best first (all of them if there are fewer). Use the IDs
@@ -162,7 +162,7 @@ or
 ))
 
 SYNTHESIS = register(Prompt(
-    name="reference.synthesis", version="1",
+    name="reference.synthesis", version="2",
     system="""\
 You write reference answers that mix text and pictures. You receive a user's question with the
 photo they attached (the first image), the correct short answer, the notes of a research agent
@@ -174,14 +174,16 @@ How to write:
   similar preamble.
 - Then explain it with concrete facts, names, numbers and context taken from the agent's notes.
   Say nothing the notes or the correct answer do not support.
-- Write in English, in plain confident prose, about 100-400 words.
+- Write a detailed answer in English, in plain confident prose, about 100-400 words.
 
 How to place pictures:
 - Cite a candidate with the tag <image>{"candidate_images": N}</image> on its own line, right after
   the sentence it illustrates, where N is the number of the candidate as shown to you.
-- Use a candidate only where it truly shows what the sentence before it says; prefer candidates
-  with higher scores. Cite each candidate at most once. Never use a number you were not shown.
-- One to four pictures is typical; if no candidate fits, write text only, with no tags.
+- Use a candidate only where it truly shows what the sentence before it says; among those that fit,
+  prefer higher scores and the closest visual match to that sentence. Cite each candidate at most
+  once. Never use a number you were not shown.
+- One to four pictures is typical for an answer of this length. Never add a picture just to have
+  one: if no candidate fits, write text only, with no tags.
 
 Reply with the answer text only (with its tags): no title, no notes, no metadata.""",
     user="""\

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
 from kbvqa.data.jsonl import dumps_line, read_jsonl, write_jsonl
 from kbvqa.data.posts import read_posts
-from kbvqa.pipelines.curate.audit import Assign, Translate, export_review, import_review
+from kbvqa.pipelines.curate.audit import Assign, Translate, export_review, import_review, translation_agreement
 from kbvqa.pipelines.curate.clean import Dedup, ImageCheck, LanguageFilter, TextFilter
 from kbvqa.pipelines.curate.common import CorpusStage, CurateStage
 from kbvqa.pipelines.curate.funnel import StageTally, passing, read_stage, table_rows
@@ -83,6 +83,12 @@ class OutputConfig(BaseModel):
     max_images: int = Field(4, ge=1, le=16)  # images per item
 
 
+def stage_roles(cfg: Any) -> list[str]:
+    """The model roles one stage's config names (its role, a checker or judge role, every cross-checker)."""
+    out = [getattr(cfg, f) for f in ("role", "check_role", "judge_role") if f in type(cfg).model_fields]
+    return [*out, *getattr(cfg, "check_roles", ())]
+
+
 class _CurateBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -104,7 +110,7 @@ class _CurateBase(BaseModel):
         for key, _, _ in STAGES:
             cfg = self.stage(key)
             if cfg.enabled:
-                out.extend(getattr(cfg, f) for f in ("role", "check_role", "judge_role") if f in type(cfg).model_fields)
+                out.extend(stage_roles(cfg))
         return tuple(dict.fromkeys(out))
 
 
@@ -229,9 +235,8 @@ def _model_notes(config: Any, roles: Mapping[str, Any]) -> list[str]:
     for key, _, _ in STAGES:
         cfg = config.stage(key)
         if cfg.enabled:
-            for f in ("role", "check_role", "judge_role"):
-                role = getattr(cfg, f, None)
-                if role is not None and role not in roles:
+            for role in stage_roles(cfg):
+                if role not in roles:
                     missing.setdefault(role, []).append(key)
     if not missing:
         return []
@@ -287,8 +292,14 @@ def curate_posts(posts: str | Path, out: str | Path, *, config: Any = None, role
                     dropped.append({"id": None, "row": row, "step": 0, "stage": "intake", "reason": "bad_row",
                                     "detail": reason})
             tally = StageTally(key, step, disabled=not config.stage(key).enabled)
-            passed = read_stage(path, set(ids) if n == 0 else passed, tally, dropped, stopped)
-            summaries.append({**tally.as_dict(), **({"decide_seconds": decide_s} if decide_s is not None else {})})
+            entering = set(ids) if n == 0 else passed
+            passed = read_stage(path, entering, tally, dropped, stopped)
+            extra: dict[str, Any] = {"decide_seconds": decide_s} if decide_s is not None else {}
+            if key == "translate" and config.translate.enabled and path.is_file():  # the checkers' agreement over this run's items
+                extra["agreement"] = translation_agreement(
+                    (ln.get("curate") or {}).get("translate") or {} for _, ln in read_jsonl(path)
+                    if ln.get("id") in entering and ln.get("status") == "ok")
+            summaries.append({**tally.as_dict(), **extra})
             if on_stage is not None:
                 on_stage(summaries[-1])
             prev = path

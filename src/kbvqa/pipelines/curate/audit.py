@@ -1,5 +1,5 @@
-"""Step 4 of the funnel, auditing (seed 001 §3.1 step 4): translation into English cross-checked by a
-second model, the final category and intent assignment on the English item, and the human proofreading
+"""Step 4 of the funnel, auditing (seed 001 §3.1 step 4): translation into English cross-checked by
+every configured checker model (their agreement per item and over the run), the final category and intent assignment on the English item, and the human proofreading
 sheet (accept / fix / reject) with its import.
 
 A cross-check that finds problems, or a final label that disagrees with the balancing label, does not
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from kbvqa.data.errors import DataError
 from kbvqa.data.jsonl import read_jsonl, write_jsonl
@@ -25,6 +25,7 @@ from kbvqa.models.prompts.curate import TRANSLATE, TRANSLATION_CHECK
 from kbvqa.models.replies import NonBlank, Reply
 from kbvqa.pipelines.curate.common import CurateStage, ModelStageConfig, Verdict, consult, item, stage_payload
 from kbvqa.pipelines.curate.refine import Classify, LabelConfig, QuestionReply
+from kbvqa.pipelines.reference.common import gather_all, needs_model
 from kbvqa.runner.stage import Context
 from kbvqa.stages import register_stage
 
@@ -36,18 +37,45 @@ class CheckReply(Reply):
 
 class TranslateConfig(ModelStageConfig):
     role: str = "repairer"
-    check_role: str = "checker"  # the second model of the cross-check
+    #: the cross-check (§3.1: "with multiple models"): every role listed checks every translation, and
+    #: all must be configured; their agreement is reported per item and over the run
+    check_roles: list[str] = Field(default_factory=lambda: ["checker"], min_length=1)
     max_images: int = Field(0, ge=0, le=16)
     target: str = "en"
     drop_unfaithful: bool = False  # default: flag for the proofreaders instead
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_check_role(cls, data: Any) -> Any:
+        """`check_role = "x"` (one checker, the old key) is `check_roles = ["x"]`."""
+        if isinstance(data, dict) and "check_role" in data:
+            data = dict(data)
+            one = data.pop("check_role")
+            if "check_roles" in data:
+                raise ValueError("give check_roles (a list) or check_role (one), not both")
+            data["check_roles"] = [one]
+        return data
+
+    @field_validator("check_roles")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"check_roles lists a role twice: {v}")
+        return v
+
+
+def _same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("model") == b.get("model") and a.get("base_url") == b.get("base_url")
+
 
 @register_stage
 class Translate(CurateStage):
-    """Translates a non-English item into English; a second model cross-checks the translation."""
+    """Translates a non-English item into English; every checker role cross-checks the translation.
+    The item counts as faithful only when every checker says so; a split is flagged for the
+    proofreaders with each checker's issues."""
 
     name = "curate-translate"
-    version = "2"
+    version = "3"
     key = "translate"
     config_model = TranslateConfig
     prompts = (TRANSLATE, TRANSLATION_CHECK)
@@ -58,20 +86,65 @@ class Translate(CurateStage):
         lang = it.get("language") or "und"
         if lang == c.target:
             return Verdict({"translated": False, "language": lang})
+        if c.role in ctx.roles:  # no call is spent on a translation that cannot be checked
+            for role in c.check_roles:
+                if role not in ctx.roles:
+                    raise needs_model("the translation cross-check", role)
         src = {"question": it["question"], "answer": it.get("answer") or "(none)"}
         reply, prov = await consult(ctx, c, TRANSLATE, QuestionReply, record, what="translation",
                                     language=lang, **src)
-        checker = c.model_copy(update={"role": c.check_role})
-        check, prov2 = await consult(ctx, checker, TRANSLATION_CHECK, CheckReply, record, what="translation cross-check",
-                                     language=lang, question_en=reply.question, answer_en=reply.answer, **src)
+        checks = await gather_all((consult(ctx, c.model_copy(update={"role": role}), TRANSLATION_CHECK, CheckReply,
+                                           record, what=f"translation cross-check ({role})", language=lang,
+                                           question_en=reply.question, answer_en=reply.answer, **src)
+                                   for role in c.check_roles), "translation cross-checks")
+        rows = [{"role": role, **prov2, "faithful": chk.faithful, "issues": chk.issues}
+                for role, (chk, prov2) in zip(c.check_roles, checks)]
+        said = [r["faithful"] for r in rows]
         payload = {"translated": True, "from": lang, "source": src, "question": reply.question, "answer": reply.answer,
-                   "faithful": check.faithful, "issues": check.issues, "translator": prov, "checker": prov2,
-                   "same_model": prov.get("model") == prov2.get("model") and prov.get("base_url") == prov2.get("base_url")}
-        if not check.faithful and c.drop_unfaithful:
-            return Verdict(payload, "translation_rejected", "; ".join(check.issues) or "not faithful")
+                   "faithful": all(said), "issues": [f"{r['role']}: {i}" for r in rows for i in r["issues"]],
+                   "translator": prov, "checks": rows,
+                   "agreement": {"checkers": len(rows), "faithful": sum(said), "unanimous": len(set(said)) == 1,
+                                 "distinct_models": len({(r.get("model"), r.get("base_url")) for r in rows})},
+                   "same_model": any(_same_model(prov, r) for r in rows)}
+        if not payload["faithful"] and c.drop_unfaithful:
+            return Verdict(payload, "translation_rejected", "; ".join(payload["issues"]) or "not faithful")
         return Verdict(payload, item={"question": reply.question, "answer": reply.answer, "language": c.target,
                                       "source_language": lang, "source_question": src["question"],
                                       "source_answer": it.get("answer")})
+
+
+def translation_agreement(payloads: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """How the checkers agreed over a run's translated items: items checked, unanimous faithful,
+    unanimous not faithful, split; each checker role's share of "faithful"; and, per pair of roles,
+    the share of items on which the two gave the same verdict (raw percent agreement, not chance-
+    corrected). Items from before multi-checker runs (one `checker`, no `checks`) count as one check."""
+    n = unanimous_yes = unanimous_no = split = 0
+    by_role: dict[str, list[bool]] = {}
+    pairs: dict[str, list[int]] = {}
+    for p in payloads:
+        if not p.get("translated"):
+            continue
+        rows = p.get("checks") or [{"role": "checker", "faithful": p.get("faithful")}]
+        said = {r["role"]: bool(r["faithful"]) for r in rows}
+        n += 1
+        if all(said.values()):
+            unanimous_yes += 1
+        elif not any(said.values()):
+            unanimous_no += 1
+        else:
+            split += 1
+        for role, v in said.items():
+            by_role.setdefault(role, []).append(v)
+        names = sorted(said)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                got = pairs.setdefault(f"{a}~{b}", [0, 0])
+                got[0] += said[a] == said[b]
+                got[1] += 1
+    return {"items": n, "unanimous_faithful": unanimous_yes, "unanimous_not_faithful": unanimous_no, "split": split,
+            "faithful_share": {r: round(sum(v) / len(v), 3) for r, v in by_role.items()},
+            "pairwise_agreement": {k: {"same": s, "items": t, "share": round(s / t, 3)} for k, (s, t) in pairs.items()},
+            "measured_by": "raw percent agreement between checker verdicts (kbvqa's summary)"}
 
 
 class AssignConfig(LabelConfig):
@@ -94,7 +167,10 @@ def review_flags(record: dict[str, Any]) -> list[str]:
     flags = []
     tr = stage_payload(record, "translate")
     if tr.get("translated") and not tr.get("faithful"):
-        flags.append("translation: " + ("; ".join(tr.get("issues") or []) or "cross-check says not faithful"))
+        agree = tr.get("agreement") or {}
+        who = (f"{agree['checkers'] - agree['faithful']} of {agree['checkers']} checkers found problems"
+               if agree.get("checkers", 1) > 1 else "cross-check")
+        flags.append(f"translation ({who}): " + ("; ".join(tr.get("issues") or []) or "not faithful"))
     if tr.get("same_model"):
         flags.append("translation cross-checked by the translating model itself")
     asg = stage_payload(record, "assign")

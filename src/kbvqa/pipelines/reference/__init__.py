@@ -46,7 +46,7 @@ from kbvqa.pipelines.reference.dedup import Dedup, DedupConfig
 from kbvqa.pipelines.reference.entities import EntityConfig, EntitySearch
 from kbvqa.pipelines.reference.filter import FilterConfig, FiveRuleFilter
 from kbvqa.pipelines.reference.funnel import stage_lines, stage_summary
-from kbvqa.pipelines.reference.harvest import Harvest, HarvestConfig, ImageStore, LoopFetcher
+from kbvqa.pipelines.reference.harvest import Harvest, HarvestConfig, ImageStore, LoopFetcher, PageScraper
 from kbvqa.pipelines.reference.records import intake
 from kbvqa.pipelines.reference.synthesis import Synthesis, SynthesisConfig
 from kbvqa.pipelines.reference.urls import UrlConfig, UrlScoring
@@ -150,10 +150,12 @@ def load_reference_config(path: str | Path | None) -> ReferenceConfig:
 
 def reference_context(out_dir: Path, config: ReferenceConfig, *, roles: Mapping[str, Any] | None = None,
                       kb: Any = None, kb_images: Path | None = None, kb_image_rule: str = "auto",
-                      fetcher: Any = None, entity_tools: Any = None) -> Context:
+                      fetcher: Any = None, entity_tools: Any = None, page_scraper: Any = None,
+                      web_tools: Mapping[str, Any] | None = None) -> Context:
     """The context every stage job of one build shares: model roles, the KB, the image store, the
-    verdict cache, the KB image resolver (local), the guarded fetcher (web) and the forward image
-    search of the entity stage (`entity_tools`; local: the KB's, web: given by the caller)."""
+    verdict cache, the KB image resolver (local), the guarded fetcher (web), the page scraper (web with
+    `page_source = "scrape"`: given, else built from the `web_tools` settings, `[tools.web]`) and the
+    forward image search of the entity stage (`entity_tools`; local: the KB's, web: given by the caller)."""
     from kbvqa.pipelines.index import ImageResolver
 
     backend = config.harvest.backend
@@ -167,6 +169,9 @@ def reference_context(out_dir: Path, config: ReferenceConfig, *, roles: Mapping[
         resources["local_image_root"] = Path(kb_images).resolve()
     if backend == "web":
         resources["fetcher"] = fetcher or LoopFetcher(**config.fetch.model_dump())
+        if config.harvest.page_source == "scrape":
+            resources["page_scraper"] = page_scraper or PageScraper(
+                dict(web_tools or {}), allow_hosts=config.fetch.allow_hosts, allow_private=config.fetch.allow_private)
     if entity_tools is None and backend == "local":
         from kbvqa.tools.local import LocalTools
 
@@ -218,6 +223,7 @@ def build_references(samples: str | Path, trajectories: str | Path, out: str | P
                      image_root: Path | None = None, sample_format: str | None = None, resume: bool = True,
                      concurrency: int = 8, limit: int | None = None, progress: bool = False,
                      fetcher: Any = None, entity_tools: Any = None, web_tools: Mapping[str, Any] | None = None,
+                     page_scraper: Any = None,
                      on_stage: Callable[[dict[str, Any]], None] | None = None) -> BuildResult:
     """Run the eight stage jobs in order over `samples` ⋈ `trajectories`; write `funnel.json` and
     return the funnel. `tools` (default: the backend the trajectories were made with, else local)
@@ -238,7 +244,15 @@ def build_references(samples: str | Path, trajectories: str | Path, out: str | P
 
         entity_tools = LoopTools(dict(web_tools))
     ctx = reference_context(out, config, roles=roles, kb=kb, kb_images=kb_images, fetcher=fetcher,
-                            entity_tools=entity_tools)
+                            entity_tools=entity_tools, page_scraper=page_scraper, web_tools=web_tools)
+    scraper = ctx.resources.get("page_scraper")
+    if page_scraper is None and isinstance(scraper, PageScraper) and records:
+        why = scraper.check()
+        if why:
+            raise ReferenceSetupError(f"pages are harvested as the paper reads them, as markdown from the web "
+                                      f"backend's scrape endpoint ([reference.harvest] page_source = \"scrape\"), "
+                                      f"which cannot run: {why}. Give the key ([tools.web] api_key_env), or set "
+                                      "page_source = \"html\" to read raw HTML through the guarded fetcher")
     warnings = []
     if taken.counts["unguided"]:
         warnings.append(f"{taken.counts['unguided']} trajectories were not run with the short reference as guidance "

@@ -4,8 +4,10 @@ Deterministic gates run before any model sees an image (agent-anchors, recommend
 image that does not get through is counted under one reason:
 
 1. found: on a web page, og:image first, then markdown `![..](url)` and HTML `<img src|data-src>`
-   in page order (the union, relative URLs resolved); on the `local` backend, the KB article's
-   `image_urls` resolved to files (`kb_image_file`), offline;
+   in page order (the union, relative URLs resolved); the page is read as seed 001 C.1 reads it by
+   default (`page_source = "scrape"`: markdown from the web backend's scrape endpoint with the
+   og:image put first) or as raw HTML through the guarded fetcher (`page_source = "html"`); on the
+   `local` backend, the KB article's `image_urls` resolved to files (`kb_image_file`), offline;
 2. before any download: `data_uri`, `svg` and `gif` by URL, `bad_url` (a URL scheme other than
    http/https: `file:`, `javascript:`, `ftp:`, ... — only http(s) URLs and files under the KB image
    folder are ever read),
@@ -244,6 +246,81 @@ class HarvestConfig(ReferenceStageConfig):
     context_chars: int = Field(200, ge=0)  # of page text on each side of an image
     blocklist: list[str] = Field(default_factory=lambda: list(BLOCKLIST))
     extra_blocklist: list[str] = Field(default_factory=list)
+    #: where a page's images are read from on the web backend. "scrape" (seed 001 C.1, the default):
+    #: the page as markdown from the web backend's scrape endpoint (Serper's, includeMarkdown), its
+    #: og:image put first; it needs the backend's API key. "html": the raw HTML through the guarded
+    #: fetcher (no key; og:image, <img> and markdown images alike). Images are downloaded through the
+    #: guarded fetcher either way.
+    page_source: Literal["scrape", "html"] = "scrape"
+
+
+class PageScraper:
+    """The web backend's scrape endpoint as the harvester's page source: one WebTools per event loop
+    (each stage job runs its own loop), built from its settings (`[tools.web]`); pickles as the
+    settings. A page URL the address guard refuses (`[reference.fetch]` allow_hosts / allow_private
+    apply) is never sent to the scraper."""
+
+    def __init__(self, settings: dict[str, Any] | None = None, *, allow_hosts: list[str] | tuple[str, ...] = (),
+                 allow_private: bool = False):
+        self.settings = dict(settings or {})
+        self.allow_hosts, self.allow_private = tuple(allow_hosts), allow_private
+        self._tools: Any = None
+        self._loop: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings, "allow_hosts": self.allow_hosts, "allow_private": self.allow_private}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["settings"], allow_hosts=state["allow_hosts"],  # type: ignore[misc]
+                      allow_private=state["allow_private"])
+
+    def check(self) -> str | None:
+        """Why this scraper cannot run (no API key, a provider without a scrape endpoint), or None."""
+        from kbvqa.tools.web import WebTools, WebToolsConfigError
+
+        if self.settings.get("provider", "serper") != "serper":
+            return f"provider {self.settings['provider']!r} has no scrape endpoint (Serper's has)"
+
+        async def probe() -> None:
+            await WebTools(**self.settings).aclose()
+
+        try:
+            asyncio.run(probe())
+        except WebToolsConfigError as exc:
+            return str(exc)
+        return None
+
+    async def scrape(self, url: str) -> tuple[str | None, str, str]:
+        """(markdown with the og:image first, or None; status; reason) for one page."""
+        from kbvqa.data.fetch import url_refusal
+        from kbvqa.tools.web import WebTools, WebToolsConfigError
+
+        why = url_refusal(url, allow_hosts=self.allow_hosts, allow_private=self.allow_private)
+        if why:
+            return None, "blocked", why
+        loop = asyncio.get_running_loop()
+        if self._tools is None or self._loop is not loop:
+            try:
+                self._tools, self._loop = WebTools(**self.settings), loop
+            except WebToolsConfigError as exc:
+                return None, "unavailable", str(exc)
+        tools = self._tools
+        # the backend's one API call (retries, byte cap, key header, redaction): here with markdown asked for
+        reply = await tools._call(tools.scrape_url, {"url": url, "includeMarkdown": True})
+        if reply.status != "ok":
+            return None, reply.status, reply.reason
+        markdown = reply.data.get("markdown")
+        if not isinstance(markdown, str):
+            return None, "no_markdown", f"the scrape reply for {url} has no markdown"
+        meta = reply.data.get("metadata") if isinstance(reply.data.get("metadata"), dict) else {}
+        og = next((meta[k] for k in ("og:image", "og:image:url", "og:image:secure_url", "ogImage")
+                   if isinstance(meta.get(k), str) and meta[k].strip()), None)
+        return (f"![og:image]({og.strip()})\n\n" if og else "") + markdown, "ok", ""
+
+    async def aclose(self) -> None:
+        if self._tools is not None:
+            await self._tools.aclose()
+            self._tools = self._loop = None
 
 
 @dataclass
@@ -259,11 +336,12 @@ class _Page:
 @register_stage
 class Harvest(Stage):
     """Reads `urls.selected` and `urls.image_results`; adds `harvest` {backend, pages, candidates}.
-    Resources: `image_store` (ImageStore); `fetcher` (web); `kb_image_file` and `ctx.kb` (local);
-    `local_image_root` (where local pool images may come from)."""
+    Resources: `image_store` (ImageStore); `fetcher` (web); `page_scraper` (web with page_source
+    "scrape"); `kb_image_file` and `ctx.kb` (local); `local_image_root` (where local pool images may
+    come from)."""
 
     name = "reference-harvest"
-    version = "1"
+    version = "2"  # 2: pages scraped as markdown by default (page_source)
     config_model = HarvestConfig
 
     def __init__(self, config: HarvestConfig | None = None):
@@ -323,6 +401,12 @@ class Harvest(Stage):
     async def _page(self, page: _Page, ctx: Context, c: HarvestConfig) -> Counter[str]:
         if c.backend == "local":
             await asyncio.to_thread(self._local_page, page, ctx, c)
+        elif c.page_source == "scrape":
+            text, status, reason = await ctx.resource("page_scraper").scrape(page.url)
+            if text is None:
+                page.status, page.reason = f"scrape_{status}", reason
+                return Counter()
+            page.found = await asyncio.to_thread(page_images, text, page.url, c.context_chars)
         else:
             fetcher = ctx.resource("fetcher")
             r = await fetcher.fetch(page.url, accept=PAGE_TYPES)
