@@ -63,6 +63,10 @@ def test_demo_offline_chain(tmp_path, monkeypatch):
     assert manifest["n_samples"] == 38 and manifest["llm"] is None and manifest["image_encoder"]
     html = (out / "report.html").read_text()
     assert "Planted flaws flagged" in html and "demo_013" in html
+    # the manifest links every output it names (issue 25 item 6), and the report prints no Python dict
+    for key, path in manifest["interleaved"].items():
+        assert path and Path(path).exists(), (key, path)
+    assert "{&#x27;" not in html and "{'" not in html
 
 
 def test_demo_cli_with_llm_server(tmp_path):

@@ -305,7 +305,8 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
         "runs": {"audit": audit.get("run"), "answer_original": str(run_orig.manifest),
                  "answer_fixed": str(run_fixed.manifest), "agent": str(agent_run.manifest)},
         "community_set": str(community),
-        "interleaved": {k: v.get("out") if isinstance(v, dict) else None for k, v in interleaved.items()},
+        "interleaved": {**{k: v.get("out") if isinstance(v, dict) else None for k, v in interleaved.items()},
+                        "ivr12_compare": str(out / "interleaved" / "ivr12.compare.json")},
         "studies": analyses["paths"], "curation": str(out / "curate" / "funnel.json"),
         "timings_s": timings, "wall_seconds": round(time.monotonic() - started, 3),
     }, indent=2), encoding="utf-8")
@@ -394,14 +395,30 @@ def _agent_blocks(out: Path, stats: dict[str, Any], preds: list[dict[str, Any]])
     return blocks
 
 
+def _args_text(args: Any) -> str:
+    """A tool call's arguments as text (query = "…"), never a Python dict."""
+    if isinstance(args, dict):
+        parts = [f"{k} = " + ", ".join(json.dumps(x, ensure_ascii=False) for x in (v if isinstance(v, list) else [v]))
+                 for k, v in args.items()]
+        return "; ".join(parts) or "-"
+    return "-" if args is None else str(args)
+
+
 def _trajectory_table(pred: dict[str, Any], caption: str) -> Table:
     """An episode's steps, with the harness's notices each step's request carried and its forced turn."""
     return Table([{"turn": t["turn"], "tool": t.get("tool") or ("answer" if t.get("answer") else "-"),
-                   "arguments": t.get("arguments"), "status": t.get("status", ""),
+                   "arguments": _args_text(t.get("arguments")), "status": t.get("status", ""),
                    "harness notices": "; ".join(n["kind"] for n in t.get("notices") or []) or "-",
                    "forced": "yes" if t.get("forced") else "",
                    "observation": (t.get("observation") or "")[:240]}
                   for t in pred["trajectory"]], caption=caption)
+
+
+def _count_text(counts: Any) -> str:
+    """Counts by reason as a reader reads them ("needs_model 15"), never a Python dict."""
+    if isinstance(counts, dict):
+        return ", ".join(f"{k} {_count_text(v)}" for k, v in counts.items()) or "-"
+    return "-" if counts in (None, "") else str(counts)
 
 
 def _interleaved_blocks(res: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -418,8 +435,9 @@ def _interleaved_blocks(res: dict[str, Any]) -> list[tuple[str, Any]]:
                  f"group mean and no overall. Scorer: {res['ivr12_agent']['scorer']}."),
         ("table", Table([dict(zip(t.columns, row)) for row in t.rows], caption=t.caption)),
         *(("note", n) for n in t.notes),
-        ("table", Table([{"stage": st.get("stage"), "in": st.get("in"), "ok": st.get("ok"),
-                          "stopped": st.get("stopped") or st.get("stopped_by") or "", "drops": st.get("drops") or ""}
+        ("table", Table([{"stage": st.get("stage"), "items in": st.get("in"), "items ok": st.get("ok"),
+                          "items stopped": _count_text(st.get("stopped") or st.get("stopped_by")),
+                          "drops": _count_text(st.get("drops"))}
                          for st in funnel["stages"]], caption="reference construction over the local tools, offline "
                                                               "(it stops at the first stage that needs a VLM)")),
     ]
