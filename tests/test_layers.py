@@ -2,7 +2,7 @@
 
 Layers, bottom to top (ARCHITECTURE.md, "Layers"):
 
-    base      kbvqa/__init__.py, registry.py, progress.py
+    base      kbvqa/__init__.py, registry.py, progress.py, units.py
     data
     models | kb      the same rank, and neither imports the other
     runner
@@ -38,7 +38,7 @@ PKG = SRC / "kbvqa"
 
 RANK = {"base": 0, "data": 1, "models": 2, "kb": 2, "runner": 3, "stages": 4, "tools": 4, "evaluate": 5,
         "pipelines": 6, "report": 7, "demo": 8, "cli": 9}
-BASE_MODULES = {"kbvqa", "kbvqa.registry", "kbvqa.progress"}
+BASE_MODULES = {"kbvqa", "kbvqa.registry", "kbvqa.progress", "kbvqa.units"}
 #: Layers allowed to import another layer of the same rank (importer -> imported).
 SIDEWAYS_OK = {("stages", "tools")}
 #: Layers restricted to an explicit list instead of "everything below".

@@ -246,8 +246,8 @@ def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | 
 def judge_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
     """The judge table: accuracy over graded verdicts with n graded / invalid / error beside it, then
     SimpleQA's own aggregates, labelled as rates over all n (kbvqa.evaluate.judge.FIGURES). The
-    summary keeps SimpleQA's fractions; the table shows percentages (kbvqa.report.tables.PCT)."""
-    from kbvqa.report.tables import percent
+    summary keeps SimpleQA's fractions; the table shows percentages (kbvqa.units)."""
+    from kbvqa.units import percent
 
     acc = s.get("accuracy")
     rows: list[tuple[str, Any]] = [

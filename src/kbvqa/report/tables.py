@@ -15,15 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from kbvqa.units import PCT, percent
+
 __all__ = ["PCT", "ResultTable", "latex_escape", "md_escape", "percent", "to_markdown", "to_csv", "to_latex",
            "transposed", "unit_problems", "write_table"]
 
-#: The unit rule every table follows (README "Units"): accuracies, recalls and rates are percentages
-#: shown with two decimals, and the column (or the row's figure, in a long table) names the unit with
-#: PCT. The exceptions, stated once here: MRR and agreement coefficients (kappa, alpha) stay in [0, 1];
-#: IVR-12 scores stay on their 1-5 scale; counts, words and hops are what they are. Every float is
-#: shown with two decimals whatever its unit.
-PCT = "(%)"
+#: The unit rule every table follows: kbvqa.units (PCT, percent), checked here by `unit_problems`.
 _RATE_WORDS = re.compile(r"accuracy|recall|R@\d+|rate|share|precision|coverage|\bcorrect\b|incorrect|"
                          r"not_attempted|\bf1\b", re.IGNORECASE)
 _NOT_PERCENT = re.compile(r"MRR|kappa|alpha|agreement|IVR|score \(1-5\)", re.IGNORECASE)
@@ -42,13 +39,6 @@ _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
     "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
 }
-
-
-def percent(v: Any, *, fraction: bool) -> Any:
-    """`v` as a percentage rounded to two decimals (`fraction`: it is in [0, 1]); None/non-numbers as they are."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return v
-    return round(100.0 * v if fraction else float(v), 2)
 
 
 def unit_problems(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
