@@ -180,11 +180,11 @@ async def _ask(client: ChatClient, question: str, target: str, predicted: str, *
                temperature: float, **params: Any) -> tuple[Any, Provenance | None]:
     """One grading call; returns the result and the provenance stamped with the prompt version."""
     messages = build_judge_messages(question, target, predicted, prompt_version=prompt_version)
-    res = await client.chat(messages, schema=JudgeReply, prompt_version=prompt_version,
-                            temperature=temperature, **params)
+    pid = prompts.get(prompt_version).id  # at call time: a user's file that replaces the prompt has its own id
+    res = await client.chat(messages, schema=JudgeReply, prompt_version=pid, temperature=temperature, **params)
     prov = getattr(res, "provenance", None) or getattr(client, "provenance", None)
     if prov is not None:
-        prov = prov.model_copy(update={"prompt_version": prompt_version})
+        prov = prov.model_copy(update={"prompt_version": pid})
     return res, prov
 
 
