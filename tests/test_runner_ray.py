@@ -98,7 +98,7 @@ def test_ray_matches_local_output_manifest_and_usage(cluster, server, tmp_path):
     assert rows["r02"]["status"] == "invalid" and "touched" not in rows["r02"]
     assert rows["r00"]["answer"] == "Paris" and rows["r00"]["attempts"] == 1
     assert _stable(manifests["ray"]) == _stable(manifests["local"])
-    assert manifests["ray"]["counts"] == {"ok": 24, "error": 8, "invalid": 8}
+    assert manifests["ray"]["counts"] == {"ok": 24, "error": 8, "invalid": 8, "needs_model": 0}
     executor = manifests["ray"]["runner"]["executor"]
     assert executor["name"] == "ray" and executor["actors"] == 2 and executor["ray"] == ray.__version__
 
@@ -163,3 +163,60 @@ def test_options_are_checked_and_split():
         RayExecutor(actors=0)
     with pytest.raises(ValueError, match="calls_per_actor"):
         RayExecutor(calls_per_actor=0)
+
+
+class DieUntilHealed(Stage):
+    """Kills its worker on record 3 every time until `healed` exists: more deaths than restarts."""
+
+    name = "die-until-healed"
+
+    def __init__(self, healed: str):
+        super().__init__()
+        self.healed = healed
+
+    async def run(self, record, ctx):
+        if record["n"] == 3 and not os.path.exists(self.healed):
+            os._exit(1)
+        record["seen"] = True
+        return record
+
+
+def test_actors_lost_beyond_restarts_fail_clearly_and_resume_finishes(cluster, tmp_path):
+    from kbvqa.runner.executor import WorkersLost
+
+    out, healed = tmp_path / "lost.jsonl", tmp_path / "healed"
+    records = [{"id": f"r{i}", "n": i} for i in range(8)]
+    opts = {"executor": "ray", "executor_options": {"actors": 1}, "concurrency": 2, "progress": False}
+    with pytest.raises(WorkersLost, match="--resume") as exc:
+        run(records, [DieUntilHealed(str(healed))], Context(), out=out, **opts)
+    assert exc.value.exit_code == 5
+    manifest = json.loads((tmp_path / "lost.manifest.json").read_text())
+    assert manifest["state"] == "failed" and "WorkersLost" in manifest["error"]
+    healed.touch()
+    s = run(records, [DieUntilHealed(str(healed))], Context(), out=out, **opts)
+    rows = list(read_results(out))
+    assert s.ok + s.skipped == 8 and [r["id"] for r in rows] == [r["id"] for r in records]
+    assert all(r["status"] == "ok" and r["seen"] for r in rows)
+
+
+class Declares:
+    """A resource naming a read-only input the nodes do not have."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def node_inputs(self):
+        return {self.path: "a test input"}
+
+
+def test_an_input_missing_on_a_node_stops_the_run_before_any_record(cluster, tmp_path):
+    from kbvqa.runner.executor import NodeInputMissing
+
+    gone = str(tmp_path / "not-on-this-node.sqlite")
+    with pytest.raises(NodeInputMissing, match="not-on-this-node.sqlite") as exc:
+        run([{"id": "r0", "n": 0}], [Ask()], Context(resources={"x": Declares(gone)}), out=tmp_path / "o.jsonl",
+            progress=False, executor="ray", executor_options={"actors": 1})
+    assert exc.value.exit_code == 2 and "same absolute path on every node" in str(exc.value)
+    manifest = json.loads((tmp_path / "o.manifest.json").read_text())
+    assert manifest["state"] == "failed" and manifest["counts"]["ok"] == 0
+    assert manifest["runner"]["executor"]["node_inputs"] == {gone: "a test input"}

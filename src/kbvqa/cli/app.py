@@ -6,9 +6,10 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from kbvqa import __version__
 from kbvqa.data.images import ALLOW_OUTSIDE_ROOT_ENV
@@ -43,6 +44,22 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+class _RootGroup(TyperGroup):
+    """Every command ends an executor failure (kbvqa.runner.executor.ExecutorError: Ray missing, an
+    input a node lacks, workers lost) with one line and the failure's exit code, never a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            executor = sys.modules.get("kbvqa.runner.executor")  # not loaded: no executor ran
+            if executor is not None and isinstance(exc, executor.ExecutorError):
+                from kbvqa.cli.common import fail
+
+                fail(exc, code=exc.exit_code)
+            raise
+
+
 def build_app(only: str | None = None) -> typer.Typer:
     """The `kbvqa` Typer app with every sub-command, or with `only` that one (what `main` runs)."""
     root = typer.Typer(
@@ -53,6 +70,7 @@ def build_app(only: str | None = None) -> typer.Typer:
         rich_markup_mode=None,  # help texts carry [brackets] (TOML tables, extras): never read them as markup
         pretty_exceptions_enable=False,
         add_completion=False,
+        cls=_RootGroup,
     )
     root.callback()(_root)
     for name, (module, attr, help_) in COMMANDS.items():
@@ -83,6 +101,14 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
                                                          "local cluster started for the run)."),
           ray_actors: Optional[int] = typer.Option(None, "--ray-actors", min=1,
                                                    help="Ray actors (default: one per cluster CPU)."),
+          ray_init: Optional[str] = typer.Option(None, "--ray-init", metavar="JSON",
+                                                 help="ray.init options as a JSON object, e.g. "
+                                                      "'{\"runtime_env\": {\"pip\": [\"kbvqa\"]}}' (recorded in the "
+                                                      "manifest without secrets)."),
+          ray_config: Optional[Path] = typer.Option(None, "--ray-config", dir_okay=False,
+                                                    help="A kbvqa.toml whose [executor.ray] table sets the Ray "
+                                                         "executor (address, actors, calls_per_actor, batch_size, "
+                                                         "num_cpus_per_actor, init); flags override it."),
           fail_on_error: bool = typer.Option(False, "--fail-on-error",
                                              help="Exit 4 when any record of a job ends error or invalid (a job "
                                                   "where none ended ok always exits 3)."),
@@ -113,9 +139,16 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
         os.environ[CACHE_ENV] = "off" if no_cache else str(cache.expanduser().resolve())
     _use_prompt_files(prompt_file or [])
-    options = {k: v for k, v in (("address", ray_address), ("actors", ray_actors)) if v is not None}
-    if options and executor != "ray":
-        raise typer.BadParameter("--ray-address/--ray-actors need --executor ray", param_hint="--executor")
+    chosen = executor or os.environ.get("KBVQA_EXECUTOR") or None
+    options = _ray_options(ray_address, ray_actors, ray_init, ray_config)
+    if (options or ray_init is not None or ray_config is not None) and chosen != "ray":
+        raise typer.BadParameter("--ray-address/--ray-actors/--ray-init/--ray-config need --executor ray "
+                                 "(or KBVQA_EXECUTOR=ray)", param_hint="--executor")
+    if chosen == "ray" and not _ray_installed():  # one line and exit 2, whatever the command
+        from kbvqa.cli.common import fail
+
+        fail("the Ray executor needs Ray, which is not installed: pip install 'kbvqa[ray]' (or run without "
+             "--executor ray / KBVQA_EXECUTOR)")
     # The runner holds these process-wide settings. It is imported only when an option sets one or
     # when it is already loaded (then a value from an earlier call in this process is reset):
     # `kbvqa score infoseek` never loads the runner, and its start-up is part of every score.
@@ -123,12 +156,12 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
         from kbvqa.runner.stage import set_record_deadline
 
         set_record_deadline(record_deadline)
-    if executor is not None or "kbvqa.runner.executor" in sys.modules:
+    if executor is not None or options or "kbvqa.runner.executor" in sys.modules:
         from kbvqa.registry import UnknownName
         from kbvqa.runner.executor import set_default_executor
 
         try:
-            set_default_executor(executor or os.environ.get("KBVQA_EXECUTOR") or "local", **options)
+            set_default_executor(chosen or "local", **options)
         except UnknownName as exc:
             raise typer.BadParameter(str(exc), param_hint="--executor") from None
 
@@ -157,8 +190,44 @@ def _use_prompt_files(specs: list[str]) -> None:
         raise typer.BadParameter(str(exc), param_hint="--prompt-file") from None
 
 
+def _ray_installed() -> bool:
+    """Whether `import ray` can work, without importing it (that costs a second of every start-up)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules["ray"] is None (Ray blocked)
+        return False
+
+
+def _ray_options(address: str | None, actors: int | None, init: str | None,
+                 config: Path | None) -> dict[str, object]:
+    """The Ray executor's options: [executor.ray] of --ray-config, then --ray-init, then the flags."""
+    import json
+
+    options: dict[str, object] = {}
+    if config is not None:
+        from kbvqa.runner.config import load_ray_settings
+
+        try:
+            options.update(load_ray_settings(config).executor_options())
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--ray-config") from None
+    if init is not None:
+        try:
+            extra = json.loads(init)
+        except ValueError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--ray-init") from None
+        if not isinstance(extra, dict):
+            raise typer.BadParameter("must be a JSON object of ray.init options", param_hint="--ray-init")
+        options["init_kwargs"] = {**dict(options.get("init_kwargs") or {}), **extra}  # type: ignore[call-overload]
+    options.update({k: v for k, v in (("address", address), ("actors", actors)) if v is not None})
+    return options
+
+
 # root options that take a value: skipped (with it) when looking for the sub-command in argv
-_VALUED = {"--executor", "--ray-address", "--ray-actors", "--record-deadline", "--cache", "--prompt-file"}
+_VALUED = {"--executor", "--ray-address", "--ray-actors", "--ray-init", "--ray-config", "--record-deadline", "--cache",
+           "--prompt-file"}
 
 
 def _command_in(argv: list[str]) -> str | None:

@@ -81,10 +81,11 @@ def is_deterministic(params: dict[str, Any]) -> bool:
 class ResponseCache:
     """`ok` ChatResults by request key, in a kbvqa.data.kvstore.KVStore (SQLite, WAL): safe to share
     between the tasks of an event loop and between threads; pickles as its path (Ray actors reopen
-    the same file, with their own counters)."""
+    the same file, with their own counters). `read_only`: a cassette being replayed, an input every
+    node must have (never created or written)."""
 
-    def __init__(self, path: str | Path):
-        self.store = KVStore(path, table="chat_responses")
+    def __init__(self, path: str | Path, *, read_only: bool = False):
+        self.store = KVStore(path, table="chat_responses", read_only=read_only)
         self.hits = 0
         self.misses = 0
         self.writes = 0
@@ -92,6 +93,9 @@ class ResponseCache:
     @property
     def path(self) -> Path:
         return self.store.path
+
+    def node_inputs(self) -> dict[str, str]:
+        return self.store.node_inputs()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"store": self.store}

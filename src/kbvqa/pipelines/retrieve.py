@@ -45,7 +45,8 @@ def build_retrieve_job(index: Any, encoder: Any, *, image_root: str | Path | Non
     if index.encoder != encoder.name:
         raise ValueError(f"index was built with {index.encoder!r} but the encoder is {encoder.name!r}")
     resources = {"image_index": index, "image_encoder": encoder,
-                 "image_root": Path(image_root) if image_root is not None else None,
+                 # absolute in the driver: a Ray worker never reads a path against its own folder
+                 "image_root": Path(image_root).resolve() if image_root is not None else None,
                  "image_batcher": retrieval_batcher(index, encoder, batch_size=batch_size, max_wait=max_wait)}
     return Job([ImageRetrieve(RetrieveConfig(k=k))], Context(resources=resources), description="retrieve",
                run_config={"encoder": encoder.name, "k": k, "batch_size": batch_size})

@@ -1,4 +1,5 @@
-"""A job's settings table from a TOML file: the one loader behind `[audit]`, `[reference]` and `[curate]`.
+"""A job's settings table from a TOML file: the one loader behind `[audit]`, `[reference]`, `[curate]`
+and `[executor.ray]`.
 
 Every such table is a pydantic model whose stage configs forbid unknown keys, so a misspelt setting is
 an error; every error names the file and the dotted key (`curate.rubric.min_score: ...`)."""
@@ -9,11 +10,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
-__all__ = ["load_table"]
+__all__ = ["ExecutorTable", "RaySettings", "load_ray_settings", "load_table"]
 
 
 def load_table(path: str | Path | None, section: str, model: type[M], *,
@@ -41,3 +42,33 @@ def load_table(path: str | Path | None, section: str, model: type[M], *,
         key = ".".join([section, *(str(p) for p in first.get("loc", ()))])
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise error(f"{path}: {key}: {first.get('msg')}{more}") from None
+
+
+class RaySettings(BaseModel):
+    """`[executor.ray]` of a kbvqa.toml (`kbvqa --ray-config FILE`): the Ray executor's options; `init`
+    goes to `ray.init` (runtime_env, namespace, num_cpus, ...) and to the manifest without secrets."""
+
+    model_config = ConfigDict(extra="forbid")
+    address: str | None = None
+    actors: int | None = Field(None, ge=1)
+    calls_per_actor: int = Field(2, ge=1)
+    batch_size: int | None = Field(None, ge=1)
+    num_cpus_per_actor: float = Field(0.5, gt=0)
+    init: dict[str, Any] = Field(default_factory=dict)
+
+    def executor_options(self) -> dict[str, Any]:
+        """The RayExecutor keywords this table sets (unset ones left to the executor's defaults)."""
+        opts = self.model_dump(exclude_unset=True)
+        if "init" in opts:
+            opts["init_kwargs"] = opts.pop("init")
+        return opts
+
+
+class ExecutorTable(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ray: RaySettings = Field(default_factory=RaySettings)
+
+
+def load_ray_settings(path: str | Path | None) -> RaySettings:
+    """`[executor.ray]` of the TOML file at `path` (defaults without a file or table)."""
+    return load_table(path, "executor", ExecutorTable).ray

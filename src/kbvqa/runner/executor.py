@@ -4,8 +4,8 @@ The runner (`kbvqa.runner.run`) owns everything that must be identical whatever 
 reading and checking the input, skipping records already done, the journal, the manifest, progress
 and the summary. An executor only turns pending tasks into output lines: it pulls `Task`s from a
 `TaskSource` until it returns None, runs each through `run_record` (so per-record status, reasons
-and the "never half-modified" rule are the same everywhere) and hands every line to `emit`, at most
-once per task. Executors register by name (`--executor local|ray`).
+and the "never half-modified" rule are the same everywhere) and hands every line, with the record's
+side writes (kbvqa.data.outbox), to `emit`, at most once per task. An executor never writes a file. Executors register by name (`--executor local|ray`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,35 @@ from kbvqa.data.schema import Usage
 from kbvqa.registry import Registry
 from kbvqa.runner.stage import Context, Stage
 
-__all__ = ["EXECUTORS", "Emit", "Executor", "Task", "TaskSource", "get_executor", "set_default_executor"]
+__all__ = ["EXECUTORS", "Emit", "Executor", "ExecutorError", "ExecutorMissing", "NodeInputMissing", "Task", "TaskSource",
+           "WorkersLost", "get_executor", "set_default_executor"]
+
+
+class ExecutorError(RuntimeError):
+    """The executor itself failed (not a record): the run stops with this message; `exit_code` is what
+    the command exits with (every command: kbvqa.cli.common.fail and the root command read it)."""
+
+    exit_code = 5
+
+
+class ExecutorMissing(ExecutorError, ImportError):
+    """The chosen executor's package is not installed (Ray): nothing ran."""
+
+    exit_code = 2
+
+
+class NodeInputMissing(ExecutorError, ValueError):
+    """A worker cannot open a read-only input the job names (KB, index, image folder, cassette): no
+    record ran there. Every node needs them at the same absolute path."""
+
+    exit_code = 2
+
+
+class WorkersLost(ExecutorError):
+    """Workers died more often than they may be restarted: the records in flight were not written;
+    `--resume` runs them again."""
+
+    exit_code = 5
 
 
 @dataclass(frozen=True)
@@ -38,8 +66,9 @@ class TaskSource(Protocol):
         """The next pending task, or None when there is nothing more to start."""
 
 
-#: emit(task, line, status): called once per finished task, from the event-loop thread.
-Emit = Callable[[Task, str, str], None]
+#: emit(task, line, status, writes=()): called once per finished task, from the event-loop thread; `writes`
+#: are the record's side writes (`run_record(..., writes=[])`), which the driver applies before the line.
+Emit = Callable[..., None]
 
 
 class Executor(Protocol):

@@ -38,6 +38,6 @@ class Job:
         cfg = {"stages": self.stage_names, **self.run_config, **(run_config or {})}
         with OutputLock(Path(out)):  # before the output's side files (a cassette) are touched
             if self.output_resources is not None:
-                self.ctx.resources.update(self.output_resources(Path(out)))
+                self.ctx.resources.update(self.output_resources(Path(out).absolute()))  # side files: absolute
             return run(records, self.stages, self.ctx, out=Path(out), close=close, run_config=cfg, lock=False,
                        **options)

@@ -29,8 +29,9 @@ class LocalExecutor:
                 task = await tasks.next()
                 if task is None:
                     return
-                line, status = await run_record(task.record, stages, ctx, task.attempts)
-                emit(task, line, status)
+                writes: list = []
+                line, status = await run_record(task.record, stages, ctx, task.attempts, writes=writes)
+                emit(task, line, status, writes)  # the driver applies them: the same path as Ray's
 
         workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
         try:

@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from kbvqa.data.schema import Usage
@@ -37,6 +37,7 @@ from kbvqa.progress import ProgressBar
 from kbvqa.runner import manifest as mf
 from kbvqa.runner.executor import Executor, Task, get_executor
 from kbvqa.runner.lock import OutputLock
+from kbvqa.runner.outbox import Writer
 from kbvqa.runner.sinks import JournalEntry, JsonlJournal, compact_journal, scan_journal, write_parquet
 from kbvqa.runner.stage import Context, Stage, default_record_deadline, error_reason
 
@@ -216,6 +217,15 @@ def _earlier_attempts(manifest: Path) -> list[dict[str, Any]]:
     return [*(prev.get("attempts") or []), last]
 
 
+def absolute_paths(ctx: Context) -> None:
+    """Every Path resource made absolute in the driver, before any executor ships the Context: a
+    worker never interprets a path against its own working directory (ARCHITECTURE.md, "The driver
+    owns paths and writes")."""
+    for name, value in list(ctx.resources.items()):
+        if isinstance(value, PurePath):
+            ctx.resources[name] = Path(value).resolve()
+
+
 def output_paths(out: Path) -> dict[str, Path]:
     """Where a run with journal `out` puts its manifest and (fmt="parquet") its Parquet file."""
     out = Path(out)
@@ -240,7 +250,8 @@ class _Run:
     def __init__(self, out: Path, stages: list[Stage], ctx: Context, executor: Executor, *, resume: bool,
                  concurrency: int, limit: int | None, run_config: dict | None, fmt: str, description: str,
                  fsync_every: int, lock: bool = True):
-        self.out, self.ctx, self.fmt = out, ctx, fmt
+        self.out, self.ctx, self.fmt, self.executor = out, ctx, fmt, executor
+        self.writer = Writer()  # the record's side files, written here in the driver (kbvqa.data.outbox)
         self.paths = output_paths(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         # one writer per output: a second run is refused here (Job.run takes it earlier and passes lock=False)
@@ -272,6 +283,7 @@ class _Run:
         mf.write_manifest(self.paths["manifest"], self.manifest)
 
     def release(self) -> None:
+        self.writer.close()
         if self.lock is not None:
             self.lock.release()
 
@@ -283,7 +295,8 @@ class _Run:
         if self.bar is not None:
             self.bar.advance(note=self._note())
 
-    def emit(self, task: Task, line: str, status: str) -> None:
+    def emit(self, task: Task, line: str, status: str, writes: Sequence[Any] = ()) -> None:
+        self.writer.apply(writes)  # side files first: a journal line never names a file not yet written
         self.journal.write_line(line)
         self.counts[status] += 1
         if self.bar is not None:
@@ -300,6 +313,9 @@ class _Run:
         timing = {"wall_seconds": wall, "model_seconds_summed": round(usage.seconds, 3),
                   "mean_seconds_per_call": round(usage.seconds / usage.calls, 3) if usage.calls else None,
                   "mean_calls_in_flight": round(usage.seconds / wall, 2) if wall > 0 and usage.calls else None}
+        # the executor again: what it found out while running (Ray: actors, batch size, start-up seconds)
+        self.manifest["runner"]["executor"] = self.executor.describe()
+        self.manifest["runner"]["side_writes"] = self.writer.counts()
         self.manifest.update(state=state, finished=mf.now_iso(), wall_seconds=wall, timing=timing,
                              total=total, counts={k: self.counts[k] for k in STATUSES}, skipped=self.counts["skipped"],
                              usage=usage.model_dump(), error=error, **extra)
@@ -346,6 +362,7 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
             raise ValueError(f"record_deadline must be > 0 seconds, not {deadline}")
         ctx.resources["record_deadline"] = deadline  # travels with the context (Ray actors too)
     stages = list(stages)
+    absolute_paths(ctx)
     ex = get_executor(executor, **(executor_options or {}))
 
     # A sequence can be checked whole before anything runs or any file is touched.

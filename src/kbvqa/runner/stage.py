@@ -23,11 +23,13 @@ from typing import Any, ClassVar, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from kbvqa.data import outbox
 from kbvqa.data.images import resolve_image
 from kbvqa.data.jsonl import dumps_line
 from kbvqa.data.redact import redact
 from kbvqa.data.schema import Usage
 from kbvqa.models.result import Invalid
+from kbvqa.runner.outbox import Writer
 
 __all__ = ["Context", "Invalid", "NeedsModel", "RECORD_DEADLINE_ENV", "RUNNER_FIELDS", "Stage", "StageConfig",
            "default_record_deadline", "run_record", "set_record_deadline", "stage_name"]
@@ -172,14 +174,34 @@ def _out_line(record: dict[str, Any], status: str, reason: str, attempts: int, s
     return line
 
 
-async def run_record(rec: dict[str, Any], stages: Sequence[Stage], ctx: Context, attempts: int) -> tuple[str, str]:
+async def run_record(rec: dict[str, Any], stages: Sequence[Stage], ctx: Context, attempts: int, *,
+                     writes: list[Any] | None = None) -> tuple[str, str]:
     """Run one record through the stages; return (JSONL line, status). Every executor calls this.
+
+    The record's side writes (artifacts, cassette and cache entries, harvested images: whatever a
+    store writes through kbvqa.data.outbox) are collected while it runs, whatever its status (a
+    cassette keeps failed calls too). With `writes` they are appended there for the driver to apply
+    before it journals the line (what the executors do); without it they are applied here at the end.
 
     Never raises except on cancellation, which must propagate so an interrupted record is not
     written as an error. A stage exception ends the record `error` ("ExcType: message"), `Invalid`
     ends it `invalid`, and a failed record is written as it came in (not half-modified). The
     `record_deadline` resource (seconds) caps the whole chain: a record still running then ends
     `error` with a `RecordDeadline` reason naming the stage it was in."""
+    with outbox.collecting() as box:
+        result = await _run_record(rec, stages, ctx, attempts)
+    if writes is None:
+        writer = Writer()
+        try:
+            writer.apply(box.writes)
+        finally:
+            writer.close()
+    else:
+        writes.extend(box.writes)
+    return result
+
+
+async def _run_record(rec: dict[str, Any], stages: Sequence[Stage], ctx: Context, attempts: int) -> tuple[str, str]:
     base = {k: v for k, v in rec.items() if k not in RUNNER_FIELDS}
     rid = base["id"]
     current: dict[str, Any] = copy.deepcopy(base)  # a failing stage must not alter what is written

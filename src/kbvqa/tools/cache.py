@@ -41,14 +41,19 @@ def tool_key(backend: str, version: str, tool: str, args: dict[str, Any], image:
 
 
 class ToolCache:
-    def __init__(self, path: str | Path):
-        self.store = KVStore(path, table="tool_results")
+    """`read_only`: a cassette being replayed, an input every node must have (never created or written)."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False):
+        self.store = KVStore(path, table="tool_results", read_only=read_only)
         self._stop_store: KVStore | None = None
         self.hits = self.misses = self.writes = 0
 
     @property
     def path(self) -> Path:
         return self.store.path
+
+    def node_inputs(self) -> dict[str, str]:
+        return self.store.node_inputs()
 
     def get(self, key: str, *, replay: bool = False) -> ToolResult | None:
         """The stored result; a live run (`replay=False`) gets only a reusable one (`CACHEABLE`)."""
@@ -77,7 +82,7 @@ class ToolCache:
 
     def _stops(self) -> KVStore:
         if self._stop_store is None:  # opened on first use: most runs never stop for time
-            self._stop_store = KVStore(self.path, table="stops")
+            self._stop_store = KVStore(self.path, table="stops", read_only=self.store.read_only)
         return self._stop_store
 
     def stats(self) -> dict[str, Any]:

@@ -119,7 +119,7 @@ def _replay_client(recorded: dict[str, Any], cassette_path: Path) -> Any:
     client = OpenAIChatClient(recorded["base_url"], recorded["model"], temperature=recorded["temperature"],
                               max_tokens=recorded["max_tokens"], extra_params=recorded["extra_params"],
                               json_schema_strict=recorded["json_schema_strict"])
-    client.cassette, client.cassette_replay = ModelCassette(cassette_path), True
+    client.cassette, client.cassette_replay = ModelCassette(cassette_path, read_only=True), True
     return client
 
 
@@ -151,14 +151,16 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
     stage = AgentEpisode(AgentConfig(protocol=opts.protocol, max_turns=opts.max_turns, max_tokens=opts.max_tokens,
                                      max_cost=opts.max_cost, max_seconds=opts.max_seconds, today=today,
                                      guided=opts.guided))
-    resources: dict[str, Any] = {"image_root": image_root, "kb_image_file": _kb_image_file(opts.kb_images,
-                                                                                         opts.kb_image_rule)}
+    resources: dict[str, Any] = {"image_root": Path(image_root).resolve() if image_root is not None else None,
+                                 "kb_image_file": _kb_image_file(opts.kb_images, opts.kb_image_rule)}
+    if opts.kb_images is not None:  # a Path resource: the runner lists it among the inputs every node must have
+        resources["kb_images"] = Path(opts.kb_images).resolve()
     if index is not None and encoder is not None:
         resources.update(image_index=index, image_encoder=encoder)
     agent = roles.get("agent")
     if recorded is not None:
-        cassette = Path(opts.cassette)  # type: ignore[arg-type]
-        resources["toolbox"] = Toolbox(backend, ToolCache(cassette / "tools.sqlite"), replay=True,
+        cassette = Path(opts.cassette).resolve()  # type: ignore[arg-type]  # read on every node: absolute
+        resources["toolbox"] = Toolbox(backend, ToolCache(cassette / "tools.sqlite", read_only=True), replay=True,
                                        blocked_domains=opts.blocked_domains)
         if recorded.get("agent"):  # the recorded model answers, from its cache only
             roles["agent"] = agent = _replay_client(recorded["agent"], cassette / "models.sqlite")

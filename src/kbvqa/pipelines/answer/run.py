@@ -104,7 +104,8 @@ def prepare_answer(spec: AnswerSpec) -> PreparedAnswer:
                              **spec.limits)
     idx, enc = load_image_index(spec.index, spec.model_dir) if spec.index is not None else (None, None)
     job = build_answer_job(spec.pipeline, kb=open_kb(spec.kb), roles=roles, index=idx, encoder=enc,
-                           image_root=spec.images or spec.samples.parent, reranker=spec.reranker,
+                           # absolute in the driver: a Ray worker never reads a path against its own folder
+                           image_root=Path(spec.images or spec.samples.parent).resolve(), reranker=spec.reranker,
                            text_index=TextIndex.load(spec.text_index) if spec.text_index is not None else None,
                            rerank_model_dir=spec.rerank_model_dir, **settings)
     notes = []

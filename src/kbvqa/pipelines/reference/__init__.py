@@ -165,7 +165,7 @@ def reference_context(out_dir: Path, config: ReferenceConfig, *, roles: Mapping[
     resources: dict[str, Any] = {"image_store": ImageStore(out_dir / IMAGES_DIR),
                                  "verdicts": VerdictCache(out_dir / VERDICTS_FILE)}
     if kb_images is not None:
-        resources["kb_image_file"] = ImageResolver(Path(kb_images), kb_image_rule).resolve
+        resources["kb_image_file"] = ImageResolver(Path(kb_images).resolve(), kb_image_rule).resolve  # absolute: Ray
         resources["local_image_root"] = Path(kb_images).resolve()
     if backend == "web":
         resources["fetcher"] = fetcher or LoopFetcher(**config.fetch.model_dump())

@@ -37,7 +37,7 @@ import hashlib
 import html
 import os
 import re
-import uuid
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +48,7 @@ from pydantic import Field
 
 from kbvqa.data.fetch import HTML_TYPES, IMAGE_TYPES, GuardedFetcher
 from kbvqa.data.images import MAX_PIXELS, BadImage, open_image
+from kbvqa.data.outbox import readable, write_file
 from kbvqa.data.urls import canonical_url
 from kbvqa.pipelines.reference.common import ReferenceStageConfig, counts, stage_record
 from kbvqa.runner.stage import Context, Stage
@@ -160,18 +161,21 @@ class ImageStore:
         self.root = Path(root).resolve()
 
     def path(self, rel: str) -> Path:
+        """The file to read `rel` from (an image this record admitted is staged until the driver writes it)."""
         p = (self.root / rel).resolve()
         if not p.is_relative_to(self.root):
             raise ValueError(f"image path {rel!r} points outside the image store {self.root}")
-        return p
+        return readable(p)
 
     def admit(self, data: bytes, gates: HarvestConfig) -> dict[str, Any] | str:
         """Decode-gate `data`; keep it (returning {sha256, path, width, height, bytes, format}) or
-        return the drop reason. Runs in a worker thread (decoding is CPU work)."""
-        tmp_dir = self.root / ".incoming"
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        tmp = tmp_dir / uuid.uuid4().hex
-        tmp.write_bytes(data)
+        return the drop reason. Runs in a worker thread (decoding is CPU work). The kept file goes through
+        the record's outbox (kbvqa.data.outbox): the driver writes it, wherever the record ran; the
+        decode reads a scratch copy in the system's temporary folder, removed at once."""
+        fd, name = tempfile.mkstemp(prefix="kbvqa-incoming-")
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         try:
             try:
                 img = open_image(tmp, mode=None, max_pixels=gates.max_pixels, max_bytes=gates.max_image_bytes)
@@ -193,8 +197,7 @@ class ImageStore:
             rel = f"{sha[:2]}/{sha}{_EXT.get(fmt, '.img')}"
             final = self.root / rel
             if not final.exists():
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(tmp, final)
+                write_file(final, data)
             return {"sha256": sha, "path": rel, "width": w, "height": h, "bytes": len(data), "format": fmt}
         finally:
             tmp.unlink(missing_ok=True)

@@ -1,0 +1,49 @@
+"""The driver's half of the outbox (kbvqa.data.outbox): apply a record's side writes before its line.
+
+Every executor hands `emit` the writes `run_record` collected; the runner applies them here, in the
+driver, then journals the line. So the journal never names an artifact or a cassette entry that is
+not on disk, and a side file is written by exactly one process whichever executor ran the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from kbvqa.data.kvstore import KVStore
+from kbvqa.data.outbox import EntryWrite, FileWrite, apply_file, is_worker
+
+__all__ = ["Writer"]
+
+
+class Writer:
+    """Applies side writes in the driver; keeps the KV stores it opened until `close` (one per file and table)."""
+
+    def __init__(self) -> None:
+        self._stores: dict[tuple[str, str], KVStore] = {}
+        self.files = self.entries = 0
+
+    def apply(self, writes: Iterable[FileWrite | EntryWrite]) -> None:
+        if is_worker():
+            raise RuntimeError("a worker never applies side writes: they go back to the driver with the record")
+        for w in writes:
+            if isinstance(w, FileWrite):
+                apply_file(w)
+                self.files += 1
+            else:
+                self._store(w.path, w.table).put_now(w.key, w.value, w.label, w.created)
+                self.entries += 1
+
+    def _store(self, path: str, table: str) -> KVStore:
+        store = self._stores.get((path, table))
+        if store is None:
+            store = self._stores[(path, table)] = KVStore(path, table=table)
+        return store
+
+    def counts(self) -> dict[str, Any]:
+        return {"files": self.files, "entries": self.entries}
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
