@@ -191,7 +191,7 @@ def compare(
     category and intent coverage, and with a judge model the mean estimated reasoning hops."""
     import json
 
-    from kbvqa.data.compare import benchmark_profile
+    from kbvqa.data.compare import NOTEVQA_PUBLISHED, benchmark_profile
     from kbvqa.models.config import ConfigError, roles_from_flags
 
     if from_fmt and len(from_fmt) not in (1, len(paths)):
@@ -251,12 +251,17 @@ def compare(
               "answer words (mean)": num(r["answer_words"], "mean"),
               "answer words (median)": num(r["answer_words"], "median"),
               "images/item": r["images_per_item"],
+              "reference words (mean)": num(r.get("reference_words"), "mean"),
+              "reference images/item": num(r.get("reference_images"), "per_item"),
               "categories": r["categories"]["n"] if r["categories"] else None,
               "intents": r["intents"]["n"] if r["intents"] else None,
               "hops": num(r["hops"], "mean") if r["hops"] else None,
               "judged/invalid": f"{r['hops']['judged']}/{r['hops']['invalid']}" if r["hops"] else "n/a"}
              for r in rows]
-    notes = []
+    p = NOTEVQA_PUBLISHED
+    notes = [f"NoteVQA as published (seed 001): {p['items']} items, query {p['query_words']} / short reference "
+             f"{p['answer_words']} / interleaved reference {p['reference_words']} words (mean), "
+             f"{p['reference_images_per_item']} reference images per item"]
     judged = [r for r in rows if r["hops"]]
     if judged:
         j = judged[0]["hops"]["judge"]
