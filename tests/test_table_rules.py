@@ -41,9 +41,23 @@ def printed(monkeypatch):
 
 
 def _at_80(title: str, header: list[str], rows: list[list[str]]) -> str:
+    """The table as an 80-column terminal shows it; asserts no cell is cut to "…" and every header's
+    words stand whole (a header may wrap between words, never inside one)."""
     buf = io.StringIO()
-    Console(file=buf, width=80, color_system=None).print(common.table_renderable(title, header, rows, 80))
-    return buf.getvalue()
+    table = common.table_renderable(title, header, rows, 80)
+    Console(file=buf, width=80, color_system=None).print(table)
+    shown = buf.getvalue()
+    assert "…" not in shown, shown
+    lines = shown.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┏"))
+    end = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┡"))
+    columns: list[list[str]] = [[] for _ in table.columns]
+    for line in lines[top + 1:end]:
+        for i, part in enumerate(line.strip().strip("┃").split("┃")):
+            columns[i].append(part.strip())
+    for col, parts in zip(table.columns, columns):
+        assert " ".join(p for p in parts if p).split() == str(col.header).split(), (col.header, parts, shown)
+    return shown
 
 
 def _ok(args: list[str]) -> str:
@@ -102,12 +116,13 @@ def test_every_table_follows_the_unit_rule_and_fits_80_columns(tmp_path, monkeyp
                                              "answers": ["Eiffel Tower"]}) + "\n")
     _ok(["data", "compare", "one.jsonl", "r.jsonl"])
     assert len(printed) >= 4
+    _check_printed(printed)
+
+
+def _check_printed(printed: list) -> None:
     for title, header, rows in printed:
         assert unit_problems(header, rows) == [], (title, unit_problems(header, rows))
-        shown = _at_80(title, header, rows)
-        assert "…" not in shown, shown
-        for h in header:  # every header word is there whole (folded lines aside)
-            assert all(w[:10] in shown for w in h.split()), (h, shown)
+        _at_80(title, header, rows)
 
 
 def test_unit_problems_catches_what_the_issue_saw():
@@ -116,3 +131,102 @@ def test_unit_problems_catches_what_the_issue_saw():
                                                         ["judge", "accuracy", "0.9474"]])
     assert unit_problems(["stage", "R@1"], [["initial", "52.17"]])
     assert not unit_problems(["stage", "R@1 (%)", "MRR"], [["initial", "52.17", "0.61"]])
+
+
+# ------------------------------------------------- every table command on the demo's outputs, and the HTML
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    from kbvqa.demo.run import run_demo
+
+    out = tmp_path_factory.mktemp("rules") / "demo"
+    run_demo(out)
+    return out
+
+
+def _verdicts(path: Path, preds: Path, correct_every: int) -> Path:
+    """Judge verdict lines (as `score judge` writes them) for a run: every `correct_every`-th correct."""
+    ids = [json.loads(x)["id"] for x in preds.read_text(encoding="utf-8").splitlines()]
+    path.write_text("".join(json.dumps({"id": i, "status": "ok", "verdict": {
+        "label": "correct" if k % correct_every == 0 else "incorrect"}}) + "\n" for k, i in enumerate(ids)),
+        encoding="utf-8")
+    return path
+
+
+def test_every_table_command_and_html_page_follows_the_rule_at_80_columns(demo, tmp_path, monkeypatch, printed):
+    """eval, study (by-type, compare, retrieval-2x2, variants, agent-tools), score ivr12 / ivr12-compare,
+    data stats / compare and report build, run as a user runs them (relative paths, cache on), then the
+    HTML pages they and the demo wrote and the viewer's pages: one unit rule everywhere, 80 columns."""
+    import shutil
+
+    from kbvqa.report.html import page_unit_problems
+
+    work = tmp_path / "work"
+    shutil.copytree(demo, work / "demo")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("KBVQA_CACHE", str(tmp_path / "cache.sqlite"))
+    d = Path("demo")
+    _ok(["eval", "--samples", "demo/bench/samples.jsonl", "--kb", "demo/bench/kb.sqlite", "--index",
+         "demo/bench/image_index", "--pipeline", "extractive", "--out", "ev", "-m", "infoseek-strict", "-m",
+         "retrieval"])
+    strict = ["--scorer", "infoseek-strict"]
+    _ok(["study", "by-type", "-p", "demo/answers/predictions_original.jsonl", "-r", "demo/bench/samples.jsonl",
+         *strict, "--resamples", "50"])
+    _ok(["study", "compare", "--references-a", "demo/bench/samples.jsonl", "--references-b", "demo/audit/fixed.jsonl",
+         "--method", "extractive=demo/answers/predictions_original.jsonl,demo/answers/predictions_fixed.jsonl",
+         "--allow-partial", *strict, "--resamples", "50", "--split-names", "original,fixed"])
+    _ok(["study", "retrieval-2x2", "--with", "demo/answers/predictions_original.jsonl", "--without",
+         "demo/answers/predictions_fixed.jsonl", "-r", "demo/audit/fixed.jsonl", *strict, "--resamples", "50"])
+    _ok(["study", "variants", "-p", "demo/answers/predictions_augmented.jsonl", "-r", "demo/augment/samples.jsonl",
+         *strict, "--stage", "initial", "--resamples", "50"])
+    agent = d / "agent" / "predictions.jsonl"
+    ver, base = _verdicts(Path("agent.judge.jsonl"), agent, 2), _verdicts(Path("direct.judge.jsonl"), agent, 3)
+    _ok(["study", "agent-tools", "-p", str(agent), "-r", "demo/bench/community.jsonl", "--verdicts", str(ver),
+         "--baseline-verdicts", str(base), "--out", "st"])
+    _ok(["score", "ivr12", "-p", str(agent), "-s", "demo/bench/community.jsonl", "--image-root", "demo/bench",
+         "--out", "agent.ivr12.jsonl"])
+    _ok(["score", "ivr12-compare", "demo/interleaved/references.ivr12.summary.json",
+         "demo/interleaved/agent.ivr12.summary.json", "--names", "references,agent"])
+    _ok(["data", "stats", "demo/bench/samples.jsonl"])
+    _ok(["data", "compare", "demo/bench/samples.jsonl", "demo/bench/community.jsonl"])
+    shown = {title.split(" (scorer")[0] for title, _, _ in printed}
+    for what in ("IVR-12: references (A) vs agent (B)", "IVR-12 (predictions, rules mode)", "answer outcomes with and"):
+        assert any(t.startswith(what) for t in shown), (what, shown)
+    assert len(printed) >= 12, shown
+    _check_printed(printed)
+    # report build's tables (every file it writes) and the HTML pages
+    _ok(["report", "build", "demo/studies", "-i", "demo/interleaved/ivr12.compare.json", "-i",
+         "demo/interleaved/agent.ivr12.summary.json", "-i", "st/agent-tools.study.json", "--out", "rep"])
+    for md in Path("rep/tables").glob("*.csv"):
+        import csv
+
+        rows = list(csv.reader(md.open(encoding="utf-8")))
+        # the CSV keeps full precision; what the unit rule checks is the shown (markdown) table
+        assert rows and rows[0][-1] == "scorer"
+    for md in Path("rep/tables").glob("*.md"):
+        lines = [x for x in md.read_text(encoding="utf-8").splitlines() if x.startswith("| ")]
+        header = [c.strip().replace("\\", "") for c in lines[0].strip("| ").split(" | ")]
+        rows = [[c.strip().replace("\\", "") for c in x.strip("| ").split(" | ")] for x in lines[1:]]
+        assert unit_problems(header, rows) == [], (md.name, unit_problems(header, rows))
+    for page in (Path("rep/index.html"), d / "report.html", d / "studies" / "index.html"):
+        assert page_unit_problems(page.read_text(encoding="utf-8")) == [], page
+    # the viewer's pages go through the same check
+    from starlette.testclient import TestClient
+
+    from kbvqa.cli.view import build_site
+    from kbvqa.report.viewer.app import create_app
+
+    site = build_site([d])
+    client = TestClient(create_app(site, warm=False))
+    import re
+
+    checked = 0
+    for url in ["/", *(f"/o/{o.oid}/" for o in site.catalog.outputs)]:
+        res = client.get(url)
+        assert res.status_code == 200, url
+        first = re.search(r'href="(/o/[^"/]+/r/[^"]+)"', res.text)  # and the listing's first record
+        for page in [res] + ([client.get(first.group(1))] if first else []):
+            assert page_unit_problems(page.text) == [], (url, page_unit_problems(page.text))
+            checked += 1
+    assert checked > 2 * len(site.catalog.outputs) - 5

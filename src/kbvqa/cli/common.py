@@ -154,11 +154,30 @@ def table_renderable(title: str, header: Sequence[str], rows: Iterable[Sequence[
         if _min_width(turned[0], turned[1:]) < _min_width(header, cells):
             header, cells = turned[0], turned[1:]
     t = Table(title=escape(title))
-    for h in header:
-        t.add_column(escape(h), overflow="fold")
+    for h, w in zip(header, _fitted_widths(header, cells, width)):
+        t.add_column(escape(h), overflow="fold", width=w)
     for r in cells:
         t.add_row(*[escape(c) for c in r])
     return t
+
+
+def _fitted_widths(header: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> list[int | None]:
+    """Column widths for a table wider than the terminal whose words still fit: each column gets its
+    longest word and a share of what is left, in proportion to how much more it would use (rich's own
+    narrowing evens out the widest columns and so breaks long words). None: rich's choice is fine."""
+    def longest(text: str, words: bool) -> int:
+        parts = str(text).split() if words else str(text).splitlines()
+        return max((len(p) for p in parts), default=0)
+
+    n = len(header)
+    room = width - (3 * n + 1)  # borders and padding
+    cols = [[h, *(r[i] for r in rows if i < len(r))] for i, h in enumerate(header)]
+    natural = [max(longest(c, False) for c in col) for col in cols]
+    least = [max(1, max(longest(c, True) for c in col)) for col in cols]
+    if sum(natural) <= room or sum(least) > room:
+        return [None] * n
+    spare, want = room - sum(least), [a - b for a, b in zip(natural, least)]
+    return [b + (spare * w // sum(want) if sum(want) else 0) for b, w in zip(least, want)]
 
 
 def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

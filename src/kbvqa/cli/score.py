@@ -266,7 +266,7 @@ def ivr12(
     from kbvqa.cli.common import print_result
     from kbvqa.evaluate.ivr12 import SOURCES
     from kbvqa.pipelines.score import ivr12_files, judge_clients
-    from kbvqa.report.summaries import ivr12_tables
+    from kbvqa.report.summaries import ivr12_terminal_tables
 
     if source not in SOURCES:
         fail(f"--source must be one of {', '.join(SOURCES)}, not {source!r}")
@@ -285,7 +285,7 @@ def ivr12(
             typer.echo(f"warning: {w}", err=True)
         emit_json(summary)
     else:
-        for table in ivr12_tables(summary):
+        for table in ivr12_terminal_tables(summary):  # the full table: --json, report build
             print_result(table)
         typer.echo(f"journal {summary['out']}, manifest {summary['manifest']}, summary {summary['summary']}")
     if require_complete and not summary["complete"]:
@@ -309,7 +309,7 @@ def ivr12_compare(
     dimension measured the same way on both sides, an overall gap only when both overalls exist."""
     from kbvqa.cli.common import print_result
     from kbvqa.pipelines.score import ivr12_compare_files
-    from kbvqa.report.summaries import ivr12_compare_table
+    from kbvqa.report.summaries import ivr12_compare_terminal_table
 
     labels = [x.strip() for x in names.split(",")] if names else None
     if labels is not None and (len(labels) != 2 or not all(labels)):
@@ -322,4 +322,4 @@ def ivr12_compare(
     if as_json:
         emit_json(res)
     else:
-        print_result(ivr12_compare_table(res))
+        print_result(ivr12_compare_terminal_table(res))  # the full table: --json / --out, report build

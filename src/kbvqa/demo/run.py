@@ -35,6 +35,7 @@ from kbvqa.evaluate.agent import tool_usage
 from kbvqa.report.html import Figure, Interleaved, Table, write_page
 from kbvqa.report.results import build_report, collect_inputs
 from kbvqa.report.summaries import recall_by_variant_table, study_tables
+from kbvqa.report.tables import percent
 from kbvqa.runner import RUNNER_FIELDS, read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import git_info
@@ -368,7 +369,9 @@ def _agent_blocks(out: Path, stats: dict[str, Any], preds: list[dict[str, Any]])
                         caption="how episodes ended (forced answers: "
                                 f"{sum(bool((p.get('meta') or {}).get('forced_answer')) for p in preds)})")),
         ("table", Table([{"tool": t, "calls per episode": v,
-                          "useful-evidence hit rate (calls)": stats["hit_rate"].get(t, {}).get("call_rate", "-")}
+                          "useful-evidence hit rate, calls (%)": percent(stats["hit_rate"].get(t, {}).get("call_rate",
+                                                                                                          "-"),
+                                                                         fraction=True)}
                          for t, v in stats["calls_per_episode"].items()])),
         ("p", f"Image tags: {stats['tags']['valid']} of {stats['tags']['total']} valid "
               f"(violations: {stats['tags']['violations'] or 'none'})."),
@@ -447,8 +450,9 @@ _VARIANT_DIRS = {"method1": "intra (same-kind distractor)", "method2": "inter (d
                  "blank": "blank panel", "double": "anchor twice"}
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}"
+def _pct(x: float | None) -> float | str:
+    """A percentage the scorers already give in percent, as a number the page shows with two decimals."""
+    return "-" if x is None else float(x)
 
 
 def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[str, dict], predictions: dict[str, dict],
@@ -479,15 +483,15 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
             "answer after": audited.get(sid, {}).get("answers")} for sid, flaw in bench.flaws.items()],
             caption="planted flaws")),
         ("h2", "Accuracy: original vs audited (fixed) benchmark"),
-        ("table", Table([{"split": split, "n": s["strict"].get("n"),
-                          "strict accuracy": _pct(s["strict"].get("accuracy")),
-                          "strict final (harmonic mean of splits)": _pct(s["strict"].get("final_score")),
-                          "reward accuracy": _pct(s["reward"].get("accuracy")),
+        ("table", Table([{"split": split, "n (questions)": s["strict"].get("n"),
+                          "strict accuracy (%)": _pct(s["strict"].get("accuracy")),
+                          "strict final, harmonic mean of splits (%)": _pct(s["strict"].get("final_score")),
+                          "reward accuracy (%)": _pct(s["reward"].get("accuracy")),
                           "scorers": "infoseek-strict, ara-reward"}
                          for split, s in (("original", scores["original"]), ("fixed", scores["fixed"]))])),
         ("h2", "Retrieval"),
         ("table", Table([{"stage": st, **{f"R{k} (%)": round(100 * v, 2) for k, v in m.get("recall", {}).items()},
-                          "MRR": round(m.get("mrr", 0.0), 3)}
+                          "MRR": float(m.get("mrr", 0.0))}
                          for st, m in (scores["retrieval"].get("stages") or {}).items()])),
         ("h2", "Augmentation: retrieval on multi-entity composites"),
         ("p", f"{aug_stats.get('augmented_anchors', 0)} anchors of the repaired split augmented "

@@ -331,6 +331,14 @@ def results_table(doc: Mapping[str, Any]) -> ResultTable:
                          + (f"; {', '.join(simpleqa)}: SimpleQA's rates over all n" if simpleqa else ""))
     a = doc.get("answer") or {}
     counts = ", ".join(f"{k} {v}" for k, v in (a.get("counts") or {}).items())
+    columns = ["metric", "figure", "value", "n (items)", "graded", "missing", "answer error", "answer invalid",
+               "judge error", "judge invalid"]
+    # a count column that is empty or 0 for every metric says nothing the title does not: left out, so the
+    # table reads in 80 columns (the full counts are in results.json)
+    keep = [i for i, c in enumerate(columns)
+            if i < 4 or c == "missing" or any(r[i] not in (None, 0) for r in rows if len(r) > i)]
+    left = [columns[i] for i in range(len(columns)) if i not in keep]
+    if left and rows:
+        notes.append(f"{', '.join(left)}: none for any metric")
     return ResultTable("results", f"kbvqa eval: {a.get('pipeline')} ({counts})", "per metric, named in the notes",
-                       ["metric", "figure", "value", "n", "graded", "missing", "answer error", "answer invalid",
-                        "judge error", "judge invalid"], rows, notes)
+                       [columns[i] for i in keep], [[r[i] for i in keep] for r in rows], notes)

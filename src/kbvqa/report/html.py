@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import re
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Sequence
+
+from kbvqa.report.tables import fmt_value, unit_problems
+
+log = logging.getLogger(__name__)
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
@@ -84,29 +90,91 @@ def _interleaved(a: Interleaved) -> str:
     return "".join(out)
 
 
-def _cell(value: Any, as_image: bool) -> str:
-    if as_image and value:
-        return f'<img src="{html.escape(str(value))}" style="max-height:64px">'
-    if isinstance(value, float):
-        return f"{value:.4g}"
+def _text(value: Any) -> str:
+    """A cell's text as the unit rule shows it (report.tables.fmt_value: floats with two decimals)."""
     if isinstance(value, (list, tuple)):
-        value = ", ".join(str(v) for v in value)
-    return html.escape("" if value is None else str(value))
+        return ", ".join(str(v) for v in value)
+    return fmt_value(value)
 
 
 def _table(t: Table) -> str:
+    """The table, checked against the unit rule (report.tables.unit_problems) as shown: a breach is
+    printed under it in red and logged, never silently published."""
     cols = list(t.columns or (t.rows[0].keys() if t.rows else []))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = []
+    body, shown = [], []
     for row in t.rows:
-        tds = []
+        tds, texts = [], []
         for c in cols:
             v = row.get(c)
             cls = ' class="num"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
-            tds.append(f"<td{cls}>{_cell(v, t.images.get(c) == 'img')}</td>")
+            text = _text(v)
+            texts.append("" if t.images.get(c) == "img" else text)
+            cell = f'<img src="{html.escape(text)}" style="max-height:64px">' \
+                if t.images.get(c) == "img" and v else html.escape(text)
+            tds.append(f"<td{cls}>{cell}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
+        shown.append(texts)
     cap = f"<caption>{html.escape(t.caption)}</caption>" if t.caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    problems = unit_problems(cols, shown)
+    if problems:
+        log.warning("table %r breaks the unit rule: %s", t.caption, "; ".join(problems))
+    warn = "".join(f"<p class='bad'>unit rule: {html.escape(p)}</p>" for p in problems)
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{warn}"
+
+
+class _TableReader(HTMLParser):
+    """Every <table> of a page as (header, rows of cell texts); a table whose first row is not all <th>
+    (a key-value table) has an empty header."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tables: list[tuple[list[str], list[list[str]]]] = []
+        self._rows: list[list[tuple[str, str]]] | None = None
+        self._cell: list[str] | None = None
+        self._tag = ""
+        self._skip = 0  # inside <caption>, <svg>, <script>, <style>
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag in ("caption", "svg", "script", "style"):
+            self._skip += 1
+        elif tag == "table":
+            self._rows = []
+        elif tag == "tr" and self._rows is not None:
+            self._rows.append([])
+        elif tag in ("td", "th") and self._rows:
+            self._cell, self._tag = [], tag
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("caption", "svg", "script", "style"):
+            self._skip = max(0, self._skip - 1)
+        elif tag in ("td", "th") and self._cell is not None and self._rows:
+            self._rows[-1].append((self._tag, " ".join("".join(self._cell).split())))
+            self._cell = None
+        elif tag == "table" and self._rows is not None:
+            rows = [r for r in self._rows if r]
+            if rows and all(k == "th" for k, _ in rows[0]):
+                self.tables.append(([c for _, c in rows[0]], [[c for _, c in r] for r in rows[1:]]))
+            else:
+                self.tables.append(([], [[c for _, c in r] for r in rows]))
+            self._rows = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None and not self._skip:
+            self._cell.append(data)
+
+
+def page_tables(page: str) -> list[tuple[list[str], list[list[str]]]]:
+    """The tables of a rendered HTML page as (header, rows), for checking them as they are shown."""
+    reader = _TableReader()
+    reader.feed(page)
+    return reader.tables
+
+
+def page_unit_problems(page: str) -> list[str]:
+    """What breaks the unit rule (report.tables.unit_problems) in any table of a rendered page: the
+    check the HTML report and the viewer share."""
+    return [f"table {' | '.join(h)}: {p}" for h, rows in page_tables(page) if h for p in unit_problems(h, rows)]
 
 
 def render_page(title: str, blocks: Sequence[tuple[str, Any]]) -> str:

@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from kbvqa.report.tables import ResultTable
+from kbvqa.report.tables import PCT, ResultTable, footnoted, percent
 
-__all__ = ["study_table", "recall_by_variant_table", "audit_summary_table", "audit_diff_table",
+__all__ = ["ivr12_terminal_tables", "ivr12_compare_terminal_table", "study_table", "recall_by_variant_table", "audit_summary_table", "audit_diff_table",
            "human_eval_table", "augment_stats_tables", "dataset_stats_table", "kb_stats_table", "kb_hits_table"]
 
 
@@ -124,10 +124,11 @@ def agent_tools_tables(res: Mapping[str, Any]) -> list[ResultTable]:
              "incorrect, not attempted or no answer"]))
     by = res.get("calls_by_outcome") or {}
     hit = res["hit_rate"]
-    cols = ["tool", "calls / episode", *(f"{g.replace('_', '-')} (n={by[g]['n']})" for g in by), "hit rate, calls",
-            "calls", "hit rate, results", "results"]
-    rows = [[t, v, *(by[g][t] for g in by), hit.get(t, {}).get("call_rate", "-"), hit.get(t, {}).get("calls", "-"),
-             hit.get(t, {}).get("item_rate", "-"), hit.get(t, {}).get("items", "-")]
+    cols = ["tool", "calls / episode", *(f"calls / episode, {g.replace('_', '-')} (n={by[g]['n']})" for g in by),
+            f"hit rate, calls {PCT}", "calls", f"hit rate, results {PCT}", "results"]
+    rows = [[t, v, *(by[g][t] for g in by), percent(hit.get(t, {}).get("call_rate", "-"), fraction=True),
+             hit.get(t, {}).get("calls", "-"), percent(hit.get(t, {}).get("item_rate", "-"), fraction=True),
+             hit.get(t, {}).get("items", "-")]
             for t, v in res["calls_per_episode"].items()]
     tags = res["tags"]
     notes = [f"image tags: {tags['valid']} of {tags['total']} valid; violations {tags['violations'] or 'none'}",
@@ -169,7 +170,7 @@ def recall_by_variant_table(rows: Sequence[dict[str, Any]], *, stage: str = "ini
     (the JSON keeps fractions): R@K and its delta in %, MRR as a fraction, as everywhere in kbvqa."""
     def pct(k: str, v: Any) -> tuple[str, Any]:
         if (k.startswith("R@") or k.startswith("dR@")) and isinstance(v, (int, float)) and not isinstance(v, bool):
-            return f"{k} (%)", round(100.0 * v, 2)
+            return f"{k} ({'% points' if k.startswith('d') else '%'})", round(100.0 * v, 2)
         return k, v
 
     return ResultTable.from_dicts([dict(pct(k, v) for k, v in r.items()) for r in rows], name="augmentation-recall",
@@ -362,6 +363,30 @@ def _current_ivr12_summary(s: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def ivr12_terminal_tables(s: Mapping[str, Any]) -> list[ResultTable]:
+    """`ivr12_tables` for an 80-column terminal: the main table with the group folded into its rows
+    ("Content: group mean" after the group's dimensions), n/a counts and notes as numbered footnotes;
+    the gates and agreement tables as they are. The full table is in the summary (--json) and in
+    `report build`."""
+    full = ivr12_tables(s)
+    main = full[0]
+    rows = []
+    for group, dim, source, by, mean, n, na, gated, gated_n, note in main.rows:
+        if dim.startswith("group mean") or group == "overall":
+            label = dim if group == "overall" else f"{group}: {dim}"
+        else:
+            label = dim
+            note = "; ".join(x for x in ((f"n/a: {na}" if na not in ("", "0") else ""), note) if x)
+        rows.append([label, source, by, mean, n, gated, gated_n, note])
+    rows, marks = footnoted(rows, 7)
+    legend = ("items = items the dimension has a score for; by = how it was measured (judge, rule: kbvqa's "
+              "stand-in, n/a: not measured); source = where its name comes from (paper, kbvqa)")
+    compact = ResultTable(main.name, main.title, main.scorer,
+                          ["dimension", "source", "by", "mean", "items", "gated mean", "gated items", "note"],
+                          rows, [legend, *marks, *main.notes])
+    return [compact, *full[1:]]
+
+
 def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
     """`kbvqa score ivr12` (kind `ivr12`): the dimension means — each with where the dimension comes
     from (paper / kbvqa), how it was measured (judge / rule, a rule measure marked "(rule)"), the items
@@ -437,6 +462,29 @@ def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
                                   "nominal for gates)", s["scorer"], cols, rows2,
                                   ["n/a: α is undefined when every rating is the same"]))
     return tables
+
+
+def ivr12_compare_terminal_table(res: Mapping[str, Any]) -> ResultTable:
+    """`ivr12_compare_table` for an 80-column terminal: one row per dimension, group and overall, the two
+    sides as A and B (named in the legend), each side's mean and items scored, the ungated gap and a
+    footnote mark; each dimension's source and the gated means and gaps are in --json / --out (and
+    `report build`'s table)."""
+    a, b = res["names"]
+    rows = []
+    for r in res["rows"]:
+        ma, mb = r.get("measured_by_a"), r.get("measured_by_b")
+        title = (_ivr12_dim_title(r, r["key"], ma, mb) if r["level"] == "dimension"
+                 else f"{r['title']} (group mean)" if r["level"] == "group" else r["title"])
+        by = f"{ma or 'n/a'}/{mb or 'n/a'}" if r["level"] == "dimension" else ""
+        rows.append([title, by, _fig(r["a"]), r["n_a"], _fig(r["b"]), r["n_b"], _fig(r["gap"]), r.get("reason") or ""])
+    rows, marks = footnoted(rows, 7)
+    legend = (f"A = {a} ({res['items'][a]} items), B = {b} ({res['items'][b]} items); by = how each side was "
+              "measured (judge, rule: kbvqa's stand-in, n/a); items = the items a mean is over; gap = A - B, only "
+              "where both sides were measured the same way; gated means and gaps and each dimension's source: "
+              "--json or --out")
+    return ResultTable("ivr12-compare", f"IVR-12: {a} (A) vs {b} (B)", res["scorer"],
+                       ["dimension", "by A/B", "A", "items A", "B", "items B", "gap A-B", "note"], rows,
+                       [legend, *marks, *res.get("notes", [])])
 
 
 def ivr12_compare_table(res: Mapping[str, Any]) -> ResultTable:

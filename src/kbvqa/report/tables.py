@@ -17,13 +17,14 @@ from typing import Any, Sequence
 
 from kbvqa.units import PCT, percent
 
-__all__ = ["PCT", "ResultTable", "latex_escape", "md_escape", "percent", "to_markdown", "to_csv", "to_latex",
+__all__ = ["PCT", "ResultTable", "fmt_value", "footnoted", "latex_escape", "md_escape", "percent", "to_markdown", "to_csv", "to_latex",
            "transposed", "unit_problems", "write_table"]
 
 #: The unit rule every table follows: kbvqa.units (PCT, percent), checked here by `unit_problems`.
 _RATE_WORDS = re.compile(r"accuracy|recall|R@\d+|rate|share|precision|coverage|\bcorrect\b|incorrect|"
                          r"not_attempted|\bf1\b", re.IGNORECASE)
-_NOT_PERCENT = re.compile(r"MRR|kappa|alpha|agreement|IVR|score \(1-5\)", re.IGNORECASE)
+_NOT_PERCENT = re.compile(r"MRR|kappa|alpha|agreement|IVR|score \(1-5\)|calls /|calls per", re.IGNORECASE)
+_DIFFERENCE = re.compile(r"points|delta|Δ|\bgap\b|\bdiff|^d[A-Z]|\bchange\b", re.IGNORECASE)  # may be negative
 
 
 def _is_rate(label: str) -> bool:
@@ -41,11 +42,25 @@ _LATEX_SPECIAL = {
 }
 
 
+def fmt_value(v: Any, digits: int | None = 2) -> str:
+    """A value as every table shows it: floats with two decimals (`digits`; None: as they are), NaN as
+    n/a, booleans as yes/no, None as an empty cell."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v != v:  # NaN
+            return "n/a"
+        return str(v) if digits is None else f"{v:.{digits}f}"
+    return str(v)
+
+
 def unit_problems(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     """What breaks the unit rule in a rendered table (its header and its cells as shown): a float not
     shown with two decimals; a rate column (or, in a long table, a rate row: its first cell names the
     figure; its first column is "figure", "metric" or "measure") with a float but no PCT in its name;
-    a PCT value outside [0, 100]."""
+    a PCT value outside [0, 100] (outside [-100, 100] for a difference in points)."""
     out = []
     num = re.compile(r"^-?\d+\.\d+$")
     cells = [[str(c).strip() for c in r] for r in rows]
@@ -58,7 +73,7 @@ def unit_problems(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[
             if len(c.split(".")[1]) != 2:
                 out.append(f"{h!r} = {c}: not two decimals")
             if _says_percent(h) or (_says_percent(label) and not _is_rate(h)):
-                if not 0 <= float(c) <= 100:
+                if not (-100 if _DIFFERENCE.search(f"{h} {label}") else 0) <= float(c) <= 100:
                     out.append(f"{h!r} = {c}: a percentage outside [0, 100]")
             elif _is_rate(h):
                 out.append(f"{h!r}: a rate column without {PCT} in its name ({c})")
@@ -91,18 +106,25 @@ class ResultTable:
         return f"{self.title} (scorer: {self.scorer})" if self.scorer else self.title
 
     def fmt(self, v: Any) -> str:
-        if v is None:
-            return ""
-        if isinstance(v, bool):
-            return "yes" if v else "no"
-        if isinstance(v, float):
-            if v != v:  # NaN
-                return "n/a"
-            return str(v) if self.float_digits is None else f"{v:.{self.float_digits}f}"
-        return str(v)
+        return fmt_value(v, self.float_digits)
 
     def as_dicts(self) -> list[dict[str, Any]]:
         return [dict(zip(self.columns, r)) for r in self.rows]
+
+
+def footnoted(rows: Sequence[Sequence[Any]], column: int) -> tuple[list[list[Any]], list[str]]:
+    """A narrow table's long texts as footnotes: each distinct text in `column` becomes "[k]" in the
+    cell and "[k] text" in the returned notes (the same text, the same mark), so a terminal table keeps
+    its words whole and its notes readable."""
+    marks: dict[str, int] = {}
+    out = []
+    for r in rows:
+        r = list(r)
+        text = "" if r[column] is None else str(r[column])
+        if text:
+            r[column] = f"[{marks.setdefault(text, len(marks) + 1)}]"
+        out.append(r)
+    return out, [f"[{k}] {text}" for text, k in marks.items()]
 
 
 def latex_escape(text: str) -> str:

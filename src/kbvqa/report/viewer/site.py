@@ -22,6 +22,8 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from kbvqa.report.html import page_unit_problems
+from kbvqa.report.tables import fmt_value, percent
 from kbvqa.report.viewer.discovery import Catalog, Output
 from kbvqa.report.viewer.images import ImageLink, ImageLinks
 from kbvqa.report.viewer.index import Entry, RecordIndex
@@ -243,6 +245,9 @@ class Site:
         self.env = Environment(loader=PackageLoader("kbvqa.report.viewer", "templates"), autoescape=True,
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, auto_reload=False)
         self.env.globals.update(FACET_TITLES=FACET_TITLES, pretty=pretty)
+        # the one unit rule (report.tables): a fraction shown as a percentage, every float with two decimals
+        self.env.filters.update(pct=lambda v: "n/a" if v is None else fmt_value(percent(v, fraction=True)),
+                                num=lambda v: "n/a" if v is None else fmt_value(v))
 
     # -- data --------------------------------------------------------------------------------
     def index_for(self, path: Path, facet_fn: Any = None) -> RecordIndex:
@@ -297,7 +302,11 @@ class Site:
 
     # -- pages -------------------------------------------------------------------------------
     def _render(self, template: str, links: LiveLinks, **ctx: Any) -> str:
-        return self.env.get_template(template).render(links=links, catalog=self.catalog, **ctx)
+        """A page, its tables checked against the unit rule as the HTML report's are (a breach is logged)."""
+        page = self.env.get_template(template).render(links=links, catalog=self.catalog, **ctx)
+        for problem in page_unit_problems(page):
+            log.warning("%s: unit rule: %s", template, problem)
+        return page
 
     def home(self, links: LiveLinks) -> str:
         rows = []
