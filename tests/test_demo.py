@@ -67,6 +67,17 @@ def test_demo_offline_chain(tmp_path, monkeypatch):
     for key, path in manifest["interleaved"].items():
         assert path and Path(path).exists(), (key, path)
     assert "{&#x27;" not in html and "{'" not in html
+    # the terminal summary shows seed 001: the agent, IVR-12 in rules mode, the curation funnel
+    from kbvqa.demo.run import summary_lines
+
+    lines = summary_lines(res)
+    agent = next(x for x in lines if x.startswith("agent: "))
+    assert "15 of 15 questions answered" in agent and "forced answers" in agent and "image tags 15/15 valid" in agent
+    assert "with --max-turns 2, 3 of 3 answers forced" in agent
+    ivr = [x for x in lines if x.startswith("IVR-12 (")]
+    assert len(ivr) == 2 and all("rules mode" in x and "Non-redundancy" in x and "no overall" in x for x in ivr)
+    cur = next(x for x in lines if x.startswith("curation: "))
+    assert "20 posts -> text" in cur and "stopped at candidate (needs model 12)" in cur
 
 
 def test_demo_cli_with_llm_server(tmp_path):
@@ -79,6 +90,9 @@ def test_demo_cli_with_llm_server(tmp_path):
         result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "d"), "--llm", srv.base_url,
                                           "--model", "fake-vlm"])
         assert result.exit_code == 0, result.output
+        said = " ".join(result.output.split())
+        assert "agent: 15 of 15 questions answered" in said and "IVR-12 (agent, rules mode" in said
+        assert "curation: 20 posts" in said
         assert len(srv.requests) >= 38  # one answerer call per question (original) at least
         sent = srv.requests[0]["json"]
         assert sent["model"] == "fake-vlm"

@@ -20,7 +20,7 @@ def demo(
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Records in flight per stage."),
 ) -> None:
     """Build the demo benchmark, audit it, answer it, score it and write a report."""
-    from kbvqa.demo.run import counts_text, run_demo
+    from kbvqa.demo.run import counts_text, run_demo, summary_lines
 
     console = Console()
     try:
@@ -39,5 +39,7 @@ def demo(
     console.print(f"  augmentation R@1 by variant: {counts_text(aug)}")
     console.print(f"  accuracy original (strict) = {o['strict'].get('accuracy')}%, "
                   f"fixed (strict) = {f['strict'].get('accuracy')}%")
+    for line in summary_lines(res):  # seed 001: the search agent, IVR-12, curation
+        console.print(f"  {line}", markup=False, highlight=False)
     console.print(f"  report: {res.report}\n  manifest: {res.manifest}")
     console.print(f"  browse it: kbvqa view {res.out}")

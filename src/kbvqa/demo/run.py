@@ -55,6 +55,49 @@ class DemoResult:
     flaws_found: int = 0
     flaws_total: int = 0
     seconds: float = 0.0
+    agent: dict[str, Any] = field(default_factory=dict)  # answers given, forced answers (summary_lines)
+    interleaved: dict[str, Any] = field(default_factory=dict)  # IVR-12 summaries and the reference funnel
+    curation: dict[str, Any] = field(default_factory=dict)  # the curation funnel (CurateResult.as_dict)
+
+
+def summary_lines(res: DemoResult) -> list[str]:
+    """The seed 001 lines of the demo's terminal summary: the search agent (answers given, how episodes
+    ended, forced answers, image-tag validity), IVR-12 (the rules-mode measures, and that there is no
+    overall without a judge model) and the curation funnel (posts in, kept per stage, where they stopped)."""
+    lines = []
+    stats = res.scores.get("agent") or {}
+    if stats:
+        tags = stats.get("tags") or {}
+        lines.append(f"agent: {res.agent.get('answered', 0)} of {stats.get('n', 0)} questions answered; ended by "
+                     f"{counts_text(stats.get('terminations'))} (forced answers {res.agent.get('forced', 0)}); "
+                     f"image tags {tags.get('valid', 0)}/{tags.get('total', 0)} valid"
+                     + ("; with --max-turns 2, {forced} of {n} answers forced".format(**res.agent["budget2"])
+                        if (res.agent.get("budget2") or {}).get("n") else ""))
+    for side in ("references", "agent"):
+        s = (res.interleaved.get(f"ivr12_{side}") or {})
+        if not s.get("dimensions"):
+            continue
+        rules = [f"{d.get('title', k)} {d['mean']:.2f}" for k, d in s["dimensions"].items()
+                 if d.get("measured_by") == "rule" and d.get("mean") is not None]
+        judged = [k for k, d in s["dimensions"].items() if d.get("measured_by") == "judge"]
+        overall = (s.get("overall") or {}).get("mean")
+        tags_gate = (s.get("gates") or {}).get("tags_resolve") or {}
+        lines.append(f"IVR-12 ({side}, {s.get('mode')} mode, {s.get('n_items')} items): "
+                     + (f"rule measures (kbvqa's stand-ins, 1-5) {', '.join(rules)}; " if rules else "")
+                     + (f"{len(judged)} dimensions judged; " if judged else "")
+                     + f"tag gate {tags_gate.get('pass', 0)} pass / {tags_gate.get('fail', 0)} fail; "
+                     + (f"overall {overall:.2f}" if overall is not None else
+                        "no overall (needs all 12 dimensions judged by a model)"))
+    f = res.curation
+    if f.get("stages"):
+        reached = [st for st in f["stages"] if st.get("in")]
+        stops = {k: v for st in f["stages"] for k, v in (st.get("stopped") or {}).items()}
+        where = next((st["stage"] for st in f["stages"] if st.get("stopped")), None)
+        lines.append(f"curation: {f['intake'].get('posts', 0)} posts -> "
+                     + " -> ".join(f"{st['stage']} {st.get('kept', 0)}" for st in reached)
+                     + f"; {f['output'].get('items', 0)} items, {f['output'].get('dropped', 0)} dropped, "
+                       f"{f['output'].get('stopped', 0)} stopped" + (f" at {where} ({counts_text(stops)})" if where else ""))
+    return lines
 
 
 def _roles(llm: str | None, model: str | None, api_key_env: str | None, concurrency: int) -> dict[str, Any]:
@@ -313,8 +356,15 @@ def run_demo(out: Path, *, llm: str | None = None, model: str | None = None, api
     }, indent=2), encoding="utf-8")
     kb.close()
     _mark(out, complete=True)
+    agent_preds = list(read_results(out / "agent" / "predictions.jsonl"))
+    tight = list(read_results(out / "agent" / "budget2.jsonl"))
     return DemoResult(out=out, report=report, manifest=manifest, scores=scores, audit=audit, flaws_found=found,
-                      flaws_total=len(bench.flaws), seconds=time.monotonic() - started)
+                      flaws_total=len(bench.flaws), seconds=time.monotonic() - started,
+                      agent={"answered": sum(1 for p in agent_preds if p.get("status") == "ok" and p.get("answer")),
+                             "forced": sum(bool((p.get("meta") or {}).get("forced_answer")) for p in agent_preds),
+                             "budget2": {"n": len(tight), "forced": sum(bool((p.get("meta") or {}).get("forced_answer"))
+                                                                         for p in tight)}},
+                      interleaved=interleaved, curation=curation.as_dict())
 
 
 def _rows(t: Any) -> list[dict[str, str]]:
