@@ -4,6 +4,7 @@ every kind's record page on the demo's run, filters, search, permalinks and the 
 from __future__ import annotations
 
 import json
+import re
 import os
 from pathlib import Path
 
@@ -345,3 +346,70 @@ def test_export_writes_the_same_views_as_a_static_site(demo, tmp_path):
     agent = (out / "o" / "agent-predictions" / "r" / f"{rid_slug('community_000')}.html").read_text(encoding="utf-8")
     img = agent.split("<figure><img src='", 1)[1].split("'", 1)[0]
     assert (rec.parent / img).resolve().is_file()
+    # the front page of a static export shows every output's real record count, never "(indexing)"
+    home = (out / "index.html").read_text(encoding="utf-8")
+    assert "indexing" not in home
+    n_audited = len(audited(demo))
+    assert re.search(rf'audit/audited\.jsonl.*?<td class="num">{n_audited}</td>', home, re.S), home[:2000]
+
+
+def _images_named(obj, key=""):
+    """Every image path a record names (fields called image/images/*_image*), as stored."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _images_named(v, k)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _images_named(v, key)
+    elif isinstance(obj, str) and "image" in key.lower() and obj and "://" not in obj and "\n" not in obj:
+        yield obj
+
+
+def agent_run_elsewhere(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    """The agent as a user runs it: relative paths typed in one folder (cache on), the KB's images in a
+    folder outside the run folder; returns (the run folder, another working directory)."""
+    from typer.testing import CliRunner
+
+    from kbvqa.cli.app import app
+    from kbvqa.demo.bench import build_bench, build_community
+
+    b = build_bench(tmp_path / "bench")
+    build_community(b)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KBVQA_CACHE", str(tmp_path / "cache.sqlite"))
+    cli = CliRunner()
+    res = cli.invoke(app, ["index", "images", "--kb", "bench/kb.sqlite", "--images", "bench", "--out", "idx/images"])
+    assert res.exit_code == 0, res.output
+    res = cli.invoke(app, ["answer", "--pipeline", "agent", "--samples", "bench/community.jsonl", "--kb",
+                           "bench/kb.sqlite", "--index", "idx/images", "--kb-images", "bench", "--today", "2026-12-01",
+                           "--out", "runs/agent.jsonl", "--limit", "3"])
+    assert res.exit_code == 0, res.output
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    return tmp_path / "runs", elsewhere
+
+
+def test_every_image_an_agent_run_names_is_found_from_another_folder(tmp_path, monkeypatch):
+    """Outputs that move with their folder (issue 25 item 1): each image the agent's records name is
+    relative to the output's folder, or absolute under the KB image root its manifest records; the
+    viewer, started elsewhere on the run folder alone, links every one of them."""
+    runs, _ = agent_run_elsewhere(tmp_path, monkeypatch)
+    manifest = json.loads((runs / "agent.manifest.json").read_text())
+    root = Path(manifest["run_config"]["kb_images"])
+    assert root.is_absolute() and root == (tmp_path / "bench").resolve()
+    assert Path(manifest["run_config"]["samples"]).is_absolute()  # the episode's reference, from anywhere
+    site = build_site([Path("../runs")])
+    assert root in site.catalog.image_roots  # recorded in the manifest, so served; listed on the front page
+    named = 0
+    for line in (runs / "agent.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        for ref in _images_named(rec):
+            p = Path(ref)
+            assert (p.is_absolute() and p.resolve().is_relative_to(root)) or (runs / p).is_file(), ref
+            link = site.images.link(ref, (runs,))
+            assert link.url, (ref, link.problem)
+            named += 1
+        traj = [i["image"] for t in rec["trajectory"] for i in t.get("items") or [] if i.get("image")]
+        assert traj and all(site.images.link(x, (runs,)).url for x in traj)
+    assert named > 10

@@ -186,6 +186,8 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
                run_config={"pipeline": "agent", "tools": opts.tools, "protocol": opts.protocol, "guided": opts.guided,
                            "max_turns": opts.max_turns, "today": today,
                            "blocked_domains": list(opts.blocked_domains),
+                           # the root of the absolute KB image paths trajectories name (viewer: an image root)
+                           "kb_images": str(resources["kb_images"]) if "kb_images" in resources else None,
                            "tool_backend": backend.describe()})  # provider, base URL, key variable: never a key
 
 

@@ -234,12 +234,38 @@ def discover(run_dirs: list[Path | str], image_roots: list[Path | str] = ()) -> 
     for root in cat.roots:
         _discover_root(cat, root, new)
     _link_references(cat)
+    _recorded_image_roots(cat)
     if singles:  # files given directly: keep those (their folders still serve their images)
         keep, parents = set(singles), {s.parent for s in singles}
         cat.outputs[:] = [o for o in cat.outputs if o.path.resolve() in keep or o.root not in parents]
         cat.reindex()
     cat.outputs.sort(key=lambda o: (cat.roots.index(o.root), o.rel))
     return cat
+
+
+#: run_config keys naming the folder of the absolute image paths a run's records hold (the agent's
+#: --kb-images: trajectory items and provenance name KB images there).
+RECORDED_IMAGE_ROOTS = ("kb_images",)
+
+
+def _recorded_image_roots(cat: Catalog) -> None:
+    """A run that stores absolute image paths records their root in its manifest; that folder is an
+    image root of the viewer (listed on the front page), so those images show from any working
+    directory. A root that is not an existing absolute folder, or is the filesystem root, is not added
+    and is listed as a problem."""
+    for o in cat.outputs:
+        rc = (o.manifest or {}).get("run_config") or {}
+        for key in RECORDED_IMAGE_ROOTS:
+            value = rc.get(key)
+            if not value:
+                continue
+            p = Path(str(value))
+            if not p.is_absolute() or not p.is_dir() or p.resolve() == p.resolve().parent:
+                cat.problems.append(f"{o.rel}: run_config.{key} {value!r} is not an absolute folder that exists; "
+                                    "its images are not shown (pass --images ROOT)")
+                continue
+            if p.resolve() not in cat.allowed_roots and not any(p.resolve().is_relative_to(r) for r in cat.roots):
+                cat.image_roots.append(p.resolve())
 
 
 def _link_references(cat: Catalog) -> None:

@@ -51,7 +51,6 @@ def export_site(site: Site, out_dir: Path) -> ExportResult:
         images.update(links.images)
         res.pages += 1
 
-    write("index.html", 0, lambda links: (200, site.home(links)))
     for o in site.catalog.outputs:
         base = f"o/{o.oid}"
         if o.kind == "summary":
@@ -78,6 +77,8 @@ def export_site(site: Site, out_dir: Path) -> ExportResult:
         for e in entries:
             write(f"{base}/r/{rid_slug(e.rid)}.html", 3, lambda links, o=o, e=e: site.record(o.oid, e.rid, links))
             res.records += 1
+    # the front page last, every output indexed: a static page shows real counts, never "0+ (indexing)"
+    write("index.html", 0, lambda links: (200, site.home(links, wait=600.0)))
     for url in sorted(images):  # img/<root>/<quoted path>: copied only through the live route's checks
         _, root, rel = url.split("/", 2)
         try:

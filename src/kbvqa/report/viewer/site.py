@@ -308,10 +308,14 @@ class Site:
             log.warning("%s: unit rule: %s", template, problem)
         return page
 
-    def home(self, links: LiveLinks) -> str:
+    def home(self, links: LiveLinks, *, wait: float = 0.0) -> str:
+        """The list of outputs with their record counts: the live app shows what is indexed so far
+        ("15+ (indexing)"); a static export waits up to `wait` seconds per output for the real count."""
         rows = []
         for o in self.catalog.outputs:
             idx = self.index(o) if o.kind != "summary" else None
+            if idx is not None and wait > 0:
+                idx.wait(timeout=wait)
             rows.append({"out": o, "n": len(idx) if idx is not None else None,
                          "complete": idx.complete if idx is not None else True, "manifest": _manifest_info(o)})
         return self._render("home.html", links, rows=rows, title="kbvqa runs")
