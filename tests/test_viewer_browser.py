@@ -125,7 +125,8 @@ def test_audit_to_record_to_agent_episode_with_a_filter_and_injected_scripts_sho
     assert browser.current_url.endswith(f"/o/audit-audited/r/{dropped}")  # a permalink
     shot(browser, "04_audit_record")
 
-    browser.find_element(By.PARTIAL_LINK_TEXT, "Agent episodes").click()
+    # the demo has two agent outputs (predictions, and budget2: the same agent under --max-turns 2)
+    browser.find_element(By.CSS_SELECTOR, 'a[href$="/o/agent-predictions/"]').click()
     wait.until(EC.text_to_be_present_in_element((By.ID, "output-title"), "Agent episodes"))
     browser.find_element(By.LINK_TEXT, episode).click()
     wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "ol.trajectory")))
@@ -173,3 +174,32 @@ def test_the_exported_static_site_opens_from_disk(demo_run, browser, tmp_path):
     browser.find_element(By.ID, "search-id").send_keys("demo_013\n")  # the export's search: the viewer's JS
     wait.until(EC.text_to_be_present_in_element((By.CSS_SELECTOR, "h1.rid"), "demo_013"))
     shot(browser, "07_static_export_record")
+
+
+def test_an_agent_episode_exported_from_another_folder_shows_every_trajectory_image(browser, tmp_path, monkeypatch):
+    """Issue 25 items 1 and 8: an agent run typed with relative paths, exported with `kbvqa view --export`
+    from another working directory (the run folder alone; the KB's images lie outside it, under the
+    root the run's manifest records), opened from disk: every trajectory image loads."""
+    from typer.testing import CliRunner
+
+    from kbvqa.cli.app import app
+    from kbvqa.report.viewer.site import rid_slug
+    from test_viewer import agent_run_elsewhere
+
+    runs, elsewhere = agent_run_elsewhere(tmp_path, monkeypatch)
+    res = CliRunner().invoke(app, ["view", "../runs", "--export", "site"])
+    assert res.exit_code == 0, res.output
+    first = json.loads((runs / "agent.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    page = elsewhere / "site" / "o" / "agent" / "r" / f"{rid_slug(first['id'])}.html"
+    assert page.is_file(), sorted(p.name for p in (elsewhere / "site" / "o").iterdir())
+    browser.get(page.as_uri())
+    wait = WebDriverWait(browser, 20)
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "ol.trajectory")))
+    assert not browser.find_elements(By.CSS_SELECTOR, "ol.trajectory figure.missing"), "an image not shown"
+    imgs = browser.find_elements(By.CSS_SELECTOR, "ol.trajectory img")
+    n_items = sum(1 for t in first["trajectory"] for i in t.get("items") or [] if i.get("image"))
+    assert len(imgs) >= n_items > 0
+    browser.execute_script("for (const i of arguments[0]) { i.loading = 'eager'; i.scrollIntoView(); }", imgs)
+    wait.until(lambda d: d.execute_script(
+        "return arguments[0].every(i => i.complete && i.naturalWidth > 0)", imgs))
+    shot(browser, "08_exported_agent_trajectory_images")
