@@ -293,7 +293,7 @@ def test_harvest_drops_non_http_references_and_caps_image_bombs(tmp_path, srv, o
 
     srv.route("/page", Resp(body='<p>x</p><img src="/bomb.png"> <img src="javascript:alert(1)">'))
     srv.route("/bomb.png", twice_gzipped_bomb(content_type="image/png"))
-    cfg = ReferenceConfig(harvest=HarvestConfig(backend="web"))
+    cfg = ReferenceConfig(harvest=HarvestConfig(backend="web", page_source="html"))  # the page read as HTML
     ctx = reference_context(tmp_path, cfg, fetcher=LoopFetcher(allow_hosts=["127.0.0.1"], retries=0, max_bytes=MiB))
     pool = ["file:///etc/passwd", "file:/etc/passwd", "javascript:alert(document.domain)",
             "data:image/svg+xml;base64,PHN2Zz4=", "/etc/passwd"]
