@@ -150,3 +150,38 @@ def test_an_executor_failure_exits_with_its_code():
     with pytest.raises(typer.Exit) as exc:
         fail(WorkersLost("lost"))
     assert exc.value.exit_code == 5
+
+
+def test_a_record_mode_jsonl_cassette_is_appended_by_the_driver(tmp_path, monkeypatch):
+    """`replay_mode = "record"` cassettes (models.replay) append through the outbox: inside a record the line
+    comes back to the driver; a worker never appends to its own node's file."""
+    from kbvqa.data.schema import Provenance
+    from kbvqa.models.replay import ReplayClient
+    from kbvqa.models.result import ChatResult
+    from kbvqa.runner.outbox import Writer
+
+    class Inner:
+        provenance = Provenance(backend="openai", model="m")
+
+        async def chat(self, messages, **kw):
+            return ChatResult(status="ok", text="Paris", provenance=self.provenance)
+
+    cassette = tmp_path / "rec.jsonl"
+    client = ReplayClient(cassette, mode="record", inner=Inner())
+
+    async def one():
+        with outbox.collecting() as box:
+            res = await client.chat([{"role": "user", "content": "capital of France?"}])
+            return res, list(box.writes)
+
+    monkeypatch.setitem(outbox._WORKER, "on", True)  # as on a Ray actor
+    res, writes = asyncio.run(one())
+    assert res.text == "Paris" and not cassette.exists()  # nothing written on the worker's node
+    assert [type(w).__name__ for w in writes] == ["LineAppend"] and writes[0].target == str(cassette)
+    monkeypatch.setitem(outbox._WORKER, "on", False)
+    Writer().apply(writes)  # the driver
+    (line,) = cassette.read_text(encoding="utf-8").splitlines()
+    assert json.loads(line)["response"]["text"] == "Paris"
+    replayed = ReplayClient(cassette)
+    again = asyncio.run(replayed.chat([{"role": "user", "content": "capital of France?"}]))
+    assert again.status == "ok" and again.text == "Paris"

@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["EntryWrite", "FileWrite", "Outbox", "apply_file", "collecting", "current", "defer_entry", "is_worker",
-           "mark_worker", "readable", "write_file"]
+__all__ = ["EntryWrite", "FileWrite", "LineAppend", "Outbox", "append_line", "apply_file", "apply_line",
+           "collecting", "current", "defer_entry", "is_worker", "mark_worker", "readable", "write_file"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,14 @@ class EntryWrite:
     created: float
 
 
+@dataclass(frozen=True)
+class LineAppend:
+    """One line appended to a text file at an absolute `target` (a JSONL record-mode cassette)."""
+
+    target: str
+    line: str
+
+
 _WORKER = {"on": False}
 _CURRENT: contextvars.ContextVar["Outbox | None"] = contextvars.ContextVar("kbvqa_outbox", default=None)
 
@@ -74,11 +82,11 @@ class Outbox:
     """The side writes of one record, in the order they were made."""
 
     def __init__(self) -> None:
-        self.writes: list[FileWrite | EntryWrite] = []
+        self.writes: list[FileWrite | EntryWrite | LineAppend] = []
         self._lock = threading.Lock()  # stages write from worker threads too (asyncio.to_thread)
         self._stage: Path | None = None
 
-    def add(self, write: FileWrite | EntryWrite) -> None:
+    def add(self, write: FileWrite | EntryWrite | LineAppend) -> None:
         with self._lock:
             self.writes.append(write)
 
@@ -167,6 +175,29 @@ def defer_entry(write: EntryWrite) -> bool:
     if is_worker():
         raise _no_write_here(f"{write.path} [{write.table}]")
     return False
+
+
+def append_line(target: str | Path, line: str) -> None:
+    """Append `line` (no newline) to the absolute path `target`: deferred to the driver inside a record, at
+    once in the driver outside one; never in a worker outside a record."""
+    target = Path(target)
+    if not target.is_absolute():
+        raise ValueError(f"side file {target} is relative: the driver resolves every path before a job ships")
+    write = LineAppend(str(target), line)
+    box = _CURRENT.get()
+    if box is not None:
+        box.add(write)
+    elif is_worker():
+        raise _no_write_here(str(target))
+    else:
+        apply_line(write)
+
+
+def apply_line(w: LineAppend) -> None:
+    target = Path(w.target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a", encoding="utf-8") as f:
+        f.write(w.line + "\n")
 
 
 def readable(target: str | Path) -> Path:

@@ -4,7 +4,8 @@ A cassette is JSONL, one line per recorded call: {"key", "request": summary, "re
 The key is `make_key` over the request content only (backend "replay", no model or URL), so a
 cassette recorded against one server replays anywhere. In replay mode a miss is an error result,
 never a live call; record mode forwards misses to `inner` and appends ok/invalid results (errors are
-not recorded, so a re-record retries them).
+not recorded, so a re-record retries them) — through the outbox, so inside a record the driver does
+the appending, whichever node ran it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 
 from kbvqa.data.errors import DataError
 from kbvqa.data.jsonl import read_jsonl
+from kbvqa.data.outbox import append_line
 from kbvqa.data.schema import Provenance, Usage
 from kbvqa.models.cache import canonical_json, make_key
 from kbvqa.models.result import ChatResult, ModelClient
@@ -119,9 +121,7 @@ class ReplayClient:
             if key in self._entries:
                 return
             self._entries[key] = res
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as f:
-                f.write(line + "\n")
+        append_line(self.path.resolve(), line)  # the driver appends it (kbvqa.data.outbox), on Ray too
 
     async def aclose(self) -> None:
         if self.inner is not None and hasattr(self.inner, "aclose"):

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kbvqa.data.kvstore import KVStore
-from kbvqa.data.outbox import EntryWrite, FileWrite, apply_file, is_worker
+from kbvqa.data.outbox import EntryWrite, FileWrite, LineAppend, apply_file, apply_line, is_worker
 
 __all__ = ["Writer"]
 
@@ -23,12 +23,15 @@ class Writer:
         self._stores: dict[tuple[str, str], KVStore] = {}
         self.files = self.entries = 0
 
-    def apply(self, writes: Iterable[FileWrite | EntryWrite]) -> None:
+    def apply(self, writes: Iterable[FileWrite | EntryWrite | LineAppend]) -> None:
         if is_worker():
             raise RuntimeError("a worker never applies side writes: they go back to the driver with the record")
         for w in writes:
             if isinstance(w, FileWrite):
                 apply_file(w)
+                self.files += 1
+            elif isinstance(w, LineAppend):
+                apply_line(w)
                 self.files += 1
             else:
                 self._store(w.path, w.table).put_now(w.key, w.value, w.label, w.created)
