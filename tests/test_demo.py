@@ -67,6 +67,8 @@ def test_demo_offline_chain(tmp_path, monkeypatch):
     for key, path in manifest["interleaved"].items():
         assert path and Path(path).exists(), (key, path)
     assert "{&#x27;" not in html and "{'" not in html
+    for png in ("plots/agent-tools-calls.png", "plots/ivr12.png", "plots/curation-funnel.png"):  # seed 001 plotted
+        assert (out / png).is_file() and f"<img src='{png}'>" in html, png
     # the terminal summary shows seed 001: the agent, IVR-12 in rules mode, the curation funnel
     from kbvqa.demo.run import summary_lines
 

@@ -138,3 +138,18 @@ def test_report_cli(tmp_path):
     empty.mkdir()
     r = runner.invoke(report_app, ["build", str(empty)])
     assert r.exit_code == 2 and "nothing to report" in r.output
+
+
+def test_ivr12_and_funnel_plots_mark_absent_figures_and_rule_measures(tmp_path):
+    """IVR-12 per dimension: a side without a mean gets no bar, a CI only where given, rule measures
+    hatched; the funnel draws one bar per stage reached."""
+    from kbvqa.report.plots import plot_funnel, plot_ivr12_dimensions
+
+    dims = [("Accuracy", False), ("Conciseness", True), ("Clarity", False)]
+    png = plot_ivr12_dimensions(dims, {"references": [(4.2, 3.9, 4.5), (5.0, None, None), (None, None, None)],
+                                       "answers": [(3.1, 2.7, 3.4), (4.0, None, None), (None, None, None)]},
+                                tmp_path / "ivr12.png", title="IVR-12", scorer="ivr12 (test)")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    png = plot_funnel([("text", 17, 3, 0), ("candidate", 0, 0, 12)], tmp_path / "funnel.png", start=("posts in", 20),
+                      title="funnel")
+    assert png.stat().st_size > 3000

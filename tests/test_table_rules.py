@@ -197,7 +197,14 @@ def test_every_table_command_and_html_page_follows_the_rule_at_80_columns(demo, 
     _check_printed(printed)
     # report build's tables (every file it writes) and the HTML pages
     _ok(["report", "build", "demo/studies", "-i", "demo/interleaved/ivr12.compare.json", "-i",
-         "demo/interleaved/agent.ivr12.summary.json", "-i", "st/agent-tools.study.json", "--out", "rep"])
+         "demo/interleaved/agent.ivr12.summary.json", "-i", "st/agent-tools.study.json", "-i",
+         "demo/curate/funnel.json", "--out", "rep"])
+    # seed 001 plotted (issue 25 item 7): tool calls by judged outcome and by 2x2 group, IVR-12 per
+    # dimension (references vs agent, and one summary), the curation funnel
+    index = Path("rep/index.html").read_text(encoding="utf-8")
+    for png in ("agent-tools-calls", "agent-tools-calls-2x2", "ivr12-compare", "agent-ivr12-summary", "funnel"):
+        assert Path(f"rep/plots/{png}.png").stat().st_size > 5000 and f"plots/{png}.png" in index, png
+    assert "Curation funnel" in index and Path("rep/tables/funnel.md").is_file()
     for md in Path("rep/tables").glob("*.csv"):
         import csv
 

@@ -496,6 +496,22 @@ def _interleaved_blocks(res: dict[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
+def _plot_blocks(out: Path, agent: dict[str, Any], interleaved: dict[str, Any], curation: Any) -> list[tuple[str, Any]]:
+    """Seed 001 plotted (the charts `kbvqa report build` draws from the same files): tool calls per
+    tool, IVR-12 per dimension for the references vs the agent, the curation funnel."""
+    from kbvqa.report.results import agent_tools_plots, funnel_plot, ivr12_plot
+
+    pdir = out / "plots"
+    figs = [*agent_tools_plots(agent, pdir, "agent-tools"), ivr12_plot(interleaved["ivr12_compare"], pdir / "ivr12.png"),
+            funnel_plot(curation.as_dict(), pdir / "curation-funnel.png")]
+    return [("h2", "Seed 001 plotted: tool calls, IVR-12 per dimension, curation funnel"),
+            ("note", "Offline there are no judge verdicts, so tool calls are over all episodes (with `kbvqa study "
+                     "agent-tools --verdicts`, by judged outcome); IVR-12 is in rules mode (n/a: no score without a "
+                     "judge model). `kbvqa report build -i FILE` draws the same charts from the study, IVR-12 and "
+                     "funnel files."),
+            ("figures", [Figure(str(p.relative_to(out)), cap, plot=True) for p, cap in figs])]
+
+
 _VARIANT_DIRS = {"method1": "intra (same-kind distractor)", "method2": "inter (different-kind distractor)",
                  "blank": "blank panel", "double": "anchor twice"}
 
@@ -556,6 +572,7 @@ def _report(out: Path, bench: DemoBench, audit: dict[str, Any], audited: dict[st
         *_agent_blocks(out, scores["agent"], agent_preds),
         *_interleaved_blocks(interleaved),
         *_curation_blocks(curation),
+        *_plot_blocks(out, scores["agent"], interleaved, curation),
         ("h2", "Items"),
         ("table", Table([{"image": f"bench/{(audited.get(sid) or {}).get('images', [''])[0]}", "id": sid,
                           "question": p.get("meta", {}).get("question"),

@@ -30,6 +30,7 @@ figure{display:inline-block;margin:.5rem}figure img{max-height:140px;border:1px 
 figcaption{font-size:.8rem;color:#555;max-width:220px}
 .answer{border-left:3px solid #9ab;padding:.2rem 1rem;margin:.5rem 0 1rem;background:#fafcfd}
 .answer figure img{max-height:180px}
+figure.plot img{max-height:none;max-width:100%;width:560px}figure.plot figcaption{max-width:560px}
 """
 
 
@@ -45,6 +46,7 @@ class Table:
 class Figure:
     src: str  # path relative to the page
     caption: str = ""
+    plot: bool = False  # a chart: shown wide, not as a thumbnail
 
 
 @dataclass
@@ -195,7 +197,8 @@ def render_page(title: str, blocks: Sequence[tuple[str, Any]]) -> str:
             parts.append(_interleaved(content))
         elif kind == "figures":
             parts.append("<div>" + "".join(
-                f"<figure><img src='{html.escape(f.src)}'><figcaption>{html.escape(f.caption)}</figcaption></figure>"
+                f"<figure{' class=plot' if f.plot else ''}><img src='{html.escape(f.src)}'>"
+                f"<figcaption>{html.escape(f.caption)}</figcaption></figure>"
                 for f in content) + "</div>")
         else:
             raise ValueError(f"unknown report block kind {kind!r}")

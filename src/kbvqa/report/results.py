@@ -7,6 +7,7 @@ Inputs are the JSON files kbvqa writes:
   ``variant-accuracy`` or ``correctness-buckets``); IVR-12 summaries (``*.summary.json``, kind ``ivr12``) and
   comparisons (kind ``ivr12-compare``);
 * ``*.retrieval.json``: the ``kbvqa score retrieval --json`` output (Recall@K per stage);
+* a curation funnel (``kbvqa curate`` OUT/funnel.json), passed with ``--input``;
 * any other ``kbvqa score ... --json`` summary passed explicitly (one row per file in a scores table).
 
 Layout written under OUT: ``tables/NAME.{md,csv,tex}``, ``plots/NAME.png``, ``report.md`` (all
@@ -25,8 +26,8 @@ from typing import Any
 
 from kbvqa.report import plots
 from kbvqa.report.html import Figure, Table, render_page
-from kbvqa.report.summaries import (agent_failures_table, agent_tools_tables, buckets_tables, fix_kinds_tables,
-                                     grounded_table, image_ablation_tables, ivr12_compare_table, ivr12_tables,
+from kbvqa.report.summaries import (agent_failures_table, agent_tools_tables, buckets_tables, curation_funnel_table,
+                                     fix_kinds_tables, grounded_table, image_ablation_tables, ivr12_compare_table, ivr12_tables,
                                      judged_note, modification_rates_table, recall_by_variant_table, ungraded_note,
                                      variant_tables)
 from kbvqa.report.tables import ResultTable, md_escape, to_markdown, write_table
@@ -207,16 +208,92 @@ def _image_ablation(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
                     [(png.name, f"accuracy per condition with cluster-bootstrap 95% CIs, {obj['scorer']}")])
 
 
+def _ci_of(d: dict[str, Any], prefix: str = "") -> tuple[float | None, float | None]:
+    """A figure's CI as an IVR-12 summary or comparison may carry it ({prefix}ci: {low, high}, or
+    {prefix}ci_low / {prefix}ci_high); (None, None) where it has none."""
+    ci = d.get(f"{prefix}ci")
+    if isinstance(ci, dict):
+        return ci.get("low"), ci.get("high")
+    return d.get(f"{prefix}ci_low"), d.get(f"{prefix}ci_high")
+
+
+def ivr12_plot(obj: dict[str, Any], path: Path) -> tuple[Path, str]:
+    """IVR-12 per dimension from a summary (kind ivr12: one side) or a comparison (kind ivr12-compare:
+    A vs B, e.g. references vs answers), with CIs where the file has them; no bar where a side has no
+    mean, rule measures marked."""
+    if obj.get("kind") == "ivr12-compare":
+        rows = [r for r in obj["rows"] if r["level"] == "dimension"]
+        a, b = obj["names"]
+        dims = [(r["title"], "rule" in (r.get("measured_by_a"), r.get("measured_by_b"))) for r in rows]
+        series = {a: [(r["a"], *_ci_of(r, "a_")) for r in rows], b: [(r["b"], *_ci_of(r, "b_")) for r in rows]}
+        title = f"IVR-12 per dimension: {a} vs {b}"
+    else:
+        dims_ = obj["dimensions"]
+        dims = [(d.get("title", k), d.get("measured_by") == "rule") for k, d in dims_.items()]
+        series = {obj.get("source") or "predictions": [(d.get("mean"), *_ci_of(d)) for d in dims_.values()]}
+        title = f"IVR-12 per dimension ({obj.get('source') or 'predictions'}, {obj.get('mode')} mode)"
+    png = plots.plot_ivr12_dimensions(dims, series, path, title=title, scorer=obj["scorer"])
+    return png, "IVR-12 mean per dimension (1-5); hatched bars are rule measures, n/a marks a dimension without a score"
+
+
+def agent_tools_plots(obj: dict[str, Any], plot_dir: Path, stem: str) -> list[tuple[Path, str]]:
+    """Tool calls per episode per tool (seed 001 Table 4 shape): by judged outcome (correct /
+    non-correct) when the study had verdicts, by with/without-retrieval group when it had a baseline's,
+    over all episodes otherwise."""
+    tools = list(obj["calls_per_episode"])
+    figs = []
+    by = obj.get("calls_by_outcome") or {}
+    if by:
+        series = {f"{g.replace('_', ' ')} (n={v['n']})": [(v[t],) * 3 for t in tools] for g, v in by.items()}
+        what = "by judged outcome"
+    else:
+        series = {f"all episodes (n={obj['n']})": [(v,) * 3 for v in obj["calls_per_episode"].values()]}
+        what = "over all episodes (no judge verdicts)"
+    png = plots.plot_group_bars(tools, series, plot_dir / f"{stem}-calls.png", title=f"Tool calls per episode {what}",
+                                scorer=obj["scorer"], ylabel="calls per episode", error_bars=False)
+    figs.append((png, f"tool calls per episode per tool {what}, {obj['scorer']}"))
+    if obj.get("paired"):
+        groups = obj["paired"]["groups"]
+        series = {f"{g['label']} (n={g['n']})": [(g["calls_per_episode"][t],) * 3 for t in tools] for g in groups}
+        png = plots.plot_group_bars(tools, series, plot_dir / f"{stem}-calls-2x2.png",
+                                    title="Tool calls per episode by with/without-retrieval group",
+                                    scorer=obj["scorer"], ylabel="calls per episode", error_bars=False)
+        figs.append((png, f"tool calls per episode per with/without-retrieval group (Table 4 shape), {obj['scorer']}"))
+    return figs
+
+
+def is_curation_funnel(obj: Any) -> bool:
+    """A curation funnel (`kbvqa curate` OUT/funnel.json): intake, a list of stages and the output."""
+    return isinstance(obj, dict) and isinstance(obj.get("stages"), list) and "intake" in obj and "output" in obj
+
+
+def funnel_plot(obj: dict[str, Any], path: Path) -> tuple[Path, str]:
+    """The curation funnel: posts in, then the items left after each stage that saw any."""
+    stages = [(st["stage"], st.get("kept", 0), sum((st.get("dropped") or {}).values()),
+               sum((st.get("stopped") or {}).values())) for st in obj["stages"] if st.get("in")]
+    png = plots.plot_funnel(stages, path, start=("posts in", obj["intake"].get("posts", 0)),
+                            title="Curation funnel: items left after each stage (stages no item reached are left out)")
+    return png, "curation funnel: posts in, items kept per stage, dropped and stopped beside each bar"
+
+
 def _ivr12(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
-    return _Section(f"IVR-12: {stem}", [], ivr12_tables(obj), [])
+    png, cap = ivr12_plot(obj, plot_dir / f"{stem}.png")
+    return _Section(f"IVR-12: {stem}", [], ivr12_tables(obj), [(png.name, cap)])
 
 
 def _ivr12_compare(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
-    return _Section("IVR-12: references vs model outputs", [], [ivr12_compare_table(obj)], [])
+    png, cap = ivr12_plot(obj, plot_dir / f"{stem}.png")
+    return _Section("IVR-12: references vs model outputs", [], [ivr12_compare_table(obj)], [(png.name, cap)])
 
 
 def _agent_tools(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
-    return _Section("Search agent: tool usage", [], agent_tools_tables(obj), [])
+    return _Section("Search agent: tool usage", [], agent_tools_tables(obj),
+                    [(p.name, cap) for p, cap in agent_tools_plots(obj, plot_dir, stem)])
+
+
+def _curation_funnel(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
+    png, cap = funnel_plot(obj, plot_dir / f"{stem}.png")
+    return _Section("Curation funnel", [], _under(stem, [curation_funnel_table(obj)]), [(png.name, cap)])
 
 
 def _agent_failures(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
@@ -315,8 +392,10 @@ def build_report(inputs: list[str | Path], out_dir: str | Path, *, title: str = 
             sections.append(_BUILDERS[obj["kind"]](obj, stem, pdir))
         elif isinstance(obj, dict) and isinstance(obj.get("stages"), dict):
             sections.append(_retrieval(obj, stem, pdir))
+        elif is_curation_funnel(obj):
+            sections.append(_curation_funnel(obj, stem, pdir))
         else:
-            res.skipped.append(f"{f}: not a kbvqa study or retrieval JSON")
+            res.skipped.append(f"{f}: not a kbvqa study, retrieval, IVR-12 or curation funnel JSON")
     flat = []
     for f in map(Path, scores or []):  # `score retrieval --json` is a Recall@K table, not one accuracy
         obj = _load(f)

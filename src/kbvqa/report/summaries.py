@@ -250,6 +250,19 @@ def augment_stats_tables(stats: Mapping[str, Any]) -> list[ResultTable]:
     return tables
 
 
+def curation_funnel_table(f: Mapping[str, Any]) -> ResultTable:
+    """A curation funnel (`kbvqa curate` OUT/funnel.json): items into and kept by each stage, what it
+    dropped and where items stopped (by reason, as text); intake and output in the notes."""
+    rows = [[st["stage"], st.get("step", ""), st.get("in", 0), st.get("kept", 0), _count_line(st.get("dropped") or {}),
+             _count_line(st.get("stopped") or {})] for st in f["stages"]]
+    i, o = f["intake"], f["output"]
+    notes = [f"intake: {_count_line(i)}", f"output: {o.get('items', 0)} items, {o.get('dropped', 0)} dropped, "
+             f"{o.get('stopped', 0)} stopped; accounted: {'yes' if f.get('accounted') else 'no'}",
+             *(f"warning: {w}" for w in f.get("warnings") or [])]
+    return ResultTable("curation-funnel", "curation funnel (counts of items)", "", ["stage", "step", "items in",
+                       "items kept", "dropped (items)", "stopped (items)"], rows, notes)
+
+
 def dataset_stats_table(stats: Mapping[str, Any], *, title: str = "dataset") -> ResultTable:
     """`kbvqa data stats` (kbvqa.data.stats.dataset_stats): counts by type, split and dataset, answer
     lengths, multi-part and numeric answers, missing fields."""
