@@ -20,9 +20,11 @@ def _group() -> None:
 @app.command("build")
 def build(
     results_dir: Optional[Path] = typer.Argument(None, exists=True, file_okay=False,
-                                                 help="Folder with *.study.json / *.retrieval.json files."),
+                                                 help="Folder with *.study.json / *.retrieval.json / IVR-12 "
+                                                      "*.summary.json and *.compare.json files."),
     inputs: list[Path] = typer.Option([], "--input", "-i", exists=True, dir_okay=False,
-                                      help="Extra study or retrieval JSON files (repeatable)."),
+                                      help="Extra study, retrieval, IVR-12 (summary or comparison) or curation "
+                                           "funnel (kbvqa curate OUT/funnel.json) JSON files (repeatable)."),
     scores: list[Path] = typer.Option([], "--scores", exists=True, dir_okay=False,
                                       help="`kbvqa score ... --json` summaries, one row each (repeatable)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", file_okay=False,
