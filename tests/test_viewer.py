@@ -4,8 +4,8 @@ every kind's record page on the demo's run, filters, search, permalinks and the 
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -350,7 +350,7 @@ def test_export_writes_the_same_views_as_a_static_site(demo, tmp_path):
     home = (out / "index.html").read_text(encoding="utf-8")
     assert "indexing" not in home
     n_audited = len(audited(demo))
-    assert re.search(rf'audit/audited\.jsonl.*?<td class="num">{n_audited}</td>', home, re.S), home[:2000]
+    assert re.search(rf'audit/audited\.jsonl.*?<td class="num">{n_audited}</td>', home, re.DOTALL), home[:2000]
 
 
 def _images_named(obj, key=""):

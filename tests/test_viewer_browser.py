@@ -180,11 +180,11 @@ def test_an_agent_episode_exported_from_another_folder_shows_every_trajectory_im
     """Issue 25 items 1 and 8: an agent run typed with relative paths, exported with `kbvqa view --export`
     from another working directory (the run folder alone; the KB's images lie outside it, under the
     root the run's manifest records), opened from disk: every trajectory image loads."""
+    from test_viewer import agent_run_elsewhere
     from typer.testing import CliRunner
 
     from kbvqa.cli.app import app
     from kbvqa.report.viewer.site import rid_slug
-    from test_viewer import agent_run_elsewhere
 
     runs, elsewhere = agent_run_elsewhere(tmp_path, monkeypatch)
     res = CliRunner().invoke(app, ["view", "../runs", "--export", "site"])
