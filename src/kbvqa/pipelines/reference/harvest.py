@@ -160,6 +160,12 @@ class ImageStore:
     def __init__(self, root: str | Path):
         self.root = Path(root).resolve()
 
+    def node_inputs(self) -> dict[str, str]:
+        """Once harvest has kept images, the stages after it read them by path: the folder must then be at
+        the same absolute path on every node (a read-only mount on a cluster); the Ray executor lists it in
+        the manifest and stops, naming it, on a node without it, before any record runs."""
+        return {str(self.root): "the build's harvested images"} if self.root.is_dir() else {}
+
     def path(self, rel: str) -> Path:
         """The file to read `rel` from (an image this record admitted is staged until the driver writes it)."""
         p = (self.root / rel).resolve()
