@@ -1,8 +1,8 @@
-"""Exit codes and inputs as the README documents them (issue 25 item 5): a job that ran and ended no
-record ok exits 3 and prints the most common reasons; an empty input (an empty JSONL, a header-only
-CSV) is refused by every command that reads a benchmark unless --allow-empty, through the one check
-(kbvqa.data.formats.non_empty); an InfoSeek `answer_eval` that is a string is refused by the data
-readers and the scorer alike, never read as characters."""
+"""Exit codes and inputs as docs/reference.md and docs/data-formats.md document them (issue 25 item 5):
+a job that ran and ended no record ok exits 3 and prints the most common reasons; an empty input (an
+empty JSONL, a header-only CSV) is refused by every command that reads a benchmark unless
+--allow-empty, through the one check (kbvqa.data.formats.non_empty); an InfoSeek `answer_eval` that is
+a string is refused by the data readers and the scorer alike, never read as characters."""
 
 from __future__ import annotations
 

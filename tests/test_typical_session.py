@@ -1,4 +1,4 @@
-"""The README's typical session, end to end, on a small set cut from the real ARA rows (InfoSeek,
+"""The README's typical seed-000 session, end to end, on a small set cut from the real ARA rows (InfoSeek,
 bare image ids such as `oven_04958423`, no `data_split`): kb import → audit run → audit diff → index
 images → answer → score infoseek / retrieval → study by-type → report build, each with the exit code
 the README documents. The KB is built from the rows' own evidence sections with one photograph per

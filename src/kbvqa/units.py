@@ -1,4 +1,4 @@
-"""The unit rule every table kbvqa shows follows (README "Units"), in the one place every layer reads it.
+"""The unit rule every table kbvqa shows follows (docs/reference.md, "Units"), in the one place every layer reads it.
 
 Accuracies, recalls and rates are percentages shown with two decimals, and the column (or the row's
 figure, in a long table) names the unit with PCT. The exceptions, stated once here: MRR and agreement

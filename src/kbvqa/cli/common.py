@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from kbvqa.report.tables import ResultTable
 
 
-#: Exit codes of every per-record job (documented in the README):
+#: Exit codes of every per-record job (documented in docs/reference.md, "Exit codes"):
 EXIT_OK = 0  # every record ok (or already done)
 EXIT_USAGE = 2  # bad flags, config or input: nothing ran (`fail`)
 EXIT_ALL_FAILED = 3  # the job ran and not one record ended ok

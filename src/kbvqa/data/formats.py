@@ -166,7 +166,8 @@ def read_samples(path: str | Path, fmt: str | None = None, *, qtypes: Path | Non
 
 
 def empty_input(path: str | Path) -> DataError:
-    """The one error for an input with no samples (README: an empty input is an error unless --allow-empty)."""
+    """The one error for an input with no samples (docs/data-formats.md, "The input policy": an empty input
+    is an error unless --allow-empty)."""
     return DataError("no samples in the input (an empty file, or a header without rows?); pass --allow-empty "
                      "if that is intended", file=path)
 

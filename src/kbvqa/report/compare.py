@@ -168,7 +168,7 @@ def scorer_identity(scorer: Mapping[str, Any] | None) -> str:
 def shown_figure(metric: str, entry: Mapping[str, Any], key: str, value: Any) -> tuple[str, Any]:
     """(label, value) of one metric value as every table shows it (kbvqa.report.tables' unit rule): a
     percentage with PCT in its label, or MRR as the fraction it is. Results files keep each number in
-    its producer's unit (README "Units"): fractions for Recall@K, MRR and coverage, for the SimpleQA
+    its producer's unit (docs/reference.md, "Units"): fractions for Recall@K, MRR and coverage, for the SimpleQA
     judge's figures; percent for InfoSeek, E-VQA and the study scorers (judge-verdicts among them)."""
     if "MRR" in key:
         return key, value
