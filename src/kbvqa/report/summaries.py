@@ -477,6 +477,15 @@ def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
     return tables
 
 
+def _compare_row_title(r: Mapping[str, Any], sep: str) -> tuple[str, str]:
+    """A comparison row's title (a dimension marked "(rule)" where a side is a rule measure) and how each
+    side was measured (dimensions only)."""
+    ma, mb = r.get("measured_by_a"), r.get("measured_by_b")
+    if r["level"] != "dimension":
+        return (f"{r['title']} (group mean)" if r["level"] == "group" else r["title"]), ""
+    return _ivr12_dim_title(r, r["key"], ma, mb), f"{ma or 'n/a'}{sep}{mb or 'n/a'}"
+
+
 def ivr12_compare_terminal_table(res: Mapping[str, Any]) -> ResultTable:
     """`ivr12_compare_table` for an 80-column terminal: one row per dimension, group and overall, the two
     sides as A and B (named in the legend), each side's mean and items scored, the ungated gap and a
@@ -485,10 +494,7 @@ def ivr12_compare_terminal_table(res: Mapping[str, Any]) -> ResultTable:
     a, b = res["names"]
     rows = []
     for r in res["rows"]:
-        ma, mb = r.get("measured_by_a"), r.get("measured_by_b")
-        title = (_ivr12_dim_title(r, r["key"], ma, mb) if r["level"] == "dimension"
-                 else f"{r['title']} (group mean)" if r["level"] == "group" else r["title"])
-        by = f"{ma or 'n/a'}/{mb or 'n/a'}" if r["level"] == "dimension" else ""
+        title, by = _compare_row_title(r, "/")
         rows.append([title, by, _fig(r["a"]), r["n_a"], _fig(r["b"]), r["n_b"], _fig(r["gap"]), r.get("reason") or ""])
     rows, marks = footnoted(rows, 7)
     legend = (f"A = {a} ({res['items'][a]} items), B = {b} ({res['items'][b]} items); by = how each side was "
@@ -507,10 +513,7 @@ def ivr12_compare_table(res: Mapping[str, Any]) -> ResultTable:
     a, b = res["names"]
     rows = []
     for r in res["rows"]:
-        ma, mb = r.get("measured_by_a"), r.get("measured_by_b")
-        title = (_ivr12_dim_title(r, r["key"], ma, mb) if r["level"] == "dimension"
-                 else f"{r['title']} (group mean)" if r["level"] == "group" else r["title"])
-        by = f"{ma or 'n/a'} / {mb or 'n/a'}" if r["level"] == "dimension" else ""
+        title, by = _compare_row_title(r, " / ")
         rows.append([title, r.get("source") or "", by, _fig(r["a"]), r["n_a"], _fig(r["b"]), r["n_b"], _fig(r["gap"]),
                      _fig(r["a_gated"]), _fig(r["b_gated"]), _fig(r["gap_gated"]), r.get("reason") or ""])
     notes = [f"items: {a} {res['items'][a]}, {b} {res['items'][b]}; items scored = the items a dimension's mean is "
