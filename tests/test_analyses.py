@@ -386,15 +386,14 @@ def test_study_commands(tmp_path, fix_files, variant_files):
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(tmp_path_factory, demo_copy):
     """`kbvqa demo`'s outputs, plus the answerer's predictions on the augmented samples when the demo
     does not write them itself (the same `_answer` call, image root the demo folder)."""
-    from kbvqa.demo.run import _answer, run_demo
+    from kbvqa.demo.run import _answer
     from kbvqa.kb.image_index import ImageIndex
     from kbvqa.kb.store import KBStore
 
-    out = tmp_path_factory.mktemp("demo") / "d"
-    res = run_demo(out)
+    out, res = demo_copy(tmp_path_factory.mktemp("demo") / "d")
     aug = out / "answers" / "predictions_augmented.jsonl"
     if not aug.exists():
         from kbvqa.demo.bench import DemoBench

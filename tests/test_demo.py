@@ -106,9 +106,9 @@ def test_demo_cli_with_llm_server(tmp_path):
     assert manifest["llm"]["model"] == "fake-vlm"
 
 
-def test_demo_interleaved_outputs_render_in_report_build(tmp_path):
+def test_demo_interleaved_outputs_render_in_report_build(tmp_path, demo_copy):
     """The demo's IVR-12 summaries and comparison (rules mode) are accepted by `kbvqa report build`."""
-    res = run_demo(tmp_path / "d")
+    _, res = demo_copy(tmp_path / "d")
     folder = tmp_path / "d" / "interleaved"
     assert json.loads((folder / "agent.ivr12.summary.json").read_text())["kind"] == "ivr12"
     for source in ("agent", "references"):  # every answer judged, its embedded images found

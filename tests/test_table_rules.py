@@ -137,12 +137,8 @@ def test_unit_problems_catches_what_the_issue_saw():
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    from kbvqa.demo.run import run_demo
-
-    out = tmp_path_factory.mktemp("rules") / "demo"
-    run_demo(out)
-    return out
+def demo(tmp_path_factory, demo_copy) -> Path:
+    return demo_copy(tmp_path_factory.mktemp("rules") / "demo")[0]
 
 
 def _verdicts(path: Path, preds: Path, correct_every: int) -> Path:

@@ -51,12 +51,8 @@ def client_for(*dirs: Path, **kw) -> TestClient:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    from kbvqa.demo.run import run_demo
-
-    out = tmp_path_factory.mktemp("view") / "demo"
-    run_demo(out)
-    return out
+def demo(tmp_path_factory, demo_copy) -> Path:
+    return demo_copy(tmp_path_factory.mktemp("view") / "demo")[0]
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +233,13 @@ def test_every_record_page_of_the_demo_renders_in_its_view(demo, demo_client):
         for e in site.index(o).entries()[:3]:
             page = demo_client.get(LiveLinks().record(o.oid, e.rid))
             assert page.status_code == 200 and "could not be shown" not in page.text, (o.rel, e.rid)
+
+
+def test_curation_stage_images_are_found_from_the_recorded_posts_root(demo, demo_client):
+    """A curation stage's records name the posts' images relative to the posts folder, recorded in its
+    manifest (`run_config.image_root`): the viewer finds them (they were "image not found")."""
+    page = demo_client.get("/o/curate-stages-03-images/r/p01").text
+    assert "image not found" not in page and page.count("<img") >= 1
 
 
 def audited(demo: Path) -> list[dict]:

@@ -43,11 +43,8 @@ def _inject(path: Path, pick, edit) -> str:
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    from kbvqa.demo.run import run_demo
-
-    out = tmp_path_factory.mktemp("browser") / "demo"
-    run_demo(out)
+def demo_run(tmp_path_factory, demo_copy):
+    out = demo_copy(tmp_path_factory.mktemp("browser") / "demo")[0]
     dropped = _inject(out / "audit" / "audited.jsonl", lambda r: r["audit"]["action"] == "drop",
                       lambda r: r.update(question=f"{SCRIPT} {r['question']}"))
     episode = _inject(out / "agent" / "predictions.jsonl", lambda r: r.get("answer"),

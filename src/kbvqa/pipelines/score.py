@@ -409,7 +409,11 @@ def ivr12_files(predictions: Path, samples: Path, judges: list[Any], *, out: Pat
                             temperature=temperature)
     run_summary = iv.ivr12_job(judges, config).run(
         inputs.records, out=out, resume=resume, concurrency=concurrency, progress=progress,
-        run_config={"task": "ivr12", "predictions": str(predictions), "samples": str(samples), "source": inputs.source,
+        # absolute, with the roots of the absolute image paths its records hold, so the viewer shows them
+        run_config={"task": "ivr12", "predictions": str(Path(predictions).resolve()),
+                    "samples": str(Path(samples).resolve()),
+                    "query_image_root": str(Path(image_root or Path(samples).parent).resolve()),
+                    "answer_image_root": str(Path(predictions).resolve().parent), "source": inputs.source,
                     "rubric": rb.describe(), "mode": mode, "judges": labels, "repeats": repeats,
                     "temperature": temperature, "warnings": warnings})
     wanted = {r["id"] for r in inputs.records}

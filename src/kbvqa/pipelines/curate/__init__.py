@@ -142,8 +142,10 @@ def stage_job(key: str, config: Any, ctx: Context) -> Job:
     for k, step, cls in STAGES:
         if k == key:
             cfg = config.stage(k)
+            root = ctx.resources.get("image_root")  # the posts' images, which the stage records name relatively
             return Job([cls(cfg)], ctx, description=f"curate {k}",
-                       run_config={"pipeline": "curate", "stage": k, "step": step, "config": cfg.model_dump(mode="json")})
+                       run_config={"pipeline": "curate", "stage": k, "step": step, "config": cfg.model_dump(mode="json"),
+                                   **({"image_root": str(root)} if root is not None else {})})
     raise KeyError(f"no curate stage {key!r} (stages: {', '.join(k for k, _, _ in STAGES)})")
 
 

@@ -243,23 +243,26 @@ def discover(run_dirs: list[Path | str], image_roots: list[Path | str] = ()) -> 
     return cat
 
 
-#: run_config keys naming the folder of the absolute image paths a run's records hold (the agent's
-#: --kb-images: trajectory items and provenance name KB images there).
-RECORDED_IMAGE_ROOTS = ("kb_images",)
+#: run_config keys naming a folder of the images a run's records name: the agent's --kb-images
+#: (trajectory items and provenance name KB images there), a curation stage's posts image root (its
+#: records name images relative to it), IVR-12's query and answer image roots (absolute paths there).
+RECORDED_IMAGE_ROOTS = ("kb_images", "image_root", "query_image_root", "answer_image_root")
+
+
+def recorded_roots(o: Output) -> list[tuple[str, Path]]:
+    """(run_config key, folder) for every image root the output's manifest records (RECORDED_IMAGE_ROOTS)."""
+    rc = (o.manifest or {}).get("run_config") or {}
+    return [(key, Path(str(rc[key]))) for key in RECORDED_IMAGE_ROOTS if rc.get(key)]
 
 
 def _recorded_image_roots(cat: Catalog) -> None:
     """A run that stores absolute image paths records their root in its manifest; that folder is an
     image root of the viewer (listed on the front page), so those images show from any working
-    directory. A root that is not an existing absolute folder, or is the filesystem root, is not added
-    and is listed as a problem."""
+    directory (and a relative reference is looked for under it: RecordContext). A root that is not an
+    existing absolute folder, or is the filesystem root, is not added and is listed as a problem."""
     for o in cat.outputs:
-        rc = (o.manifest or {}).get("run_config") or {}
-        for key in RECORDED_IMAGE_ROOTS:
-            value = rc.get(key)
-            if not value:
-                continue
-            p = Path(str(value))
+        for key, p in recorded_roots(o):
+            value = str(p)
             if not p.is_absolute() or not p.is_dir() or p.resolve() == p.resolve().parent:
                 cat.problems.append(f"{o.rel}: run_config.{key} {value!r} is not an absolute folder that exists; "
                                     "its images are not shown (pass --images ROOT)")

@@ -24,7 +24,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from kbvqa.report.html import page_unit_problems
 from kbvqa.report.tables import fmt_value, percent
-from kbvqa.report.viewer.discovery import Catalog, Output
+from kbvqa.report.viewer.discovery import Catalog, Output, recorded_roots
 from kbvqa.report.viewer.images import ImageLink, ImageLinks
 from kbvqa.report.viewer.index import Entry, RecordIndex
 from kbvqa.report.viewer.views import FACET_TITLES, VIEWS, judge_figures, pretty
@@ -143,10 +143,13 @@ class RecordContext:
 
     def __init__(self, site: Site, output: Output, links: LiveLinks):
         self.site, self.output, self.links = site, output, links
-        near = [output.path.parent, *(p.parent for p in output.related.values())]
+        near = [output.path.parent, *(p.parent for p in output.related.values()),
+                *(p for _, p in recorded_roots(output) if p.is_absolute())]  # e.g. the posts a curation stage read
         self._near = tuple(dict.fromkeys(p.resolve() for p in near))
 
     def image(self, ref: Any) -> ImageLink:
+        if isinstance(ref, dict):  # {path, url} (posts, NoteVQA references): the file where there is one
+            ref = ref.get("path") or ref.get("image") or ref.get("url")
         return self.site.images.link(str(ref or ""), self._near)
 
     def href_image(self, link: ImageLink) -> str:
