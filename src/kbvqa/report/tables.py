@@ -17,8 +17,8 @@ from typing import Any, Sequence
 
 from kbvqa.units import PCT, percent
 
-__all__ = ["PCT", "ResultTable", "fmt_value", "footnoted", "latex_escape", "md_escape", "percent", "to_markdown", "to_csv", "to_latex",
-           "transposed", "unit_problems", "write_table"]
+__all__ = ["PCT", "ResultTable", "fmt_value", "footnoted", "latex_escape", "md_escape", "percent", "to_markdown",
+           "to_csv", "to_latex", "unit_problems", "write_table"]
 
 #: The unit rule every table follows: kbvqa.units (PCT, percent), checked here by `unit_problems`.
 _RATE_WORDS = re.compile(r"accuracy|recall|R@\d+|rate|share|precision|coverage|\bcorrect\b|incorrect|"

@@ -14,7 +14,6 @@ Either failing drops the post with the evidence; the rewriter's word is never ta
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Literal
 
