@@ -187,9 +187,11 @@ def stage_job(key: str, config: ReferenceConfig, ctx: Context) -> Job:
     for k, _, cls, cfg in STAGES:
         if key in (k, cfg):
             stage = cls(getattr(config, cfg))
+            store = ctx.resources.get("image_store")  # the harvested images the records name (absolute paths)
             return Job([stage], ctx, description=f"reference {cfg}",
                        run_config={"pipeline": "reference", "stage": cfg, "filter_placement": config.filter_placement,
-                                   "config": getattr(config, cfg).model_dump(mode="json")})
+                                   "config": getattr(config, cfg).model_dump(mode="json"),
+                                   **({"image_root": str(store.root)} if store is not None else {})})
     raise KeyError(f"no reference stage {key!r} (stages: {', '.join(cfg for *_, cfg in STAGES)})")
 
 

@@ -263,6 +263,8 @@ def _recorded_image_roots(cat: Catalog) -> None:
     for o in cat.outputs:
         for key, p in recorded_roots(o):
             value = str(p)
+            if key != "kb_images" and p.is_absolute() and not p.exists():
+                continue  # a run's own image folder that nothing was written to (an offline reference build)
             if not p.is_absolute() or not p.is_dir() or p.resolve() == p.resolve().parent:
                 cat.problems.append(f"{o.rel}: run_config.{key} {value!r} is not an absolute folder that exists; "
                                     "its images are not shown (pass --images ROOT)")
