@@ -12,16 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from markupsafe import Markup
 
 from kbvqa.data.urls import canonical_url
 from kbvqa.report.html import Interleaved, _interleaved
 from kbvqa.report.viewer import text as tx
-
-if TYPE_CHECKING:
-    from kbvqa.report.viewer.site import RecordContext
+from kbvqa.report.viewer.context import RecordContext
 
 Facets = dict[str, tuple[str, ...]]
 

@@ -1,0 +1,33 @@
+"""What a view may ask while it builds one record's page (the `RecordContext` protocol).
+
+The views (`views.py`) are written against this protocol; `site.RecordContext` implements it. So the
+views do not import the site that imports them (the two modules used to import each other).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from kbvqa.report.viewer.images import ImageLink
+
+
+class RecordContext(Protocol):
+    def image(self, ref: Any) -> ImageLink: ...
+
+    def href_image(self, link: ImageLink) -> str: ...
+
+    def images(self, refs: Any) -> list[ImageLink]: ...
+
+    def first_image(self, refs: Any) -> ImageLink | None: ...
+
+    def article(self, url: str | None) -> Any: ...
+
+    def kb_image(self, ref: str) -> ImageLink: ...
+
+    def sample(self, rid: Any) -> dict[str, Any] | None: ...
+
+    def verdicts(self, rid: Any) -> list[dict[str, Any]]: ...
+
+    def observation(self, rel: str | None) -> str | None: ...
+
+    def related_record(self, key: str, rid: Any) -> str | None: ...
