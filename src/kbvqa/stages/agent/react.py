@@ -112,6 +112,7 @@ class _Episode:
         self.tool_failures = 0
         self.image_searches = 0
         self.notices: list[dict[str, str]] = []  # harness messages for the next request the model reads
+        self.unread: list[dict[str, str]] = []  # sent with a request the time budget cut off
         self.warned: set[str] = set()
         self.final = False  # the forced answer turn: tools are closed
 
@@ -249,9 +250,9 @@ class AgentEpisode(Stage):
             reply = await self._ask(policy, ep, ctx, self._tool_phase_seconds())
             if reply is None:
                 termination = "wall_time"
-                ep.notices[:0] = notices  # not read: they go with the forced turn's request
+                ep.unread = notices  # in the conversation, not yet answered: the forced turn's step shows them
                 break
-            step = self._new_step(ep, turn, reply, notices, t0)
+            step = self._new_step(ep, turn, reply, notices)
             if reply.turn.answer is not None:
                 answer, termination, step.final = reply.turn.answer, "answer", True
             elif reply.turn.problem is not None:
@@ -266,15 +267,13 @@ class AgentEpisode(Stage):
                 ep.format_errors = 0
                 termination = await self._tool_turn(reply, step, ep, toolbox, ctx)
             step.seconds = round(time.perf_counter() - t0, 4)
-        forced = False
-        if termination != "answer" and self.config.forced_answer:
-            forced = True
+        forced = termination != "answer" and self.config.forced_answer
+        if forced:
             # the turn after the last one taken (a turn stopped before it was asked is not counted)
             answer = await self._forced_turn(policy, ep, (ep.steps[-1].turn if ep.steps else 0) + 1, termination, ctx)
         return self._prediction(record, ep, policy, toolbox, termination, answer, forced, ctx)
 
-    def _new_step(self, ep: _Episode, turn: int, reply: PolicyReply, notices: list[dict[str, str]],
-                  t0: float) -> Step:
+    def _new_step(self, ep: _Episode, turn: int, reply: PolicyReply, notices: list[dict[str, str]]) -> Step:
         ep.usage = ep.usage.add(reply.usage)
         step = Step(turn=turn, thought=reply.turn.thought, usage=reply.usage, notices=notices)
         ep.steps.append(step)
@@ -285,14 +284,14 @@ class AgentEpisode(Stage):
         """One answer-only turn after the harness ended the tool phase; its answer, or None."""
         ep.final, ep.turn = True, turn
         self._add_note(ep, "forced_answer", FORCED_ANSWER.render(reason_raw=self._stop_reason(termination)))
-        notices = self._flush_note(ep)
+        notices = ep.unread + self._flush_note(ep)
         t0 = time.perf_counter()
         reply = await self._ask(policy, ep, ctx, self.config.max_seconds, where="forced_ask")
         if reply is None:  # even the reserve ran out waiting for the model: no answer
             ep.steps.append(Step(turn=turn, notices=notices, final=True, forced=True,
                                  problem="no reply within the wall-time budget"))
             return None
-        step = self._new_step(ep, turn, reply, notices, t0)
+        step = self._new_step(ep, turn, reply, notices)
         step.forced = True
         answer = None
         if reply.turn.answer is not None:
