@@ -79,7 +79,7 @@ def test_demo_offline_chain(tmp_path, monkeypatch):
     ivr = [x for x in lines if x.startswith("IVR-12 (")]
     assert len(ivr) == 2 and all("rules mode" in x and "Non-redundancy" in x and "no overall" in x for x in ivr)
     cur = next(x for x in lines if x.startswith("curation: "))
-    assert "20 posts -> text" in cur and "stopped at candidate (needs model 12)" in cur
+    assert "21 posts read (1 duplicate id dropped), 20 -> text" in cur and "stopped at candidate (needs model 12)" in cur
 
 
 def test_demo_cli_with_llm_server(tmp_path):
@@ -94,7 +94,7 @@ def test_demo_cli_with_llm_server(tmp_path):
         assert result.exit_code == 0, result.output
         said = " ".join(result.output.split())
         assert "agent: 15 of 15 questions answered" in said and "IVR-12 (agent, rules mode" in said
-        assert "curation: 20 posts" in said
+        assert "curation: 21 posts read" in said
         assert len(srv.requests) >= 38  # one answerer call per question (original) at least
         sent = srv.requests[0]["json"]
         assert sent["model"] == "fake-vlm"

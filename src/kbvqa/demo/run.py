@@ -93,7 +93,10 @@ def summary_lines(res: DemoResult) -> list[str]:
         reached = [st for st in f["stages"] if st.get("in")]
         stops = {k: v for st in f["stages"] for k, v in (st.get("stopped") or {}).items()}
         where = next((st["stage"] for st in f["stages"] if st.get("stopped")), None)
-        lines.append(f"curation: {f['intake'].get('posts', 0)} posts -> "
+        intake = f["intake"]
+        dup = intake.get("duplicate_id", 0)  # dropped at intake: in the dropped count, not in the posts
+        lines.append(f"curation: {intake.get('read', intake.get('posts', 0))} posts read"
+                     + (f" ({dup} duplicate id dropped)" if dup else "") + f", {intake.get('posts', 0)} -> "
                      + " -> ".join(f"{st['stage']} {st.get('kept', 0)}" for st in reached)
                      + f"; {f['output'].get('items', 0)} items, {f['output'].get('dropped', 0)} dropped, "
                        f"{f['output'].get('stopped', 0)} stopped" + (f" at {where} ({counts_text(stops)})" if where else ""))
