@@ -87,6 +87,13 @@ def redact(text: str, *, extra: Iterable[str] = (), env: Mapping[str, str] | Non
     return _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MARK}@", out)
 
 
+def excerpt(text: str, chars: int, *, extra: Iterable[str] = ()) -> str:
+    """The start of a server's body for an error reason: redacted BEFORE it is cut (a cut through an
+    echoed key would leave a prefix no pattern recognises). The text is first bounded at 10x `chars`,
+    which keeps whole any key that starts inside the part kept."""
+    return redact(text[: chars * 10], extra=extra)[:chars]
+
+
 class RedactingFilter(logging.Filter):
     """Redacts a log record's message (its arguments filled in) before any handler sees it."""
 

@@ -44,7 +44,7 @@ import orjson
 from pydantic import BaseModel
 
 from kbvqa.data.fetch import BodyTooLarge, BodyUnreadable, accept_encoding, read_capped
-from kbvqa.data.redact import redact
+from kbvqa.data.redact import excerpt
 from kbvqa.data.schema import Provenance, Usage
 from kbvqa.models.cache import ResponseCache, is_deterministic, make_key, schema_json
 from kbvqa.models.jsonx import strip_think
@@ -204,13 +204,6 @@ def _fast_path(base_url: str) -> httpx.URL | None:
     if (proxies.get("http") or proxies.get("all")) and not urllib.request.proxy_bypass_environment(url.host):
         return None
     return url
-
-
-def _quoted(body: str, chars: int) -> str:
-    """The start of a server's body for an error reason, secrets redacted BEFORE it is cut (a cut through
-    an echoed key would leave a prefix no pattern recognises); the body is first bounded at 10x `chars`,
-    which keeps whole any key that starts inside the part kept."""
-    return redact(body[: chars * 10])[:chars]
 
 
 class _Retryable(Exception):
@@ -481,9 +474,9 @@ class OpenAIChatClient:
                 if status == 429:
                     raise _Retryable("HTTP 429 rate limited", _retry_after(resp))
                 if status >= 500:
-                    raise _Retryable(f"HTTP {status}: {_quoted(resp.text, 200)}", _retry_after(resp))
+                    raise _Retryable(f"HTTP {status}: {excerpt(resp.text, 200)}", _retry_after(resp))
                 if status >= 400:
-                    text = _quoted(resp.text, 2000)
+                    text = excerpt(resp.text, 2000)
                     refused = response_format is not None and _SCHEMA_REFUSAL.search(text)
                     if refused and self.structured_output == "auto" and not fallback_used:
                         # The server cannot do structured output: remember, resend once prompt-only.
@@ -503,7 +496,7 @@ class OpenAIChatClient:
                         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
                 except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
                     raise _Retryable(f"malformed response body ({type(e).__name__}): "
-                                     f"{_quoted(resp.text, 120)!r}") from None
+                                     f"{excerpt(resp.text, 120)!r}") from None
             except _Retryable as r:
                 if attempt >= self.max_retries:
                     return error(f"{r.reason} (after {requests_sent} attempts)")

@@ -49,7 +49,7 @@ import httpx
 
 from kbvqa.data.fetch import (HTML_TYPES, BodyTooLarge, BodyUnreadable, GuardedFetcher, RetryPolicy, accept_encoding,
                               read_capped, retry_after_seconds, shared_ssl_context, url_refusal)
-from kbvqa.data.redact import redact, register_key_env, register_secret
+from kbvqa.data.redact import excerpt, redact, register_key_env, register_secret
 from kbvqa.data.urls import canonical_url
 from kbvqa.tools import TOOL_BACKENDS
 from kbvqa.tools.base import (WEB_PROVIDERS, EpisodeInfo, ImageSearchArgs, SearchArgs, TextToImageSearchArgs, ToolItem,
@@ -259,8 +259,8 @@ class WebTools:
                     return ApiReply("error", reason=f"calling {url} failed: {type(exc).__name__}: {exc}"), False, None
                 except (BodyTooLarge, BodyUnreadable) as exc:
                     return ApiReply("error", reason=f"the reply of {url} was refused: {exc}"), False, None
-            # redacted BEFORE it is cut short: a cut through an echoed key would leave a prefix no pattern knows
-            detail = self._redact(" ".join(content[:4000].decode("utf-8", errors="replace").split()))[:200]
+            detail = excerpt(" ".join(content[:4000].decode("utf-8", errors="replace").split()), 200,
+                             extra=(self._secret,))
             if code == 429:
                 return ApiReply("quota", reason=f"HTTP 429 rate limited by {url}"), True, hint
             if code >= 500:
