@@ -63,13 +63,12 @@ class RecordedBackend:
 
 
 def _kb_image_file(root: Path | None, rule: str) -> Any:
+    """The resolver from KB image URLs to files under `root` (absolute: see build_agent_job)."""
     if root is None:
         return None
     from kbvqa.pipelines.index import ImageResolver
 
-    # absolute, resolved once here: tool results (and so the cassette and the trajectory) name files that
-    # a replay or the viewer finds from any working directory
-    return ImageResolver(Path(root).resolve(), rule).resolve
+    return ImageResolver(root, rule).resolve
 
 
 def _read_cassette(folder: Path) -> dict[str, Any]:
@@ -151,10 +150,13 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
     stage = AgentEpisode(AgentConfig(protocol=opts.protocol, max_turns=opts.max_turns, max_tokens=opts.max_tokens,
                                      max_cost=opts.max_cost, max_seconds=opts.max_seconds, today=today,
                                      guided=opts.guided))
+    # absolute, resolved once: tool results (so the cassette and the trajectory) name files that a replay or
+    # the viewer finds from any working directory; a Path resource is an input every Ray node must have
+    kb_root = Path(opts.kb_images).resolve() if opts.kb_images is not None else None
     resources: dict[str, Any] = {"image_root": Path(image_root).resolve() if image_root is not None else None,
-                                 "kb_image_file": _kb_image_file(opts.kb_images, opts.kb_image_rule)}
-    if opts.kb_images is not None:  # a Path resource: the runner lists it among the inputs every node must have
-        resources["kb_images"] = Path(opts.kb_images).resolve()
+                                 "kb_image_file": _kb_image_file(kb_root, opts.kb_image_rule)}
+    if kb_root is not None:
+        resources["kb_images"] = kb_root
     if index is not None and encoder is not None:
         resources.update(image_index=index, image_encoder=encoder)
     agent = roles.get("agent")
@@ -187,7 +189,7 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
                            "max_turns": opts.max_turns, "today": today,
                            "blocked_domains": list(opts.blocked_domains),
                            # the root of the absolute KB image paths trajectories name (viewer: an image root)
-                           "kb_images": str(resources["kb_images"]) if "kb_images" in resources else None,
+                           "kb_images": str(kb_root) if kb_root is not None else None,
                            "tool_backend": backend.describe()})  # provider, base URL, key variable: never a key
 
 
