@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-__all__ = ["JobOptions", "OptionsError", "RunOptions", "ModelFlags", "read_table"]
+__all__ = ["CallLimits", "JobOptions", "OptionsError", "RunOptions", "ModelFlags", "read_table"]
 
 O = TypeVar("O", bound="JobOptions")
 
@@ -185,16 +185,13 @@ class RunOptions(BaseModel):
     allow_empty: bool = False  # an input with no samples is an error otherwise (kbvqa.data.formats.non_empty)
 
 
-class ModelFlags(BaseModel):
-    """The model-role flags every job with model roles takes: `--llm URL --model NAME` fill the job's
-    roles with one client, `--config` adds the `[models.*]` roles, and the call limits (None: the role's
-    own setting) apply to them (kbvqa.models.config.roles_from_flags)."""
+class CallLimits(BaseModel):
+    """The call limits of a job's model roles (None: the role's own setting), as flags and file keys;
+    `.limits()` = roles_from_flags keywords. A job whose model is chosen by other flags than
+    `--llm/--model` (the judges: `--judge-base-url/--judge-model`) subclasses it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    llm: str | None = None
-    model: str | None = None
-    api_key_env: str | None = None
     timeout: float | None = Field(None, gt=0)  # read timeout of one request, seconds
     connect_timeout: float | None = Field(None, gt=0)
     deadline: float | None = Field(None, gt=0)  # one call with all its retries, seconds
@@ -206,3 +203,13 @@ class ModelFlags(BaseModel):
         values = {"timeout": self.timeout, "connect_timeout": self.connect_timeout, "deadline": self.deadline,
                   "structured_output": self.structured_output, "max_retries": self.max_retries}
         return {k: v for k, v in values.items() if v is not None}
+
+
+class ModelFlags(CallLimits):
+    """The model-role flags every job with model roles takes: `--llm URL --model NAME` fill the job's
+    roles with one client, `--config` adds the `[models.*]` roles, and the call limits (None: the role's
+    own setting) apply to them (kbvqa.models.config.roles_from_flags)."""
+
+    llm: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
