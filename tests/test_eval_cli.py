@@ -15,7 +15,7 @@ from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli import eval as eval_cmd
 from kbvqa.cli.app import app
 from kbvqa.demo.bench import build_bench
-from kbvqa.pipelines.evaluation import AnswerSpec
+from kbvqa.pipelines.answer import AnswerOptions
 from kbvqa.report.compare import FLAG, compare_runs, summary_metric
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -172,11 +172,11 @@ def test_exit_codes_follow_the_convention(bench, tmp_path):
 
 
 def test_eval_takes_every_answer_flag():
-    """The answer flags are `kbvqa answer`'s own (shared, not copied) and each reaches AnswerSpec."""
+    """The answer flags are `kbvqa answer`'s own (shared, not copied) and each is a setting of AnswerOptions."""
     answer = {n for n in inspect.signature(answer_cmd.answer).parameters if n != "out"}
     mine = set(inspect.signature(eval_cmd.evaluate).parameters)
     assert answer <= mine
-    assert answer - set(eval_cmd._LIMITS) == set(AnswerSpec.__dataclass_fields__) - {"limits"}
+    assert answer <= set(AnswerOptions.flag_paths())
 
 
 def test_report_compare(bench, tmp_path):

@@ -2,8 +2,9 @@
 
 The answer flags are `kbvqa answer`'s own: this command's signature is built from `answer`'s (every
 parameter but `--out`, which here is the results folder, and `--resume`, which here covers the judge's
-journal too), so the two can never drift apart, and they reach the pipeline as an `AnswerSpec`. The
-judge flags are `kbvqa score judge`'s.
+journal too), so the two can never drift apart, and they reach the pipeline as one `AnswerOptions`,
+built by the same `answer_options` (defaults, `[answer]` of --config, flags). The judge flags are
+`kbvqa score judge`'s.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ from typing import Any, Callable, Optional
 import typer
 
 from kbvqa.cli import answer as answer_cmd
-from kbvqa.cli.common import emit_json, end_job, fail, journal_reasons, model_limits, print_result
+from kbvqa.cli.common import emit_json, end_job, fail, journal_reasons, print_result
+from kbvqa.cli.options import flags, option
 from kbvqa.cli.retrieve import job_errors
 from kbvqa.cli.score import _GRADED_TEXT, _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_URL, _ROLE, GradedText, TwoHop
 
 #: `kbvqa answer`'s flags that eval takes as they are (its --out is the predictions file; eval's is a folder)
 _NOT_SHARED = ("out",)
-#: the model-call limits, which reach the pipeline as one `limits` mapping (kbvqa.cli.common.model_limits)
-_LIMITS = ("timeout", "connect_timeout", "deadline", "structured_output", "max_retries")
 
 
 def answer_parameters() -> list[inspect.Parameter]:
@@ -67,9 +67,10 @@ def evaluate(
     judge_role: Optional[str] = _ROLE,
     judge_concurrency: int = typer.Option(16, "--judge-concurrency", min=1, help="Judge requests in flight."),
     graded_text: GradedText = _GRADED_TEXT,  # type: ignore[valid-type]
-    resume: bool = typer.Option(True, "--resume/--no-resume",
-                                help="Keep what DIR holds: samples answered ok and verdicts of unchanged predictions; "
-                                     "re-run errored and invalid ones (--no-resume moves the old files aside)."),
+    resume: Optional[bool] = option(answer_cmd.AnswerOptions, "resume", "--resume/--no-resume",
+                                    help="Keep what DIR holds: samples answered ok and verdicts of unchanged "
+                                         "predictions; re-run errored and invalid ones (--no-resume moves the old "
+                                         "files aside)."),
     as_json: bool = typer.Option(False, "--json", help="Print the results document (results.json) on stdout."),
     **answer_flags: Any,
 ) -> None:
@@ -79,13 +80,13 @@ def evaluate(
     from rich.console import Console
 
     from kbvqa.evaluate.retrieval import parse_ks
-    from kbvqa.pipelines.evaluation import AnswerSpec, EvalRequest, JudgeSpec, prepare_eval, run_eval
+    from kbvqa.pipelines.answer import AnswerOptions, answer_options
+    from kbvqa.pipelines.evaluation import EvalRequest, JudgeSpec, prepare_eval, run_eval
     from kbvqa.report.compare import results_table
 
     console = Console(stderr=True)
-    limits = model_limits(*(answer_flags.pop(k) for k in _LIMITS))
     try:
-        spec = AnswerSpec(**answer_flags, resume=resume, limits=limits)
+        spec = answer_options(**flags(AnswerOptions, {**answer_flags, "resume": resume}))
         req = EvalRequest(answer=spec, out=out, metrics=metric, references=references, qtypes=qtypes,
                           recall_ks=parse_ks(recall_k), two_hop=two_hop,
                           judge=JudgeSpec(base_url=judge_base_url, model=judge_model, replay=judge_replay,

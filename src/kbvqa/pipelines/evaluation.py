@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kbvqa.evaluate.retrieval import DEFAULT_KS, TWO_HOP_POLICIES
-from kbvqa.pipelines.answer.run import AnswerSpec, PreparedAnswer, prepare_answer, run_answer
+from kbvqa.pipelines.answer.run import AnswerOptions, PreparedAnswer, prepare_answer, run_answer
 
-__all__ = ["AnswerSpec", "JudgeSpec", "EvalRequest", "EvalPlan", "EvalOutcome", "eval_metrics", "prepare_answer",
+__all__ = ["AnswerOptions", "JudgeSpec", "EvalRequest", "EvalPlan", "EvalOutcome", "eval_metrics", "prepare_answer",
            "run_answer", "prepare_eval", "run_eval", "evaluate", "RESULTS_KIND", "RESULTS_FILE", "PREDICTIONS_FILE"]
 
 RESULTS_KIND = "kbvqa-eval"
@@ -69,7 +69,7 @@ class JudgeSpec:
 
 @dataclass
 class EvalRequest:
-    answer: AnswerSpec
+    answer: AnswerOptions
     out: Path  # the results folder
     metrics: Sequence[str]
     references: Path | None = None  # default: the samples file
@@ -80,7 +80,10 @@ class EvalRequest:
 
     @property
     def references_path(self) -> Path:
-        return self.references or self.answer.samples
+        path = self.references or self.answer.samples
+        if path is None:
+            raise ValueError("an eval needs its samples (--samples)")
+        return path
 
 
 def _infoseek_modes() -> list[str]:
@@ -141,7 +144,7 @@ def _judge_client(req: EvalRequest) -> Any:
     j = req.judge
     direct = bool(j.base_url or j.model or j.replay is not None)
     return judge_client(config=None if direct else req.answer.config, role=j.role, base_url=j.base_url,
-                        model=j.model, replay=j.replay, concurrency=j.concurrency, limits=req.answer.limits)
+                        model=j.model, replay=j.replay, concurrency=j.concurrency, limits=req.answer.models.limits())
 
 
 NO_JUDGE = ("metric {metric!r} needs a judge model: give --config with a [models.judge] role (or --judge-role), "
@@ -212,8 +215,8 @@ def prepare_eval(req: EvalRequest) -> EvalPlan:
     ref_ids = {m: ids for m in metrics if (ids := _check_references(m, req)) is not None}
     answer = prepare_answer(req.answer)
     warnings = []
-    if req.answer.limit is not None:
-        warnings.append(f"--limit {req.answer.limit}: only the first {req.answer.limit} samples are answered; "
+    if req.answer.run.limit is not None:
+        warnings.append(f"--limit {req.answer.run.limit}: only the first {req.answer.run.limit} samples are answered; "
                         "the scorers count every other reference as missing")
     if judge is not None:
         jm = getattr(getattr(judge, "provenance", None), "model", None)
@@ -327,9 +330,9 @@ def _run_judge(sc: _Scoring) -> Any:
           "graded_text": sc.req.judge.graded_text}
     try:
         sc.judge_report = judge_files(sc.plan.predictions, sc.req.references_path, sc.plan.judge,
-                                      resume=sc.req.answer.resume, **kw)
+                                      resume=sc.req.answer.run.resume, **kw)
     except ScoreInputError as exc:
-        if not sc.req.answer.resume or exc.path != str(journal):
+        if not sc.req.answer.run.resume or exc.path != str(journal):
             raise
         sc.judge_notes.append(f"note: the judge journal graded other predictions ({exc}); judged again from "
                               "scratch, the old journal moved aside")
@@ -468,8 +471,7 @@ def _jsonable(value: Any) -> Any:
 def _config(req: EvalRequest, plan: EvalPlan) -> dict[str, Any]:
     from kbvqa.runner.manifest import redact
 
-    answer = asdict(req.answer)
-    answer.update(answer.pop("limits"))
+    answer = plan.answer.job.run_config.get("options") or req.answer.used()  # as used (the agent fills its date)
     judge = asdict(req.judge) if plan.judge is not None else None
     return redact(_jsonable({"out": req.out, "metrics": plan.metrics, "references": req.references_path,
                              "qtypes": req.qtypes, "recall_ks": list(req.recall_ks), "two_hop": req.two_hop,

@@ -53,6 +53,17 @@ def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
+def _groups(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Every sub-model field's name -> its dotted paths (`web` -> agent.web)."""
+    out: dict[str, list[str]] = {}
+    for name, field in model.model_fields.items():
+        if _is_model(field.annotation):
+            out.setdefault(name, []).append(".".join((*prefix, name)))
+            for sub, paths in _groups(field.annotation, (*prefix, name)).items():  # type: ignore[arg-type]
+                out.setdefault(sub, []).extend(paths)
+    return out
+
+
 def _leaves(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> dict[str, list[tuple[str, ...]]]:
     """Every leaf field's name -> the paths it has (a sub-model's fields are walked, not the sub-model)."""
     out: dict[str, list[tuple[str, ...]]] = {}
@@ -109,9 +120,16 @@ class JobOptions(BaseModel):
         for name, value in flags.items():
             if value is None or (isinstance(value, (list, tuple)) and not value):
                 continue
-            if name not in paths:
-                raise OptionsError(f"{cls.__name__} has no setting {name!r} (settings: {', '.join(sorted(paths))})")
-            for path in paths[name]:
+            targets = paths.get(name)
+            if targets is None:  # a whole sub-model by its name (web={...}, episode=AgentConfig(...))
+                groups = _groups(cls).get(name, [])
+                if len(groups) != 1:
+                    raise OptionsError(f"{cls.__name__} has no setting {name!r} "
+                                       f"(settings: {', '.join(sorted(paths))})")
+                targets = tuple(groups)
+                if isinstance(value, Mapping):
+                    value = {**cls._at(tree, groups[0]), **value}
+            for path in targets:
                 node = tree
                 *parents, leaf = path.split(".")
                 for p in parents:
@@ -126,6 +144,13 @@ class JobOptions(BaseModel):
             raise OptionsError(cls._explain(exc, given, source)) from None
         built._flags = given
         return built
+
+    @staticmethod
+    def _at(tree: Mapping[str, Any], path: str) -> dict[str, Any]:
+        node: Any = tree
+        for p in path.split("."):
+            node = node.get(p) if isinstance(node, Mapping) else None
+        return dict(node) if isinstance(node, Mapping) else {}
 
     @classmethod
     def _explain(cls, exc: ValidationError, given: Mapping[str, str], source: str | None) -> str:

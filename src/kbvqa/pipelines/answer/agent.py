@@ -16,12 +16,12 @@ recorded name and version), and any miss is an error record, never a live call.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
 from kbvqa.pipelines import PIPELINES
+from kbvqa.pipelines.answer.options import AgentOptions, AnswerOptions
 from kbvqa.runner.artifacts import ArtifactStore
 from kbvqa.runner.job import Job
 from kbvqa.runner.stage import Context
@@ -31,23 +31,6 @@ CASSETTE_FILE = "cassette.json"
 
 class AgentSetupError(ValueError):
     """The agent cannot run as configured (the message says what to change)."""
-
-
-@dataclass
-class AgentOptions:
-    tools: str = "local"  # local | web | replay
-    cassette: Path | None = None  # replay: the cassette folder to read
-    protocol: str = "text"
-    max_turns: int = 12
-    max_tokens: int | None = None
-    max_cost: float | None = None
-    max_seconds: float | None = None
-    blocked_domains: tuple[str, ...] = ()
-    kb_images: Path | None = None  # the folder holding the KB's images (image results need files)
-    kb_image_rule: str = "auto"
-    today: str | None = None
-    guided: bool = False  # reference construction: the agent is told the short reference
-    web: dict[str, Any] | None = None  # options for the web backend (base_url, key_env, ...)
 
 
 class RecordedBackend:
@@ -95,7 +78,7 @@ def _backend(opts: AgentOptions, recorded: dict[str, Any] | None) -> Any:
             raise AgentSetupError(f"the cassette was recorded with {name}@{recorded['backend'].get('version')}, "
                                   f"this kbvqa has {name}@{cls.version}: the results would not match")
         return RecordedBackend(recorded["backend"])
-    return cls(**dict((opts.web if name == "web" else None) or {}))
+    return cls(**(opts.web.model_dump(exclude_none=True) if name == "web" else {}))
 
 
 def _recordable(agent: Any) -> dict[str, Any] | None:
@@ -122,15 +105,17 @@ def _replay_client(recorded: dict[str, Any], cassette_path: Path) -> Any:
     return client
 
 
-def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: Any = None, encoder: Any = None,
-                    image_root: Path | None = None, options: AgentOptions | None = None, **settings: Any) -> Job:
-    """The agent Job. `settings` are AgentOptions fields (tools="web", max_turns=8, ...)."""
+def build_agent_job(options: AnswerOptions, *, kb: Any, roles: Mapping[str, Any] | None = None, index: Any = None,
+                    encoder: Any = None, image_root: Path | None = None) -> Job:
+    """The agent Job from the run's AnswerOptions: its stage runs with `options.agent.episode`, the one
+    value filled here being the prompt date when none was set (the cassette's on a replay, else today's),
+    so the options the manifest records are the ones the episodes ran with."""
     from kbvqa.models.cache import ModelCassette
-    from kbvqa.stages.agent.react import AgentConfig, AgentEpisode
+    from kbvqa.stages.agent.react import AgentEpisode
     from kbvqa.tools.cache import ToolCache
     from kbvqa.tools.toolbox import Toolbox
 
-    opts = options or AgentOptions(**settings)
+    opts = options.agent
     roles = dict(roles or {})
     if kb is None:
         raise AgentSetupError("the agent needs a KB (--kb): the local tools read it, and predictions name KB urls")
@@ -146,10 +131,12 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
         # without it every text_to_image_search is empty and answers lose their pictures, silently
         raise AgentSetupError("--tools local needs --kb-images DIR: the folder holding the KB's image files "
                               "(text_to_image_search and image_search return those files)")
-    today = (recorded or {}).get("today") or opts.today or datetime.now(timezone.utc).date().isoformat()
-    stage = AgentEpisode(AgentConfig(protocol=opts.protocol, max_turns=opts.max_turns, max_tokens=opts.max_tokens,
-                                     max_cost=opts.max_cost, max_seconds=opts.max_seconds, today=today,
-                                     guided=opts.guided))
+    today = (recorded or {}).get("today") or opts.episode.today or datetime.now(timezone.utc).date().isoformat()
+    if today != opts.episode.today:
+        options = options.model_copy(update={"agent": opts.model_copy(
+            update={"episode": opts.episode.model_copy(update={"today": today})})})
+        opts = options.agent
+    stage = AgentEpisode(opts.episode)
     # absolute, resolved once: tool results (so the cassette and the trajectory) name files that a replay or
     # the viewer finds from any working directory; a Path resource is an input every Ray node must have
     kb_root = Path(opts.kb_images).resolve() if opts.kb_images is not None else None
@@ -179,20 +166,20 @@ def build_agent_job(*, kb: Any, roles: Mapping[str, Any] | None = None, index: A
             res["toolbox"] = Toolbox(backend, ToolCache(folder / "tools.sqlite"), blocked_domains=opts.blocked_domains)
             if agent is not None and hasattr(agent, "cassette"):  # every call, whatever the response cache does
                 agent.cassette = ModelCassette(folder / "models.sqlite")
-            meta = {"backend": backend.describe(), "backend_options": opts.web if backend.name == "web" else None,
-                    "today": today, "protocol": opts.protocol, "agent": _recordable(agent)}
+            meta = {"backend": backend.describe(),
+                    "backend_options": opts.web.model_dump(exclude_none=True) if backend.name == "web" else None,
+                    "today": today, "protocol": opts.episode.protocol, "agent": _recordable(agent)}
             (folder / CASSETTE_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
         return res
 
     return Job([stage], ctx, description="agent", output_resources=output_resources,
-               run_config={"pipeline": "agent", "tools": opts.tools, "protocol": opts.protocol, "guided": opts.guided,
-                           "max_turns": opts.max_turns, "today": today,
-                           "blocked_domains": list(opts.blocked_domains),
+               run_config={"pipeline": "agent", "tools": opts.tools, "protocol": opts.episode.protocol,
+                           "guided": opts.episode.guided, "max_turns": opts.episode.max_turns, "today": today,
+                           "blocked_domains": list(opts.blocked_domains), "options": options.used(),
                            # the root of the absolute KB image paths trajectories name (viewer: an image root)
                            "kb_images": str(kb_root) if kb_root is not None else None,
                            "tool_backend": backend.describe()})  # provider, base URL, key variable: never a key
 
 
-PIPELINES.add("agent", build_agent_job, kind="answer", job=True, roles=("agent", "extractor"),
-              options=tuple(AgentOptions.__dataclass_fields__),
+PIPELINES.add("agent", build_agent_job, kind="answer", job=True, roles=("agent", "extractor"), options=("agent",),
               help="ReAct search agent with search/visit/image tools; interleaved answers with image tags")

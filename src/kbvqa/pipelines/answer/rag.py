@@ -22,113 +22,109 @@ variant, is kbvqa.evaluate.augmentation; tables are written by kbvqa.report.tabl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 from kbvqa.data.jsonl import write_jsonl
 from kbvqa.pipelines import PIPELINES
+from kbvqa.pipelines.answer.options import AnswerOptions
 from kbvqa.runner.job import Job
 from kbvqa.runner.stage import Context, Stage
 
-Answerer = Literal["auto", "llm", "extractive"]
 
+def _answer_stage(opts: AnswerOptions, roles: Mapping[str, Any]) -> Stage:
+    from kbvqa.stages.answer.extractive import ExtractiveAnswer
+    from kbvqa.stages.answer.generate import GenerateAnswer
 
-@dataclass
-class AnswerOptions:
-    """Settings shared by the answer presets (the CLI's --k, --articles, --sections, ...)."""
-
-    k: int = 20  # articles kept by image retrieval
-    articles: int = 5  # retrieved articles whose sections are reranked
-    sections: int = 5  # sections given to the answerer
-    alpha: float | None = None  # weight of the retrieval score in the fused order (None: the preset's)
-    answerer: Answerer = "auto"
-    identify_candidates: int = 3
-
-
-def _answer_stage(pipeline: str, opts: AnswerOptions, roles: Mapping[str, Any]) -> Stage:
-    from kbvqa.stages.answer.extractive import ExtractiveAnswer, ExtractiveConfig
-    from kbvqa.stages.answer.generate import GenerateAnswer, GenerateConfig
-
-    use_llm = opts.answerer == "llm" or (opts.answerer == "auto" and pipeline != "extractive" and "answerer" in roles)
+    use_llm = opts.answerer == "llm" or (opts.answerer == "auto" and opts.pipeline != "extractive"
+                                          and "answerer" in roles)
     if use_llm:
         if "answerer" not in roles:
             raise ValueError("answerer='llm' needs the `answerer` model role (--llm URL --model NAME)")
-        return GenerateAnswer(GenerateConfig(sections=opts.sections))
-    return ExtractiveAnswer(ExtractiveConfig(top_articles=2))
+        return GenerateAnswer(opts.generate)
+    return ExtractiveAnswer(opts.extractive)
 
 
-def _rag_stages(pipeline: str, opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool,
-                default_alpha: float) -> list[Stage]:
-    from kbvqa.stages.answer.identify import IdentifyConfig, IdentifyEntities
-    from kbvqa.stages.answer.rerank import RerankConfig, SectionRerank
-    from kbvqa.stages.answer.retrieve import ImageRetrieve, RetrieveConfig
+def _rag_stages(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
+    """The preset's stages, each with its config from `opts` as it is."""
+    from kbvqa.stages.answer.identify import IdentifyEntities
+    from kbvqa.stages.answer.rerank import SectionRerank
+    from kbvqa.stages.answer.retrieve import ImageRetrieve
 
     stages: list[Stage] = []
     if has_index:
-        stages.append(ImageRetrieve(RetrieveConfig(k=opts.k)))
-    elif pipeline != "iba":
-        raise ValueError(f"pipeline {pipeline!r} retrieves by image: give an image index")
-    if pipeline == "iba":
+        stages.append(ImageRetrieve(opts.retrieve))
+    elif opts.pipeline != "iba":
+        raise ValueError(f"pipeline {opts.pipeline!r} retrieves by image: give an image index")
+    if opts.pipeline == "iba":
         if "vision" not in roles:
             raise ValueError("pipeline 'iba' needs the `vision` model role (it names the entity in the image)")
-        stages.append(IdentifyEntities(IdentifyConfig(candidates=opts.identify_candidates)))
-    stages.append(SectionRerank(RerankConfig(articles=opts.articles, sections=opts.sections,
-                                             alpha=default_alpha if opts.alpha is None else opts.alpha)))
-    stages.append(_answer_stage(pipeline, opts, roles))
+        stages.append(IdentifyEntities(opts.identify))
+    stages.append(SectionRerank(opts.rerank))
+    stages.append(_answer_stage(opts, roles))
     return stages
 
 
-_RAG_OPTIONS = ("k", "articles", "sections", "alpha", "answerer", "identify_candidates")
+#: the option groups (kbvqa.pipelines.answer.options.GROUPS) the RAG presets take
+_RAG_OPTIONS = ("retrieve", "identify", "rerank", "generate", "extractive", "answerer")
 
 
 @PIPELINES.register("echosight", kind="answer", roles=("answerer",), options=_RAG_OPTIONS,
                     help="image retrieval, section rerank fused with the visual score, answerer role")
 def echosight(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
-    return _rag_stages("echosight", opts, roles, has_index, 0.5)
+    return _rag_stages(opts, roles, has_index)
 
 
-@PIPELINES.register("iba", kind="answer", roles=("answerer", "vision"), options=_RAG_OPTIONS, help="the vision role names the entity, the KB resolves it, rerank, answer")
+@PIPELINES.register("iba", kind="answer", roles=("answerer", "vision"), options=_RAG_OPTIONS,
+                    defaults={"rerank.alpha": 0.3},
+                    help="the vision role names the entity, the KB resolves it, rerank, answer")
 def iba(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
-    return _rag_stages("iba", opts, roles, has_index, 0.3)
+    return _rag_stages(opts, roles, has_index)
 
 
-@PIPELINES.register("extractive", kind="answer", roles=(), options=_RAG_OPTIONS, help="image retrieval, BM25 rerank, extractive answer (no model)")
+@PIPELINES.register("extractive", kind="answer", roles=(), options=_RAG_OPTIONS,
+                    help="image retrieval, BM25 rerank, extractive answer (no model)")
 def extractive(opts: AnswerOptions, roles: Mapping[str, Any], has_index: bool) -> list[Stage]:
-    return _rag_stages("extractive", opts, roles, has_index, 0.5)
+    return _rag_stages(opts, roles, has_index)
 
 
-def build_answer_job(pipeline: str, *, kb: Any = None, roles: Mapping[str, Any] | None = None, index: Any = None,
-                     encoder: Any = None, image_root: Path | None = None, reranker: Any = "bm25",
-                     text_index: Any = None, rerank_model_dir: Path | None = None, rerank_role: str = "checker",
-                     options: AnswerOptions | None = None, **settings: Any) -> Job:
+def build_answer_job(pipeline: str | None = None, *, kb: Any = None, roles: Mapping[str, Any] | None = None,
+                     index: Any = None, encoder: Any = None, image_root: Path | None = None, reranker: Any = None,
+                     text_index: Any = None, rerank_role: str = "checker", options: AnswerOptions | None = None,
+                     **settings: Any) -> Job:
     """The Job for an answer preset: its stages, and a context holding the KB, the roles, the image
-    index and encoder, the image root and the reranker (a registered name or a Reranker).
-    `settings` are AnswerOptions fields (k=..., sections=...)."""
+    index and encoder, the image root and the reranker. `options` is the run's AnswerOptions, handed
+    down as it is and recorded in the manifest; a library caller may give `settings` (AnswerOptions
+    flag names: k=..., max_turns=...) instead, built by the same AnswerOptions.build. `reranker` may be
+    a Reranker object (a name goes into the options)."""
     from kbvqa.models.rerank import Reranker, get_reranker
 
-    entry = PIPELINES.entry(pipeline)
-    if entry.info.get("kind") != "answer":
-        raise ValueError(f"{pipeline!r} is not an answer pipeline (choose from {', '.join(answer_pipelines())})")
-    if entry.info.get("job"):  # a pipeline that builds its own Job (the agent)
-        return entry.obj(kb=kb, roles=roles, index=index, encoder=encoder, image_root=image_root, **settings)
-    opts = options or AnswerOptions(**settings)
+    if options is None:
+        named = {"reranker": reranker} if isinstance(reranker, str) else {}
+        options = AnswerOptions.build(pipeline=pipeline, **named, **settings)
+        options.check_applies()
+    elif settings or (pipeline is not None and pipeline != options.pipeline):
+        raise ValueError("give either options or settings, not both")
+    opts = options
+    entry = PIPELINES.entry(opts.pipeline)
+    if entry.info.get("job"):  # a pipeline that builds its own Job (the agent, direct)
+        return entry.obj(opts, kb=kb, roles=roles, index=index, encoder=encoder, image_root=image_root)
     roles = dict(roles or {})
     if index is not None:
         if encoder is None:
             raise ValueError("an image index needs its encoder")
         if index.encoder != encoder.name:
             raise ValueError(f"index was built with {index.encoder!r} but the encoder is {encoder.name!r}")
-    stages = PIPELINES.get(pipeline)(opts, roles, index is not None)
+    stages = PIPELINES.get(opts.pipeline)(opts, roles, index is not None)
     rr = reranker if isinstance(reranker, Reranker) else get_reranker(
-        reranker, model_dir=rerank_model_dir, text_index=text_index, role=rerank_role)
+        opts.reranker, model_dir=opts.rerank_model_dir, text_index=text_index, role=rerank_role)
     resources: dict[str, Any] = {"reranker": rr, "image_root": image_root}
     if index is not None:
         resources.update(image_index=index, image_encoder=encoder)
     if text_index is not None:
         resources["text_index"] = text_index
     return Job(stages, Context(kb=kb, roles=roles, resources=resources), description="answer",
-               run_config={"pipeline": pipeline, "reranker": rr.name})
+               run_config={"pipeline": opts.pipeline, "reranker": rr.name, "options": opts.used()})
 
 
 def answer_pipelines() -> list[str]:
@@ -139,18 +135,6 @@ def pipeline_roles(pipeline: str, reranker: str = "bm25") -> tuple[str, ...]:
     """The model roles `--llm URL --model NAME` fills for a preset (each entry declares its own)."""
     roles = tuple(PIPELINES.entry(pipeline).info.get("roles", ()))
     return roles + (("checker",) if reranker == "llm" and "checker" not in roles else ())
-
-
-def pipeline_settings(pipeline: str, settings: Mapping[str, Any], explicit: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings a preset takes, from everything the command line offers. `settings` have
-    defaults and are passed when the preset takes them; `explicit` (flags with no default) were set
-    by the user, so one the preset does not take is an error rather than silently ignored."""
-    takes = set(PIPELINES.entry(pipeline).info.get("options", ()))
-    stray = [k for k, v in explicit.items() if v not in (None, ()) and k not in takes]
-    if stray:
-        raise ValueError(f"--pipeline {pipeline} does not take {', '.join('--' + k.replace('_', '-') for k in stray)}")
-    merged = {**settings, **{k: v for k, v in explicit.items() if v not in (None, ())}}
-    return {k: v for k, v in merged.items() if k in takes}
 
 
 def write_retrieval_records(predictions: Path, out: Path) -> Path:

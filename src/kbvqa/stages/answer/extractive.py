@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pydantic import Field
+
+from kbvqa.data.matching import NUMBER_WORDS
 from kbvqa.data.schema import Article, Evidence, Prediction, Provenance, Sample, Section
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
-from kbvqa.data.matching import NUMBER_WORDS
 from kbvqa.stages.answer.retrieve import record_usage, retrieval_trail
 
 _STOP = set("""a an the of in on at to for from by with and or is are was were be been this that these those
@@ -141,7 +143,7 @@ def extract_answer(sample: Sample, article: Any) -> tuple[str | None, Evidence |
 
 
 class ExtractiveConfig(StageConfig):
-    top_articles: int = 1  # how many retrieved articles to read, best first
+    top_articles: int = Field(1, ge=1)  # how many retrieved articles to read, best first
 
 
 def articles_from_sections(sections: list[dict[str, Any]]) -> list[Article]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from kbvqa.data.schema import Evidence, Prediction, Sample
 from kbvqa.models.prompts.answer import SHORT_ANSWER
@@ -37,8 +37,8 @@ class ShortAnswer(Reply):
 
 
 class GenerateConfig(StageConfig):
-    sections: int = 3  # evidence sections sent to the model
-    max_section_chars: int = 2000
+    sections: int = Field(3, ge=1)  # evidence sections sent to the model
+    max_section_chars: int = Field(2000, ge=1)
     send_image: bool = True
 
 

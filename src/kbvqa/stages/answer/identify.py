@@ -15,6 +15,8 @@ import re
 import unicodedata
 from typing import Any, ClassVar
 
+from pydantic import Field
+
 from kbvqa.data.urls import canonical_url, title_to_url
 from kbvqa.models.prompts.answer import IDENTIFY_ENTITY
 from kbvqa.models.replies import NonBlank, Reply
@@ -69,7 +71,7 @@ def resolve_entity(kb: Any, name: str, fts_k: int = 20) -> tuple[str | None, str
 
 
 class IdentifyConfig(StageConfig):
-    candidates: int = 3
+    candidates: int = Field(3, ge=1)
     keep_image_retrieval: bool = True
     send_image: bool = True
 

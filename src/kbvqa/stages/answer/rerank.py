@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from kbvqa.models.rerank import Reranker, SectionCandidate
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
@@ -22,11 +24,11 @@ from kbvqa.stages.answer.retrieve import add_record_usage
 
 
 class RerankConfig(StageConfig):
-    articles: int = 5  # retrieved articles whose sections are candidates
-    sections: int = 5  # sections kept for the answerer
-    max_sections_per_article: int = 64  # very long articles: the first N sections
-    alpha: float = 0.5  # weight of the retrieval score in the fused order
-    store_chars: int = 4000  # section text kept on the record
+    articles: int = Field(5, ge=1)  # retrieved articles whose sections are candidates
+    sections: int = Field(5, ge=1)  # sections kept for the answerer
+    max_sections_per_article: int = Field(64, ge=1)  # very long articles: the first N sections
+    alpha: float = Field(0.5, ge=0, le=1)  # weight of the retrieval score in the fused order
+    store_chars: int = Field(4000, ge=0)  # section text kept on the record
 
 
 def _minmax(xs: list[float]) -> list[float]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from kbvqa.data.schema import Usage
 from kbvqa.models.image_encoders import ImageEncoder, encode_batch
@@ -32,7 +33,7 @@ Ranking = list[tuple[str, float]]
 
 
 class RetrieveConfig(StageConfig):
-    k: int = 20
+    k: int = Field(20, ge=1)  # articles kept
 
 
 def search_batch(index: Any, encoder: ImageEncoder, queries: list[tuple[Path, int]]) -> list[Ranking | Exception]:
