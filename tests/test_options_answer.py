@@ -128,3 +128,14 @@ def test_cli_run_records_its_options_as_used(bench, tmp_path, monkeypatch):
     lines = [json.loads(x) for x in (work / "P.jsonl").read_text().splitlines()]
     assert len(lines) == 3 and all(len(x.get("retrieved") or []) <= 3 for x in lines)
     assert AnswerOptions.model_validate(used).rerank.articles == 4  # what the manifest says rebuilds the run
+
+
+def test_only_the_direct_pipeline_runs_without_a_kb(bench):
+    from kbvqa.pipelines.answer.direct import NEEDS_ANSWERER
+    from kbvqa.pipelines.answer.run import prepare_answer
+
+    b, _root = bench
+    with pytest.raises(ValueError, match=r"--pipeline extractive reads a KB: give --kb"):
+        prepare_answer(answer_options(None, samples=b.samples))
+    with pytest.raises(ValueError, match=NEEDS_ANSWERER.split(":")[0]):  # past the KB check: it wants its model
+        prepare_answer(answer_options(None, pipeline="direct", samples=b.samples))
