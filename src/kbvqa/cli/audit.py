@@ -8,7 +8,9 @@ from typing import Optional
 import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, journal_reasons, model_limits, print_result)
+                              fail, journal_reasons, print_result)
+from kbvqa.cli.options import flags, option
+from kbvqa.pipelines.audit import AuditOptions as O
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
 
@@ -25,20 +27,25 @@ def _input_errors() -> tuple[type[BaseException], ...]:
 def run_cmd(
     input: Path = typer.Argument(..., exists=True, dir_okay=False, help="Benchmark file (InfoSeek, E-VQA, ARA CSV, kbvqa JSONL)."),
     kb: Path = typer.Option(..., "--kb", exists=True, dir_okay=False, help="KB: SQLite store or wiki JSON (imported on the fly)."),
-    fmt: Optional[str] = typer.Option(None, "--from", help="Input format (default: detected)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Audited JSONL (default: INPUT.audit.jsonl)."),
-    config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False, help="audit.toml"),
-    limit: Optional[int] = typer.Option(None, "--limit", min=0),
-    concurrency: int = typer.Option(8, "--concurrency", min=1),
-    resume: bool = typer.Option(True, "--resume/--no-resume"),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip malformed input rows (counted) instead of stopping."),
+    fmt: Optional[str] = option(O, "fmt", "--from", help="Input format (default: detected)."),
+    out: Optional[Path] = option(O, "out", help="Audited JSONL (default: INPUT.audit.jsonl)."),
+    config: Optional[Path] = option(O, "config", exists=True, dir_okay=False,
+                                    help="audit.toml: stage tables and run settings in [audit] (or the older "
+                                         "top-level [verify], [derive] ...; flags win), model roles in [models.*]."),
+    limit: Optional[int] = option(O, "limit", min=0),
+    concurrency: Optional[int] = option(O, "concurrency", min=1),
+    resume: Optional[bool] = option(O, "resume", "--resume/--no-resume"),
+    skip_invalid: Optional[bool] = option(O, "skip_invalid", "--skip-invalid",
+                                          help="Skip malformed input rows (counted) instead of stopping."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    allow_empty: bool = typer.Option(False, "--allow-empty", help="Run on an input with no samples (otherwise an error)."),
-    llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible server URL: fills the verifier, "
-                                      "repairer and checker roles with one model (needs --model)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Model name on the --llm server."),
-    llm_concurrency: Optional[int] = typer.Option(None, "--llm-concurrency", min=1,
-                                                  help="Requests in flight to --llm (default: --concurrency)."),
+    allow_empty: Optional[bool] = option(O, "allow_empty", "--allow-empty",
+                                         help="Run on an input with no samples (otherwise an error)."),
+    llm: Optional[str] = option(O, "llm", help="OpenAI-compatible server URL: fills the verifier, repairer and "
+                                               "checker roles with one model (needs --model)."),
+    model: Optional[str] = option(O, "model", help="Model name on the --llm server."),
+    api_key_env: Optional[str] = option(O, "api_key_env", help="Environment variable holding the --llm key."),
+    llm_concurrency: Optional[int] = option(O, "llm_concurrency", min=1,
+                                            help="Requests in flight to --llm (default: --concurrency)."),
     timeout: Optional[float] = TIMEOUT,
     connect_timeout: Optional[float] = CONNECT_TIMEOUT,
     deadline: Optional[float] = DEADLINE,
@@ -49,15 +56,13 @@ def run_cmd(
 
     Rules only by default. Model roles come from [models.verifier|repairer|checker] in --config, or
     from --llm URL --model NAME (one model in all three roles); the model stages then run after the
-    rules pass on what the rules leave open."""
-    from kbvqa.pipelines.audit import run_audit
+    rules pass on what the rules leave open. Every setting is one AuditOptions (the defaults, under
+    --config, under the flags); the run's manifest records it as used."""
+    from kbvqa.pipelines.audit import audit_options, run_audit
     from kbvqa.report.summaries import audit_summary_table
 
     try:
-        summary = run_audit(input, kb, out, config=config, llm=llm, model=model, llm_concurrency=llm_concurrency,
-                            concurrency=concurrency, fmt=fmt, resume=resume, limit=limit, progress=not as_json,
-                            skip_invalid=skip_invalid, allow_empty=allow_empty,
-                            limits=model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
+        summary = run_audit(audit_options(**flags(O, locals())), progress=not as_json)
     except _input_errors() as exc:
         fail(exc)
     r = summary["run"]

@@ -1,8 +1,8 @@
 """The audit/repair pipeline: verify -> derive -> posedness -> leakage, run by the runner.
 
-`build_audit_stages(config)` gives the stage list and `audit_job` the Job, `audit_file(...)` audits a
+`build_audit_stages(config)` gives the stage list and `audit_job` the Job, `audit_with(opts, kb)` audits a
 benchmark file against a KB and writes the audited JSONL plus `<out stem>.summary.json` (`run_audit`
-does the same from the command line's flags), and `audit_summary(records)` counts
+does it for `kbvqa audit run`, `audit_file(...)` for a library caller), and `audit_summary(records)` counts
 labels, actions and tags overall and by question type (records that failed in the runner count as
 answer_support "invalid", never as supported).
 
@@ -32,19 +32,26 @@ uniqueness check). An `audit.toml`:
     base_url = "http://127.0.0.1:8000/v1"
 
 `kbvqa audit run IN --kb KB --llm URL --model NAME` is the shortcut for one model in all three roles.
+
+Every setting of one run is an `AuditOptions` (the stage tables above, `[audit.run]` concurrency /
+limit / resume / allow_empty, `[audit.models]` llm / model / call limits, llm_concurrency,
+skip_invalid, fmt), built once by `audit_options` from the config file and the flags (flags win),
+handed to `audit_with` unchanged (each stage gets its own table of it) and recorded in the run's
+manifest as `run_config.options`.
 """
 
 from __future__ import annotations
 
 import json
+import tomllib
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kbvqa.runner.config import load_table
 from kbvqa.runner.job import Job
+from kbvqa.runner.options import JobOptions, ModelFlags, RunOptions, read_table
 from kbvqa.runner.stage import Context, Stage
 from kbvqa.stages import STAGES
 from kbvqa.stages.audit.derive import DeriveConfig
@@ -66,27 +73,88 @@ class AuditConfig(BaseModel):
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "AuditConfig":
-        """Stage tables from `[audit]` (or the top level). `[models.*]` and `[cache]` in the same file
-        are the model roles (see `load_audit_roles`), not stage settings."""
-        return load_table(path, "audit", cls,
-                          whole_file=lambda doc: {k: v for k, v in doc.items() if k not in ("models", "cache")})
+        """The settings of an audit.toml as `kbvqa audit run --config` reads them (`audit_options`):
+        an `AuditOptions`, whose stage tables are this class's."""
+        return audit_options(path)
+
+
+class AuditRun(RunOptions):
+    """The audit's runner settings: 8 samples at once (the rules are cheap; model roles share one
+    client each, whose limit is --llm-concurrency)."""
+
+    concurrency: int = Field(8, ge=1)
+    limit: int | None = Field(None, ge=0)
+
+
+class AuditOptions(JobOptions, AuditConfig):
+    """Every setting of one audit run: the stage tables of `AuditConfig` as they are (each stage is
+    built from its own table, `opts.verify` ...), the runner's, the model-role flags and the input's.
+    Paths are as given; `input`/`kb`/`out` are None for a library caller that hands records or a KB
+    object itself (`audit_file`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: Path | None = None  # the benchmark file
+    kb: Path | None = None  # SQLite KB store or wiki JSON
+    out: Path | None = None  # the audited JSONL (None: INPUT.audit.jsonl, `default_out`)
+    fmt: str | None = None  # the input's format (None: detected)
+    config: Path | None = None  # the audit.toml: these settings and the [models.*] roles
+    skip_invalid: bool = False  # a malformed input row is skipped (and counted) instead of stopping the run
+    llm_concurrency: int | None = Field(None, ge=1)  # requests in flight to --llm (None: run.concurrency)
+    run: AuditRun = Field(default_factory=AuditRun)
+    models: ModelFlags = Field(default_factory=ModelFlags)
+
+    #: `llm` is also a leaf of every stage table (auto/on/off): the flag is the model server's URL
+    ALIASES: ClassVar[Mapping[str, tuple[str, ...]]] = {"llm": ("models.llm",)}
+    FLAGS: ClassVar[Mapping[str, str]] = {"fmt": "--from"}
+
+    def stage_config(self) -> dict[str, Any]:
+        """The stage tables alone (what `audit_job` records under `audit`)."""
+        return self.model_dump(mode="json", include=set(AuditConfig.model_fields))
+
+
+def _audit_table(config: str | Path) -> tuple[dict[str, Any], str]:
+    """The audit settings table of `config` and how errors name it: `[audit]`, or the whole file
+    minus `[models]` and `[cache]` (the older top-level layout: `[verify]`, `[derive]`, ...)."""
+    table = read_table(config, "audit")  # also: the file exists and is TOML
+    with open(config, "rb") as fh:
+        doc = tomllib.load(fh)
+    if "audit" in doc:
+        return table, f"{config} [audit]"
+    return {k: v for k, v in doc.items() if k not in ("models", "cache")}, str(config)
+
+
+def audit_options(config: str | Path | None = None, **flags: Any) -> AuditOptions:
+    """The audit run's options, built once: the class defaults, under the settings table of the
+    audit.toml `config`, under `flags` (AuditOptions settings; None is a flag not given). A bad value
+    is an OptionsError naming the flag, or the file and key."""
+    if config is None:
+        return AuditOptions.build(**flags)
+    table, source = _audit_table(config)
+    return AuditOptions.build(table, source=source, config=Path(config), **flags)
 
 
 LLM_ROLES = ("verifier", "repairer", "checker")
 
 
-def load_audit_roles(config: str | Path | None = None, *, llm: str | None = None, model: str | None = None,
-                     concurrency: int = 8, env: dict[str, str] | None = None, **limits: Any) -> dict[str, Any]:
-    """Model roles for the audit. `config` may hold `[models.verifier]` (or `[[models.verifier]]` for
-    several), `[models.repairer]`, `[models.checker]` (kbvqa.models.config format). `llm` + `model`
-    (the CLI's --llm/--model) fill verifier, repairer and checker with ONE shared OpenAI-compatible
-    client, so its concurrency limit covers all three; they replace those roles from the file.
-    `limits` are roles_from_flags' timeout / connect_timeout / deadline / structured_output /
-    max_retries (None keeps each role's own setting)."""
+def audit_roles(opts: AuditOptions, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Model roles for the audit. `opts.config` may hold `[models.verifier]` (or `[[models.verifier]]`
+    for several), `[models.repairer]`, `[models.checker]` (kbvqa.models.config format). `--llm` +
+    `--model` fill verifier, repairer and checker with ONE shared OpenAI-compatible client, so its
+    concurrency limit (llm_concurrency, else run.concurrency) covers all three; they replace those
+    roles from the file. The call limits (None: each role's own setting) apply to every role."""
     from kbvqa.models.config import roles_from_flags
 
-    return roles_from_flags(config, llm=llm, model=model, fill=LLM_ROLES, concurrency=concurrency, env=env,
-                            **{k: v for k, v in limits.items() if v is not None})
+    m = opts.models
+    return roles_from_flags(opts.config, llm=m.llm, model=m.model, api_key_env=m.api_key_env, fill=LLM_ROLES,
+                            concurrency=opts.llm_concurrency or opts.run.concurrency, env=env, **m.limits())
+
+
+def load_audit_roles(config: str | Path | None = None, *, env: dict[str, str] | None = None,
+                     **flags: Any) -> dict[str, Any]:
+    """`audit_roles` for a library caller: `flags` are AuditOptions settings (llm, model, timeout,
+    llm_concurrency, concurrency ...); the file's settings table is not read."""
+    return audit_roles(AuditOptions.build(config=config, **flags), env=env)
 
 
 def build_audit_stages(config: AuditConfig | None = None) -> list[Stage]:
@@ -218,28 +286,38 @@ def audit_job(config: AuditConfig | None = None, *, kb: Any, roles: dict[str, An
     """The audit as a Job: the configured stage list and a context holding the KB and the roles."""
     config = config or AuditConfig()
     return Job(build_audit_stages(config), Context(kb=kb, roles=roles or {}), description="audit",
-               run_config={"audit": config.model_dump(mode="json")})
+               run_config={"audit": config.model_dump(mode="json", include=set(AuditConfig.model_fields))})
 
 
-def audit_file(input_path: str | Path, kb: Any, out: str | Path, config: AuditConfig | None = None, *,
-               fmt: str | None = None, concurrency: int = 8, resume: bool = True, limit: int | None = None,
-               progress: bool = False, roles: dict[str, Any] | None = None,
-               skip_invalid: bool = False, close: bool = False, allow_empty: bool = False) -> dict[str, Any]:
-    """Audit a benchmark file (any format read_samples knows) against `kb` (a KB object, or a path
-    that kb.store.open_kb opens) and write the audited JSONL to `out` and the summary beside it.
+def default_out(input_path: str | Path) -> Path:
+    """Where `kbvqa audit run` writes without --out: INPUT.audit.jsonl beside the input."""
+    p = Path(input_path)
+    return p.with_name(p.stem + ".audit.jsonl")
+
+
+def audit_with(opts: AuditOptions, kb: Any, *, roles: dict[str, Any] | None = None, close: bool = False,
+               progress: bool = False) -> dict[str, Any]:
+    """Audit `opts.input` against `kb` (a KB object, or None: `opts.kb` opened by kb.store.open_kb)
+    and write the audited JSONL to `opts.out` (default `default_out`) and the summary beside it.
     Returns the summary (with the runner's counts under "run"). The caller owns `roles`; `close=True`
-    closes their HTTP pools when the run ends, inside the loop that used them."""
+    closes their HTTP pools when the run ends, inside the loop that used them. The manifest records
+    `opts.used()` as `run_config.options`."""
     from kbvqa.data.formats import SampleRecords
     from kbvqa.runner import read_results
 
-    if isinstance(kb, (str, Path)):
+    if opts.input is None:
+        raise ValueError("the audit needs an input file (AuditOptions.input)")
+    if kb is None:
+        if opts.kb is None:
+            raise ValueError("the audit needs a KB (AuditOptions.kb, or a KB object)")
         from kbvqa.kb.store import open_kb
-        kb = open_kb(kb)
-    records = SampleRecords(input_path, fmt, skip_invalid=skip_invalid, allow_empty=allow_empty)
-    rs = audit_job(config, kb=kb, roles=roles).run(records, out=Path(out), close=close, concurrency=concurrency,
-                                                   resume=resume, limit=limit, progress=progress,
-                                                   run_config={"input": str(input_path)})
-    summary = audit_summary(read_results(Path(out)))
+        kb = open_kb(opts.kb)
+    out = opts.out or default_out(opts.input)
+    records = SampleRecords(opts.input, opts.fmt, skip_invalid=opts.skip_invalid, allow_empty=opts.run.allow_empty)
+    rs = audit_job(opts, kb=kb, roles=roles).run(
+        records, out=out, close=close, concurrency=opts.run.concurrency, resume=opts.run.resume,
+        limit=opts.run.limit, progress=progress, run_config={"input": str(opts.input), "options": opts.used()})
+    summary = audit_summary(read_results(out))
     summary["run"] = {"total": rs.total, "ok": rs.ok, "error": rs.error, "invalid": rs.invalid,
                       "skipped": rs.skipped, "seconds": round(rs.seconds, 3), "out": str(rs.out),
                       "manifest": str(rs.manifest)}
@@ -249,21 +327,19 @@ def audit_file(input_path: str | Path, kb: Any, out: str | Path, config: AuditCo
     return summary
 
 
-def default_out(input_path: str | Path) -> Path:
-    """Where `kbvqa audit run` writes without --out: INPUT.audit.jsonl beside the input."""
-    p = Path(input_path)
-    return p.with_name(p.stem + ".audit.jsonl")
+def audit_file(input_path: str | Path, kb: Any, out: str | Path, config: AuditConfig | None = None, *,
+               roles: dict[str, Any] | None = None, close: bool = False, progress: bool = False,
+               **settings: Any) -> dict[str, Any]:
+    """`audit_with` for a library caller (tests, the demo): `kb` a KB object or a path, `config` stage
+    settings (an AuditConfig), `settings` any other AuditOptions settings by flag name (fmt,
+    concurrency, resume, limit, skip_invalid, allow_empty ...), built into one AuditOptions."""
+    stages = config.model_dump(exclude_unset=True, include=set(AuditConfig.model_fields)) if config else {}
+    path = kb if isinstance(kb, (str, Path)) else None
+    opts = AuditOptions.build(stages, input=Path(input_path), kb=path, out=Path(out), **settings)
+    return audit_with(opts, None if path is not None else kb, roles=roles, close=close, progress=progress)
 
 
-def run_audit(input_path: str | Path, kb: str | Path, out: str | Path | None = None, *,
-              config: str | Path | None = None, llm: str | None = None, model: str | None = None,
-              llm_concurrency: int | None = None, concurrency: int = 8, limits: dict[str, Any] | None = None,
-              **options: Any) -> dict[str, Any]:
-    """`kbvqa audit run`: the audit config and model roles from `config` (an audit.toml) and the
-    --llm/--model shortcut, the KB opened from `kb`, then `audit_file` with the roles closed at the
-    end (this function made them, so it owns them). `options` go to `audit_file`."""
-    cfg = AuditConfig.from_toml(config) if config else AuditConfig()
-    roles = load_audit_roles(config, llm=llm, model=model, concurrency=llm_concurrency or concurrency,
-                             **(limits or {}))
-    return audit_file(input_path, kb, out or default_out(input_path), cfg, concurrency=concurrency, roles=roles,
-                      close=True, **options)
+def run_audit(opts: AuditOptions, *, progress: bool = False) -> dict[str, Any]:
+    """`kbvqa audit run`: the model roles from the options (`audit_roles`), the KB opened from
+    `opts.kb`, then `audit_with`, the roles closed at the end (this function made them, so it owns them)."""
+    return audit_with(opts, None, roles=audit_roles(opts), close=True, progress=progress)
