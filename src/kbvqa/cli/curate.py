@@ -19,7 +19,8 @@ from typing import Optional
 import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, model_limits, print_result)
+                              fail, print_result)
+from kbvqa.cli.options import flags, with_defaults
 from kbvqa.cli.retrieve import job_errors
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Curate benchmark items from community posts; proofreading sheets.")
@@ -31,7 +32,7 @@ def _errors() -> tuple[type[BaseException], ...]:
     return (*job_errors(), FileExistsError, InputError)
 
 
-@app.command("run")
+@app.command("run", cls=with_defaults("kbvqa.pipelines.curate:CurateOptions"))
 def run(
     posts: Path = typer.Argument(..., help="Posts: JSONL (see kbvqa.data.posts), CSV or Parquet with --mapping."),
     out: Path = typer.Option(..., "--out", help="Run folder: stages/ journals, items.jsonl, dropped.jsonl, "
@@ -47,13 +48,13 @@ def run(
     mapping: Optional[str] = typer.Option(None, "--mapping", help="CSV/Parquet: field=column,... (fields: id, title, "
                                                                   "text, images, comments, tags, language, category, "
                                                                   "intent, answer, platform)."),
-    sep: str = typer.Option("|", "--sep", help="Separator of list cells given as strings."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Drop unreadable rows (counted, listed in "
-                                                                    "dropped.jsonl) instead of stopping."),
-    concurrency: int = typer.Option(8, "--concurrency", min=1),
+    sep: Optional[str] = typer.Option(None, "--sep", help="Separator of list cells given as strings."),
+    skip_invalid: Optional[bool] = typer.Option(None, "--skip-invalid", help="Drop unreadable rows (counted, listed "
+                                                                             "in dropped.jsonl) instead of stopping."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Read at most N posts."),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep what each stage decided; re-run stopped "
-                                                                   "posts (needs-model, error, invalid)."),
+    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep what each stage decided; re-run "
+                                                                             "stopped posts (needs-model, error, invalid)."),
     as_json: bool = typer.Option(False, "--json", help="Print the funnel as JSON instead of a table."),
     timeout: Optional[float] = TIMEOUT,
     connect_timeout: Optional[float] = CONNECT_TIMEOUT,
@@ -61,21 +62,20 @@ def run(
     structured_output: Optional[str] = STRUCTURED_OUTPUT,
     max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
-    """Run the four-step curation funnel: type cleaning, quality, refinement and balancing, auditing."""
+    """Run the four-step curation funnel: type cleaning, quality, refinement and balancing, auditing.
+    Every stage's manifest and funnel.json record the options used."""
     from kbvqa.data.posts import parse_post_mapping
     from kbvqa.models.config import roles_from_flags
-    from kbvqa.pipelines.curate import curate_posts, load_curate_config
+    from kbvqa.pipelines.curate import CurateOptions, curate_options, run_curation
     from kbvqa.report.tables import ResultTable
 
     try:
-        cfg = load_curate_config(config)
-        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env, fill=cfg.roles(),
-                                 concurrency=concurrency,
-                                 **model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
-        result = curate_posts(posts, out, config=cfg, roles=roles, image_root=images, fmt=fmt,
-                              mapping=parse_post_mapping(mapping), sep=sep, skip_invalid=skip_invalid,
-                              resume=resume, concurrency=concurrency,
-                              limit=limit, progress=not as_json)
+        given = {**locals(), "mapping": parse_post_mapping(mapping)}
+        opts = curate_options(**flags(CurateOptions, given))
+        m = opts.models
+        roles = roles_from_flags(opts.config, llm=m.llm, model=m.model, api_key_env=m.api_key_env,
+                                 fill=opts.curate.roles(), concurrency=opts.run.concurrency, **m.limits())
+        result = run_curation(opts, roles=roles, progress=not as_json)
     except _errors() as e:
         fail(e)
     if as_json:

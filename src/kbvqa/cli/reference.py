@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 import typer
 from rich.console import Console
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, model_limits, print_table)
+                              fail, print_table)
+from kbvqa.cli.options import flags, with_defaults
 from kbvqa.cli.retrieve import job_errors
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Interleaved reference construction and its human audit.")
@@ -32,7 +33,7 @@ def _errors() -> tuple[type[BaseException], ...]:
     return (*job_errors(), FileExistsError)
 
 
-@app.command("build")
+@app.command("build", cls=with_defaults("kbvqa.pipelines.reference:ReferenceOptions"))
 def build(
     samples: Path = typer.Option(..., "--samples", exists=True, dir_okay=False, help="Benchmark file (NoteVQA-style JSONL or any kbvqa format)."),
     trajectories: Path = typer.Option(..., "--trajectories", help="Agent predictions with trajectories "
@@ -43,19 +44,20 @@ def build(
     kb_images: Optional[Path] = typer.Option(None, "--kb-images", help="Folder holding the KB's image files."),
     images: Optional[Path] = typer.Option(None, "--images", help="Folder the samples' images are relative to "
                                                                  "(default: the samples file's folder)."),
-    tools: Optional[Literal["local", "web"]] = typer.Option(
+    tools: Optional[str] = typer.Option(
         None, "--tools", help="How pages are harvested: local (KB images, offline) or web (guarded downloads). "
-                              "Default: the backend the trajectories used."),
+                              "When neither this nor [reference.harvest] backend sets it: the one backend the "
+                              "trajectories name, if they name one."),
     llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL for the model roles."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name on that server (a VLM)."),
     config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml: [models.*] roles and "
                                                                  "[reference.*] stage settings."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env"),
     fmt: Optional[str] = typer.Option(None, "--format", help="Samples format (default: detected)."),
-    concurrency: int = typer.Option(8, "--concurrency", min=1),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1),
     limit: Optional[int] = typer.Option(None, "--limit", min=1),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep items already ok in each stage; re-run "
-                                                                   "errored, invalid and needs-model ones."),
+    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep items already ok in each stage; "
+                                                                             "re-run errored, invalid and needs-model ones."),
     timeout: Optional[float] = TIMEOUT,
     connect_timeout: Optional[float] = CONNECT_TIMEOUT,
     deadline: Optional[float] = DEADLINE,
@@ -65,22 +67,19 @@ def build(
     """Build draft interleaved references: URL scoring, image harvesting, candidate scoring, the entity
     image search, synthesis, the five-rule filter on each tag, de-duplication and the consistency check
     (filter and de-duplication before synthesis with [reference] filter_placement = "before_synthesis"),
-    each a resumable runner job."""
-    from kbvqa.kb.store import open_kb
+    each a resumable runner job. Every stage's manifest and funnel.json record the options used."""
     from kbvqa.models.config import roles_from_flags
+    from kbvqa.pipelines.reference import ReferenceOptions, build_references, reference_options
     from kbvqa.tools.config import web_tool_options
-    from kbvqa.pipelines.reference import build_references, load_reference_config
 
     console = Console(stderr=True)
     try:
-        cfg = load_reference_config(config)
-        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env, fill=cfg.roles(),
-                                 concurrency=concurrency,
-                                 **model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
-        result = build_references(samples, trajectories, out, config=cfg, roles=roles,
-                                  kb=open_kb(kb) if kb is not None else None, kb_images=kb_images, tools=tools,
-                                  image_root=images, sample_format=fmt, resume=resume, concurrency=concurrency,
-                                  limit=limit, progress=console.is_terminal, web_tools=web_tool_options(config))
+        opts = reference_options(**flags(ReferenceOptions, locals()))
+        m = opts.models
+        roles = roles_from_flags(opts.config, llm=m.llm, model=m.model, api_key_env=m.api_key_env,
+                                 fill=opts.reference.roles(), concurrency=opts.run.concurrency, **m.limits())
+        result = build_references(opts, roles=roles, progress=console.is_terminal,
+                                  web_tools=web_tool_options(opts.config))
     except _errors() as e:
         fail(e)
     if console.is_terminal:

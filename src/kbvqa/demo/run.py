@@ -194,7 +194,7 @@ def _interleaved_evaluation(bench: DemoBench, kb: KBStore, community: Path, agen
                             progress: bool) -> dict[str, Any]:
     """IVR-12 in rules mode (no judge model) on the agent's answers and on the references, their
     comparison, and a reference-construction run over the local tools up to its first VLM stage."""
-    from kbvqa.pipelines.reference import build_references
+    from kbvqa.pipelines.reference import build_references, reference_options
     from kbvqa.pipelines.score import ivr12_compare_files, ivr12_files
 
     out.mkdir(parents=True, exist_ok=True)
@@ -204,8 +204,9 @@ def _interleaved_evaluation(bench: DemoBench, kb: KBStore, community: Path, agen
                        image_root=bench.root, progress=progress)
     compare = ivr12_compare_files(out / "references.ivr12.summary.json", out / "agent.ivr12.summary.json",
                                   names=("references", "agent"), out=out / "ivr12.compare.json")
-    funnel = build_references(community, agent_out, out / "reference_build", kb=kb, kb_images=bench.root,
-                              tools="local", image_root=bench.root, resume=False, progress=progress)
+    opts = reference_options(samples=community, trajectories=agent_out, out=out / "reference_build", kb=bench.kb,
+                             kb_images=bench.root, tools="local", images=bench.root, resume=False)
+    funnel = build_references(opts, kb=kb, progress=progress)
     return {"ivr12_agent": agent, "ivr12_references": refs, "ivr12_compare": compare, "reference_funnel": funnel.as_dict()}
 
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
@@ -50,10 +50,12 @@ from kbvqa.pipelines.curate.typecheck import Consistency, TextOnlyGate, VqaCandi
 from kbvqa.runner.config import load_table
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import manifest_path, redact
+from kbvqa.runner.options import JobOptions, ModelFlags, RunOptions, read_table
 from kbvqa.runner.stage import Context
 
-__all__ = ["STAGES", "CurateConfig", "CurateResult", "CurateSetupError", "curate_context", "curate_posts",
-           "export_review", "import_review", "load_curate_config", "review_import", "stage_job"]
+__all__ = ["STAGES", "CurateConfig", "CurateOptions", "CurateResult", "CurateSetupError", "curate_context",
+           "curate_options", "curate_posts", "export_review", "import_review", "load_curate_config", "review_import",
+           "run_curation", "stage_job"]
 
 #: (key, step, stage class) in run order; the key names the config table, the journal and the funnel row.
 STAGES: tuple[tuple[str, int, type[CurateStage]], ...] = (
@@ -127,6 +129,44 @@ def load_curate_config(path: str | Path | None) -> Any:
     return load_table(path, "curate", CurateConfig, error=CurateSetupError)
 
 
+class CurateOptions(JobOptions):
+    """Every setting of one `kbvqa curate run`, built once (`curate_options`: the class defaults, under
+    `[curate]` of `--config`, under the flags) and handed down unchanged: each stage gets its table
+    `opts.curate.<stage>` as validated, the run loop `opts.run`, the model roles `opts.models`; every
+    stage's manifest and `funnel.json` record `used()`."""
+
+    posts: Path | None = None  # JSONL, CSV or Parquet posts; required
+    out: Path | None = None  # the run folder; required
+    images: Path | None = None  # folder the posts' image paths are relative to (default: the posts' folder)
+    fmt: str | None = None  # jsonl | csv | parquet (default: from the extension)
+    mapping: dict[str, str] | None = None  # CSV/Parquet: field -> column
+    sep: str = "|"  # separator of list cells given as strings
+    skip_invalid: bool = False  # unreadable rows dropped (and listed) instead of stopping the run
+    config: Path | None = None  # TOML: [curate.*] stage settings, [models.*] roles
+    curate: CurateConfig = Field(default_factory=CurateConfig)  # type: ignore[valid-type]
+    models: ModelFlags = Field(default_factory=ModelFlags)
+    run: RunOptions = Field(default_factory=RunOptions)
+
+    ALIASES: ClassVar[Mapping[str, tuple[str, ...]]] = {"concurrency": ("run.concurrency",),
+                                                        "timeout": ("models.timeout",), "image_root": ("images",)}
+    FLAGS: ClassVar[Mapping[str, str]] = {"fmt": "--format"}
+
+    @model_validator(mode="after")
+    def _inputs_given(self) -> "CurateOptions":
+        missing = [f"--{k}" for k in ("posts", "out") if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} must be given")
+        return self
+
+
+def curate_options(**flags: Any) -> CurateOptions:
+    """The run's options from the flags (names as `CurateOptions.flag_paths()` lists them; None: not
+    given) over `[curate]` of the `config` file they name (errors name `FILE: curate.KEY`)."""
+    config = flags.get("config")
+    table = read_table(config, "curate")
+    return CurateOptions.build({"curate": table} if table else {}, source=str(config) if config else None, **flags)
+
+
 def curate_context(roles: Mapping[str, Any] | None = None, *, image_root: Path | None = None,
                    allow_outside_root: bool | None = None) -> Context:
     """The context every stage job of one run shares: the model roles and the posts' image root
@@ -161,6 +201,7 @@ class CurateResult:
     stages: list[dict[str, Any]]
     output: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    options: dict[str, Any] | None = None  # CurateOptions.used(): the settings the run used
 
     @property
     def accounted(self) -> bool:
@@ -171,7 +212,8 @@ class CurateResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "intake": self.intake, "stages": self.stages, "output": self.output,
-                "accounted": self.accounted, **({"warnings": self.warnings} if self.warnings else {})}
+                "accounted": self.accounted, **({"warnings": self.warnings} if self.warnings else {}),
+                **({"options": self.options} if self.options is not None else {})}
 
 
 class _Lines:
@@ -248,19 +290,31 @@ def _model_notes(config: Any, roles: Mapping[str, Any]) -> list[str]:
 
 
 def curate_posts(posts: str | Path, out: str | Path, *, config: Any = None, roles: Mapping[str, Any] | None = None,
-                 image_root: Path | None = None, fmt: str | None = None, mapping: dict[str, str] | None = None,
-                 sep: str = "|", skip_invalid: bool = False, allow_outside_root: bool | None = None, resume: bool = True,
-                 concurrency: int = 8, limit: int | None = None, progress: bool = False,
+                 image_root: Path | None = None, allow_outside_root: bool | None = None, progress: bool = False,
+                 on_stage: Callable[[dict[str, Any]], None] | None = None, **settings: Any) -> CurateResult:
+    """`run_curation` for a library caller: `config` (a CurateConfig: the stage tables) and `settings`
+    (flag names: fmt, mapping, sep, skip_invalid, resume, concurrency, limit, ...; None: not given)
+    become the run's CurateOptions through the one builder."""
+    opts = CurateOptions.build({"curate": config} if config is not None else {}, posts=posts, out=out,
+                               images=image_root, **settings)
+    return run_curation(opts, roles=roles, allow_outside_root=allow_outside_root, progress=progress,
+                        on_stage=on_stage)
+
+
+def run_curation(opts: CurateOptions, *, roles: Mapping[str, Any] | None = None,
+                 allow_outside_root: bool | None = None, progress: bool = False,
                  on_stage: Callable[[dict[str, Any]], None] | None = None) -> CurateResult:
-    """Run the funnel over `posts` into the folder `out` and return (and write) the funnel. Images are
-    resolved under `image_root` (default: the posts file's folder). `on_stage` sees each stage's row."""
-    posts, out = Path(posts), Path(out)
+    """Run the funnel over `opts.posts` into the folder `opts.out` and return (and write) the funnel.
+    Images are resolved under `opts.images` (default: the posts file's folder). `on_stage` sees each
+    stage's row."""
+    assert opts.posts is not None and opts.out is not None  # CurateOptions._inputs_given
+    posts, out, config, run = Path(opts.posts), Path(opts.out), opts.curate, opts.run
     if not posts.is_file():
         raise DataError("posts file not found", file=posts)
-    config = config if config is not None else CurateConfig()
     roles = dict(roles or {})
     (out / STAGES_DIR).mkdir(parents=True, exist_ok=True)
-    ctx = curate_context(roles, image_root=image_root or posts.resolve().parent, allow_outside_root=allow_outside_root)
+    ctx = curate_context(roles, image_root=opts.images or posts.resolve().parent, allow_outside_root=allow_outside_root)
+    used = opts.used()
     report = SkipReport()
     ids: list[str] = []
     counts = {"read": 0, "duplicate_id": 0}
@@ -281,14 +335,16 @@ def curate_posts(posts: str | Path, out: str | Path, *, config: Any = None, role
                 t0 = time.perf_counter()
                 ctx.resources.update(stage.resources(passing(prev, passed) if prev is not None else iter(())))
                 decide_s = round(time.perf_counter() - t0, 3)
-            elif resume:
+            elif run.resume:
                 _same_settings(path, job.run_config, key)
             if n == 0:
-                records: Any = _intake(posts, fmt, mapping, sep, report, skip_invalid, limit, ids, dropped, counts)
+                records: Any = _intake(posts, opts.fmt, opts.mapping, opts.sep, report, opts.skip_invalid, run.limit,
+                                       ids, dropped, counts)
             else:
                 records = passing(prev, passed) if prev is not None else iter(())
             if n == 0 or passed:
-                job.run(records, out=path, resume=resume, concurrency=concurrency, progress=progress)
+                job.run(records, out=path, resume=run.resume, concurrency=run.concurrency, progress=progress,
+                        run_config={"options": used})
             if n == 0:
                 for row, reason in report.skipped:  # unreadable rows: no post, but a line all the same
                     dropped.append({"id": None, "row": row, "step": 0, "stage": "intake", "reason": "bad_row",
@@ -325,7 +381,7 @@ def curate_posts(posts: str | Path, out: str | Path, *, config: Any = None, role
     intake = {"read": counts["read"] + report.count, "posts": len(ids), "skipped_rows": report.count,
               "duplicate_id": counts["duplicate_id"]}
     output = {"items": len(items), "dropped": dropped.n, "stopped": stopped.n, "drops": output_drops}
-    result = CurateResult(out, intake, summaries, output, _model_notes(config, roles))
+    result = CurateResult(out, intake, summaries, output, _model_notes(config, roles), used)
     (out / FUNNEL_FILE).write_text(json.dumps(result.as_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
     return result
 

@@ -34,9 +34,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from kbvqa.pipelines.reference.audit import export_sheet, import_sheet
 from kbvqa.pipelines.reference.candidates import CandidateConfig, CandidateScoring
@@ -47,15 +47,17 @@ from kbvqa.pipelines.reference.entities import EntityConfig, EntitySearch
 from kbvqa.pipelines.reference.filter import FilterConfig, FiveRuleFilter
 from kbvqa.pipelines.reference.funnel import stage_lines, stage_summary
 from kbvqa.pipelines.reference.harvest import Harvest, HarvestConfig, ImageStore, LoopFetcher, PageScraper
-from kbvqa.pipelines.reference.records import intake
+from kbvqa.pipelines.reference.records import intake, trajectory_tools
 from kbvqa.pipelines.reference.synthesis import Synthesis, SynthesisConfig
 from kbvqa.pipelines.reference.urls import UrlConfig, UrlScoring
 from kbvqa.runner.config import load_table
 from kbvqa.runner.job import Job
+from kbvqa.runner.options import JobOptions, ModelFlags, RunOptions, read_table
 from kbvqa.runner.stage import Context, Stage
 
-__all__ = ["STAGES", "BuildResult", "ReferenceConfig", "ReferenceSetupError", "build_references", "export_sheet",
-           "import_sheet", "load_reference_config", "reference_context", "stage_job", "stage_plan"]
+__all__ = ["STAGES", "BuildResult", "ReferenceConfig", "ReferenceOptions", "ReferenceSetupError", "build_references",
+           "export_sheet", "import_sheet", "load_reference_config", "reference_context", "reference_options",
+           "stage_job", "stage_plan"]
 
 _URLS = ("urls", "urls.jsonl", UrlScoring, "urls")
 _HARVEST = ("harvest", "harvest.jsonl", Harvest, "harvest")
@@ -108,8 +110,20 @@ class FetchSettings(BaseModel):
     retries: int = Field(1, ge=0)
 
 
+def _given(table: Any) -> dict[str, Any]:
+    """A stage table as it was given: a dict as written, or a model's explicitly set fields."""
+    if isinstance(table, BaseModel):
+        return {k: getattr(table, k) for k in table.model_fields_set}
+    return dict(table) if isinstance(table, Mapping) else {}
+
+
 class ReferenceConfig(BaseModel):
-    """The `[reference]` table of a kbvqa.toml: one sub-table per stage plus `[reference.fetch]`."""
+    """The `[reference]` table of a kbvqa.toml: one sub-table per stage plus `[reference.fetch]`.
+
+    Two settings have one home each and are handed to the stages that read them when the table is
+    validated: `filter_placement` (the filter, de-duplication and synthesis stages' `placement`) and
+    `[reference.harvest]` (the entity search's `backend` and its image gates, `entities.harvest`).
+    Setting one of those copies to another value is an error naming the home."""
 
     model_config = ConfigDict(extra="forbid")
     #: after_synthesis: App. C.2 (each tag with ±200 characters of the draft); before_synthesis: §3.2's
@@ -118,12 +132,38 @@ class ReferenceConfig(BaseModel):
     urls: UrlConfig = Field(default_factory=UrlConfig)
     harvest: HarvestConfig = Field(default_factory=HarvestConfig)
     candidates: CandidateConfig = Field(default_factory=CandidateConfig)
-    filter: FilterConfig = Field(default_factory=FilterConfig)
-    dedup: DedupConfig = Field(default_factory=DedupConfig)
-    entities: EntityConfig = Field(default_factory=EntityConfig)
-    synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig)
+    filter: FilterConfig = Field(default_factory=FilterConfig, validate_default=True)
+    dedup: DedupConfig = Field(default_factory=DedupConfig, validate_default=True)
+    entities: EntityConfig = Field(default_factory=EntityConfig, validate_default=True)
+    synthesis: SynthesisConfig = Field(default_factory=SynthesisConfig, validate_default=True)
     consistency: ConsistencyConfig = Field(default_factory=ConsistencyConfig)
     fetch: FetchSettings = Field(default_factory=FetchSettings)
+
+    @field_validator("filter", "dedup", "synthesis", mode="before")
+    @classmethod
+    def _placed(cls, table: Any, info: ValidationInfo) -> Any:
+        """The stage runs where `filter_placement` puts it (its own `placement` is that value)."""
+        place = info.data.get("filter_placement")
+        if place is None:  # filter_placement itself was refused: its error is the one to read
+            return table
+        given = _given(table)
+        if given.get("placement", place) != place:
+            raise ValueError(f"placement {given['placement']!r} differs from filter_placement {place!r}: set "
+                             "[reference] filter_placement, the one place the order of the stages is chosen")
+        return {**given, "placement": place}
+
+    @field_validator("entities", mode="before")
+    @classmethod
+    def _harvested_alike(cls, table: Any, info: ValidationInfo) -> Any:
+        """The entity search downloads on the harvest's backend through the harvest's gates."""
+        harvest = info.data.get("harvest")
+        if harvest is None:
+            return table
+        given = _given(table)
+        for key, value in (("backend", harvest.backend), ("harvest", harvest)):
+            if key in given and given[key] != value:
+                raise ValueError(f"{key} is [reference.harvest]'s (the entity search harvests alike): set it there")
+        return {**given, "backend": harvest.backend, "harvest": harvest}
 
     def roles(self) -> tuple[str, ...]:
         """The model roles the stages read (what `--llm/--model` fills)."""
@@ -131,21 +171,80 @@ class ReferenceConfig(BaseModel):
         return tuple(dict.fromkeys(c.role for c in cfgs if "role" in type(c).model_fields))
 
     def settled(self, backend: str | None = None) -> ReferenceConfig:
-        """A copy with the build-wide settings handed down to the stages that read them (the harvest
-        backend, the filter placement, the harvester's gates for the entity search), so each stage's
-        manifest records what it ran with."""
-        harvest = self.harvest.model_copy(update={"backend": backend or self.harvest.backend})
-        place = {"placement": self.filter_placement}
-        return self.model_copy(update={
-            "harvest": harvest, "filter": self.filter.model_copy(update=place),
-            "dedup": self.dedup.model_copy(update=place), "synthesis": self.synthesis.model_copy(update=place),
-            "entities": self.entities.model_copy(update={"backend": harvest.backend, "harvest": harvest})})
+        """These tables validated again, on the harvest `backend` when one is given: for a caller that
+        changed a table in place or by `model_copy` (the build itself never needs it)."""
+        data = {k: _given(v) if isinstance(v, BaseModel) else v
+                for k in self.model_fields_set for v in [getattr(self, k)]}
+        for key in ("filter", "dedup", "synthesis"):
+            data.get(key, {}).pop("placement", None)
+        for key in ("backend", "harvest"):
+            data.get("entities", {}).pop(key, None)
+        if backend is not None:
+            data["harvest"] = {**_given(self.harvest), "backend": backend}
+        return type(self).model_validate(data)
 
 
 def load_reference_config(path: str | Path | None) -> ReferenceConfig:
     """`[reference]` of a kbvqa.toml (defaults when there is no file or no table); a bad key or value
     is an error naming the file and the dotted key."""
     return load_table(path, "reference", ReferenceConfig, error=ReferenceSetupError)
+
+
+class ReferenceOptions(JobOptions):
+    """Every setting of one `kbvqa reference build`, built once (`reference_options`: the class
+    defaults, under `[reference]` of `--config`, under the flags) and handed down unchanged: each stage
+    gets its table `opts.reference.<stage>` as validated, the run loop `opts.run`, the model roles
+    `opts.models`; every stage's manifest and `funnel.json` record `used()`.
+
+    The harvest backend has one home, `reference.harvest.backend` (`--tools`); when neither the flag
+    nor `[reference.harvest] backend` sets it, it is the one backend the trajectories' ok episodes
+    name (kbvqa's reading of "the backend the agent used"), local when they name none or several."""
+
+    samples: Path | None = None  # benchmark file (any kbvqa format); required
+    trajectories: Path | None = None  # `kbvqa answer --pipeline agent` output; required
+    out: Path | None = None  # the build folder; required
+    kb: Path | None = None
+    kb_images: Path | None = None  # folder holding the KB's image files (local backend)
+    images: Path | None = None  # folder the samples' images are relative to (default: the samples' folder)
+    fmt: str | None = None  # the samples' format (default: detected)
+    config: Path | None = None  # kbvqa.toml: [models.*] roles, [reference.*], [tools.web]
+    reference: ReferenceConfig = Field(default_factory=ReferenceConfig)
+    models: ModelFlags = Field(default_factory=ModelFlags)
+    run: RunOptions = Field(default_factory=RunOptions)
+
+    ALIASES: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "tools": ("reference.harvest.backend",), "concurrency": ("run.concurrency",), "timeout": ("models.timeout",)}
+    FLAGS: ClassVar[Mapping[str, str]] = {"fmt": "--format", "reference.harvest.backend": "--tools"}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_of_trajectories(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("trajectories") is None:
+            return data
+        ref = data.get("reference")
+        harvest = ref.get("harvest") if isinstance(ref, dict) else None
+        if isinstance(ref, BaseModel) or isinstance(harvest, BaseModel) or "backend" in (harvest or {}):
+            return data
+        used = trajectory_tools(data["trajectories"])
+        if used is None:
+            return data
+        return {**data, "reference": {**(ref or {}), "harvest": {**(harvest or {}), "backend": used}}}
+
+    @model_validator(mode="after")
+    def _inputs_given(self) -> ReferenceOptions:
+        missing = [f"--{k}" for k in ("samples", "trajectories", "out") if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} must be given")
+        return self
+
+
+def reference_options(**flags: Any) -> ReferenceOptions:
+    """The build's options from the flags (names as `ReferenceOptions.flag_paths()` lists them; None:
+    not given) over `[reference]` of the `config` file they name (errors name `FILE: reference.KEY`)."""
+    config = flags.get("config")
+    table = read_table(config, "reference")
+    return ReferenceOptions.build({"reference": table} if table else {}, source=str(config) if config else None,
+                                  **flags)
 
 
 def reference_context(out_dir: Path, config: ReferenceConfig, *, roles: Mapping[str, Any] | None = None,
@@ -213,39 +312,42 @@ class BuildResult:
     intake: dict[str, Any]
     stages: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    options: dict[str, Any] | None = None  # ReferenceOptions.used(): the settings the build ran with
 
     def as_dict(self) -> dict[str, Any]:
         return {"out": str(self.out), "intake": self.intake, "stages": self.stages,
-                **({"warnings": self.warnings} if self.warnings else {})}
+                **({"warnings": self.warnings} if self.warnings else {}),
+                **({"options": self.options} if self.options is not None else {})}
 
 
-def build_references(samples: str | Path, trajectories: str | Path, out: str | Path, *,
-                     config: ReferenceConfig | None = None, roles: Mapping[str, Any] | None = None, kb: Any = None,
-                     kb_images: Path | None = None, tools: Literal["local", "web"] | None = None,
-                     image_root: Path | None = None, sample_format: str | None = None, resume: bool = True,
-                     concurrency: int = 8, limit: int | None = None, progress: bool = False,
-                     fetcher: Any = None, entity_tools: Any = None, web_tools: Mapping[str, Any] | None = None,
-                     page_scraper: Any = None,
+def build_references(opts: ReferenceOptions, *, roles: Mapping[str, Any] | None = None, kb: Any = None,
+                     progress: bool = False, fetcher: Any = None, entity_tools: Any = None,
+                     web_tools: Mapping[str, Any] | None = None, page_scraper: Any = None,
                      on_stage: Callable[[dict[str, Any]], None] | None = None) -> BuildResult:
-    """Run the eight stage jobs in order over `samples` ⋈ `trajectories`; write `funnel.json` and
-    return the funnel. `tools` (default: the backend the trajectories were made with, else local)
-    chooses how pages are harvested and which forward image search the entity stage uses (web:
-    `entity_tools`, else the WebTools built from `web_tools` settings, `[tools.web]`). `on_stage` sees each stage's summary as it finishes. Resuming a folder built
-    with the other filter placement is refused (its journals hold the other order's records)."""
-    out = Path(out)
+    """Run the eight stage jobs in order over `opts.samples` ⋈ `opts.trajectories` into `opts.out`;
+    write `funnel.json` and return the funnel. `kb` is the open KB (default: `opts.kb` opened here).
+    The harvest backend (`opts.reference.harvest.backend`) chooses how pages are harvested and which
+    forward image search the entity stage uses (web: `entity_tools`, else the WebTools built from
+    `web_tools` settings, `[tools.web]`). `on_stage` sees each stage's summary as it finishes.
+    Resuming a folder built with the other filter placement is refused (its journals hold the other
+    order's records)."""
+    config, run = opts.reference, opts.run
+    assert opts.out is not None and opts.samples is not None and opts.trajectories is not None  # _inputs_given
+    out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = (config or ReferenceConfig()).model_copy(deep=True)
-    taken = intake(samples, trajectories, image_root=image_root, fmt=sample_format)
-    records = taken.records[:limit] if limit is not None else taken.records
-    used = Counter(r["trajectory_source"].get("tools") for r in records)
-    backend = tools or (next(iter(used)) if len(used) == 1 and next(iter(used)) in ("local", "web") else "local")
-    config = config.settled(backend)
-    _check_placement(out / FUNNEL_FILE, config.filter_placement, resume)
+    if kb is None and opts.kb is not None:
+        from kbvqa.kb.store import open_kb
+
+        kb = open_kb(opts.kb)
+    taken = intake(opts.samples, opts.trajectories, image_root=opts.images, fmt=opts.fmt)
+    records = taken.records[:run.limit] if run.limit is not None else taken.records
+    backend = config.harvest.backend
+    _check_placement(out / FUNNEL_FILE, config.filter_placement, run.resume)
     if backend == "web" and entity_tools is None and web_tools is not None:
         from kbvqa.pipelines.reference.entities import LoopTools
 
         entity_tools = LoopTools(dict(web_tools))
-    ctx = reference_context(out, config, roles=roles, kb=kb, kb_images=kb_images, fetcher=fetcher,
+    ctx = reference_context(out, config, roles=roles, kb=kb, kb_images=opts.kb_images, fetcher=fetcher,
                             entity_tools=entity_tools, page_scraper=page_scraper, web_tools=web_tools)
     scraper = ctx.resources.get("page_scraper")
     if page_scraper is None and isinstance(scraper, PageScraper) and records:
@@ -259,14 +361,15 @@ def build_references(samples: str | Path, trajectories: str | Path, out: str | P
     if taken.counts["unguided"]:
         warnings.append(f"{taken.counts['unguided']} trajectories were not run with the short reference as guidance "
                         "(seed 001 collects them guided); references are built from them anyway")
+    used = opts.used()
     summaries: list[dict[str, Any]] = []
     inputs: list[dict[str, Any]] = records
     for key, journal, _, label in stage_plan(config.filter_placement):
         path = out / journal
         ids = [r["id"] for r in inputs]
         if inputs:
-            stage_job(key, config, ctx).run(inputs, out=path, resume=resume, concurrency=concurrency,
-                                            progress=progress)
+            stage_job(key, config, ctx).run(inputs, out=path, resume=run.resume, concurrency=run.concurrency,
+                                            progress=progress, run_config={"options": used})
         lines = stage_lines(path, ids)
         summary = stage_summary(key, lines, label)
         summaries.append(summary)
@@ -281,6 +384,6 @@ def build_references(samples: str | Path, trajectories: str | Path, out: str | P
         inputs = [{k: v for k, v in ln.items() if k not in ("status", "reason", "attempts", "stage")}
                   for ln in lines if ln.get("status") == "ok"]
     result = BuildResult(out, {**taken.counts, "limited_to": len(records), "tools": backend,
-                               "filter_placement": config.filter_placement}, summaries, warnings)
+                               "filter_placement": config.filter_placement}, summaries, warnings, used)
     (out / FUNNEL_FILE).write_text(json.dumps(result.as_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
     return result

@@ -124,3 +124,16 @@ def intake(samples: str | Path, trajectories: str | Path, *, image_root: str | P
         **({"examples_no_trajectory": no_trajectory[:5]} if no_trajectory else {}),
         **({"examples_unknown_ids": unknown[:5]} if unknown else {}),
         **({"examples_missing_observations": missing_obs[:3]} if missing_obs else {})})
+
+
+def trajectory_tools(trajectories: str | Path) -> str | None:
+    """The tool backend the agent's ok episodes name (`meta.tools`) when they all name the same one,
+    else None; None too for a file that cannot be read here (intake reports its problem)."""
+    names: set[Any] = set()
+    try:
+        for _, obj in read_jsonl(Path(trajectories)):
+            if isinstance(obj, dict) and str(obj.get("status", "ok")) == "ok":
+                names.add((obj.get("meta") or {}).get("tools") if isinstance(obj.get("meta"), dict) else None)
+    except (OSError, ValueError, DataError):
+        return None
+    return next(iter(names)) if len(names) == 1 and next(iter(names)) in ("local", "web") else None
