@@ -274,6 +274,9 @@ def test_redact_is_a_copy():
     red = redact(cfg)
     assert cfg == {"token": "t", "inner": {"api_key": "k"}}
     assert red == {"token": "***redacted***", "inner": {"api_key": "***redacted***"}}
+    # a keyword list is a setting (a curation filter's), not a credential; a key with "keyword" in it still is
+    assert redact({"block_keywords": ["spam"], "keyword_api_key": "k"}) == {
+        "block_keywords": ["spam"], "keyword_api_key": "***redacted***"}
 
 
 def test_truncated_last_line_tolerated_and_repaired(tmp_path):

@@ -413,8 +413,9 @@ def build_roles(cfg: ModelsConfig, env: dict[str, str] | None = None, *,
 
 
 # What makes a config key secret when its value is written out (manifests, role descriptions): any
-# key/token/secret/password/credential/authorization in the name, or `auth` as a word part.
-_SECRET_NAME = re.compile(r"key|token|secret|passw|credential|authorization|(?:^|[_-])auth(?:$|[_-])",
+# key/token/secret/password/credential/authorization in the name, or `auth` as a word part. A keyword
+# list (`block_keywords`) is a setting, not a key.
+_SECRET_NAME = re.compile(r"key(?!words?(?:$|[_-]))|token|secret|passw|credential|authorization|(?:^|[_-])auth(?:$|[_-])",
                           re.IGNORECASE)
 # URL query parameters additionally hide signatures (`?sig=`, `X-Amz-Signature=`).
 _SECRET_PARAM = re.compile(_SECRET_NAME.pattern + "|sig", re.IGNORECASE)
