@@ -2,68 +2,67 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from kbvqa.cli.common import emit_json, end_job, fail, print_result
+from kbvqa.cli.options import flags, option
 from kbvqa.data.errors import DataError
+from kbvqa.pipelines.augment.options import AugmentOptions as O
 
 
-def _colour(text: str) -> tuple[int, int, int]:
-    t = text.strip().lstrip("#")
-    if len(t) == 6 and all(c in "0123456789abcdefABCDEF" for c in t):
-        return int(t[0:2], 16), int(t[2:4], 16), int(t[4:6], 16)
-    parts = [p for p in text.replace(" ", "").split(",") if p]
-    if len(parts) == 3 and all(p.isdigit() and int(p) < 256 for p in parts):
-        return int(parts[0]), int(parts[1]), int(parts[2])
-    raise ValueError(f"colour {text!r}: use RRGGBB or R,G,B")
+def _items(text: Optional[str]) -> Optional[list[str]]:
+    """A comma-separated flag as a list (None: not given)."""
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
 
 def augment(
     input: Path = typer.Argument(..., exists=True, dir_okay=False, help="Benchmark file (kbvqa JSONL, InfoSeek, E-VQA, ARA CSV)."),
     images: Path = typer.Option(..., "--images", exists=True, file_okay=False, help="Root that relative image paths are under."),
     out: Path = typer.Option(..., "--out", help="Output directory (manifest.csv/.jsonl, samples.jsonl, stats.json, composites/)."),
-    fmt: Optional[str] = typer.Option(None, "--from", help="Input format (default: detected)."),
-    variants: str = typer.Option("intra,inter,blank,double", "--variants", help="Comma-separated: intra, inter, blank, double."),
-    seed: int = typer.Option(3185, "--seed", help="RNG seed (3185 = the released ARA files)."),
-    num_samples: Optional[int] = typer.Option(None, "--num-samples", min=1, help="Anchors to draw, balanced across types (default: all)."),
-    height: int = typer.Option(512, "--height", min=8, help="Panel height in pixels."),
-    gap: int = typer.Option(0, "--gap", min=0, help="Pixels between panels."),
-    background: str = typer.Option("000000", "--background", help="Gap/canvas colour, RRGGBB or R,G,B."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Composite processes (default: CPU count)."),
-    with_position: bool = typer.Option(False, "--with-position", help="Inter query with the spatial cue (the authors' release) instead of unchanged (the paper)."),
-    k: int = typer.Option(1, "--k", min=1, help="Distractors per composite."),
-    layout: str = typer.Option("row", "--layout", help="row or grid."),
-    image_format: str = typer.Option("jpg", "--image-format", help="jpg or png."),
-    resample: str = typer.Option("fast", "--resample", help="fast: OpenCV resizes panels (bicubic to enlarge, a Lanczos "
-                                 "low-pass + bicubic to shrink; within 1/255 of LANCZOS); lanczos: Pillow's LANCZOS, as the authors."),
-    min_entities: int = typer.Option(4, "--min-entities", min=2, help="Drop types with fewer distinct entities."),
-    types: Optional[str] = typer.Option(None, "--types", help="Comma-separated type vocabulary (default: the 19 InfoSeek types)."),
-    url_types: Optional[Path] = typer.Option(None, "--url-types", exists=True, dir_okay=False, help="JSON {url: type} KB-category fallback."),
-    similar: bool = typer.Option(False, "--similar", help="Hardest same-type distractor by image similarity (histogram baseline encoder)."),
+    config: Optional[Path] = option(O, "config", exists=True, dir_okay=False,
+                                    help="kbvqa.toml: its [augment] table sets any of these options by name "
+                                         "(composite.* and tagging.* as sub-tables); a flag wins over it."),
+    input_format: Optional[str] = option(O, "input_format", "--from", help="Input format (default: detected)."),
+    variants: Optional[str] = option(O, "variants", help="Comma-separated: intra, inter, blank, double."),
+    seed: Optional[int] = option(O, "seed", help="RNG seed (the default is the released ARA files' seed)."),
+    num_samples: Optional[int] = option(O, "num_samples", min=1,
+                                        help="Anchors to draw, balanced across types (default: all)."),
+    height: Optional[int] = option(O, "height", min=8, help="Panel height in pixels."),
+    gap: Optional[int] = option(O, "gap", min=0, help="Pixels between panels."),
+    background: Optional[str] = option(O, "background", help="Gap/canvas colour, RRGGBB or R,G,B."),
+    workers: Optional[int] = option(O, "workers", min=1, help="Composite processes (default: CPU count)."),
+    with_position: Optional[bool] = option(O, "with_position", "--with-position",
+                                           help="Inter query with the spatial cue (the authors' release) instead "
+                                                "of unchanged (the paper)."),
+    k: Optional[int] = option(O, "k", min=1, help="Distractors per composite."),
+    layout: Optional[str] = option(O, "layout", help="row or grid."),
+    image_format: Optional[str] = option(O, "image_format", help="jpg or png."),
+    resample: Optional[str] = option(O, "resample", help="fast: OpenCV resizes panels (bicubic to enlarge, a Lanczos "
+                                     "low-pass + bicubic to shrink; within 1/255 of LANCZOS); lanczos: Pillow's "
+                                     "LANCZOS, as the authors."),
+    min_entities: Optional[int] = option(O, "min_entities", min=2, help="Drop types with fewer distinct entities."),
+    types: Optional[str] = option(O, "types", help="Comma-separated type vocabulary (the default is InfoSeek's)."),
+    url_types: Optional[Path] = option(O, "url_types", exists=True, dir_okay=False,
+                                       help="JSON {url: type} KB-category fallback."),
+    similar: Optional[bool] = option(O, "similar", "--similar",
+                                     help="Hardest same-type distractor by image similarity (histogram baseline "
+                                          "encoder)."),
     as_json: bool = typer.Option(False, "--json", help="Print the stats as JSON."),
-    allow_empty: bool = typer.Option(False, "--allow-empty", help="Run on an input with no samples (otherwise an error)."),
+    allow_empty: Optional[bool] = option(O, "allow_empty", "--allow-empty",
+                                         help="Run on an input with no samples (otherwise an error)."),
 ) -> None:
     """Augment INPUT: intra/inter-category composites, Blank/Double controls, rewritten questions."""
-    from kbvqa.pipelines.augment.run import AugmentConfig, augment_file
-    from kbvqa.pipelines.augment.types import INFOSEEK_TYPES
+    from kbvqa.pipelines.augment.run import augment_file
     from kbvqa.report.summaries import augment_stats_tables
+    from kbvqa.runner.options import read_table
 
+    given = {**locals(), "variants": _items(variants), "types": _items(types)}
     try:
-        cfg = AugmentConfig(
-            height=height, gap=gap, background=_colour(background), workers=workers, with_position=with_position,
-            k=k, layout=layout, image_format=image_format, resample=resample, min_entities=min_entities,
-            types=tuple(t.strip() for t in types.split(",") if t.strip()) if types else INFOSEEK_TYPES,
-            url_types=json.loads(url_types.read_text(encoding="utf-8")) if url_types else None)
-        if similar:
-            from kbvqa.models.image_encoders import HistogramEncoder
-            cfg.encoder = HistogramEncoder()
-        stats = augment_file(input, images, out, fmt=fmt, config=cfg, seed=seed, num_samples=num_samples,
-                             variants=[v.strip() for v in variants.split(",") if v.strip()], progress=not as_json,
-                             allow_empty=allow_empty)
+        opts = O.build(read_table(config, "augment"), source=str(config), **flags(O, given))
+        stats = augment_file(input, images, out, opts, progress=not as_json)
     except (DataError, ValueError, OSError) as e:
         fail(e)
     if as_json:

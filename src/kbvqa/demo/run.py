@@ -26,7 +26,8 @@ from kbvqa.kb.store import KBStore
 from kbvqa.models.image_encoders import HistogramEncoder
 from kbvqa.evaluate.augmentation import augmentation_recall_table
 from kbvqa.pipelines.audit import audit_file
-from kbvqa.pipelines.augment.run import AugmentConfig, augment_samples
+from kbvqa.pipelines.augment.options import AugmentOptions
+from kbvqa.pipelines.augment.run import augment_samples
 from kbvqa.pipelines.curate import curate_posts
 from kbvqa.pipelines.retrieve import run_retrieval
 from kbvqa.demo.bench import DemoBench, build_bench, build_community, build_posts
@@ -157,9 +158,9 @@ def _augment_and_retrieve(fixed: Path, root: Path, out: Path, index: ImageIndex)
     """Augment the repaired split, retrieve with every variant's image, Recall@K side by side."""
     from kbvqa.data.formats import read_samples
 
-    cfg = AugmentConfig(types=DEMO_TYPES + ("organism", "artifact", "landmark"), aliases=DEMO_ALIASES,
-                        families=DEMO_FAMILIES, min_entities=2, height=256, workers=1)
-    stats = augment_samples(list(read_samples(fixed, "kbvqa")), root, out, cfg)
+    opts = AugmentOptions.build(types=[*DEMO_TYPES, "organism", "artifact", "landmark"], aliases=DEMO_ALIASES,
+                                families=DEMO_FAMILIES, min_entities=2, height=256, workers=1)
+    stats = augment_samples(list(read_samples(fixed, "kbvqa")), root, out, opts)
     samples = [rec for _, rec in read_jsonl(out / "samples.jsonl")]
     run = run_retrieval(samples, index, HistogramEncoder(), out=out / "retrieval.jsonl", image_root=out, k=10,
                         resume=False)

@@ -35,28 +35,9 @@ from typing import Any
 from PIL import Image, ImageOps
 
 from kbvqa.data.images import check_image
+from kbvqa.pipelines.augment.options import RESAMPLE, Style, check_resample  # noqa: F401 - the composite's style
 
 _ROTATED = {5, 6, 7, 8}  # EXIF orientations that swap width and height
-RESAMPLE = ("fast", "lanczos")
-
-
-@dataclass(frozen=True)
-class Style:
-    height: int = 512
-    gap: int = 0
-    background: tuple[int, int, int] = (0, 0, 0)
-    blank_colour: tuple[int, int, int] = (255, 255, 255)
-    fmt: str = "jpg"  # jpg | png
-    quality: int = 95
-    resample: str = "fast"  # fast: OpenCV (bicubic up; Lanczos low-pass + bicubic down to 4x) | lanczos: Pillow LANCZOS
-
-    def __post_init__(self) -> None:
-        check_resample(self.resample)
-
-
-def check_resample(mode: str) -> None:
-    if mode not in RESAMPLE:
-        raise ValueError(f"unknown resample {mode!r} (one of: {', '.join(RESAMPLE)})")
 
 
 @dataclass(frozen=True)

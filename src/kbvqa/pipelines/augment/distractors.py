@@ -24,6 +24,7 @@ import numpy as np
 
 from kbvqa.data.urls import canonical_url
 from kbvqa.data.matching import norm
+from kbvqa.pipelines.augment.options import AugmentOptions
 
 DEFAULT_FAMILIES: dict[str, str] = {
     "building": "structure", "bridge": "structure", "facility": "structure", "park": "structure",
@@ -74,7 +75,8 @@ class Pools:
     dropped_types: dict[str, int] = field(default_factory=dict)  # type -> distinct entities
 
 
-def build_pools(cands: Sequence[Candidate], min_entities: int = 4) -> Pools:
+def build_pools(cands: Sequence[Candidate],
+                min_entities: int = AugmentOptions.model_fields["min_entities"].default) -> Pools:
     """Group candidates by type; drop types with fewer than `min_entities` distinct entities."""
     by: dict[str, list[Candidate]] = {}
     for c in cands:

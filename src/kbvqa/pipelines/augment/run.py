@@ -26,8 +26,7 @@ import os
 import re
 import shutil
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,53 +38,10 @@ from kbvqa.pipelines.augment import manifest as mf
 from kbvqa.pipelines.augment import rewrite as rw
 from kbvqa.pipelines.augment import stats as st
 from kbvqa.pipelines.augment.distractors import Candidate, Choice, Sampler, build_pools, entity_key
-from kbvqa.pipelines.augment.types import AMBIGUOUS_WORDS, INFOSEEK_TYPES, TypeTag, TypeVocabulary, tag_samples
+from kbvqa.pipelines.augment.options import ALL_VARIANTS, AugmentOptions
+from kbvqa.pipelines.augment.types import TypeTag, TypeVocabulary, tag_samples
 
-ALL_VARIANTS = ("intra", "inter", "blank", "double")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-@dataclass
-class AugmentConfig:
-    """Everything that shapes an augmentation run (the CLI fills it from flags)."""
-
-    variants: tuple[str, ...] = ALL_VARIANTS
-    seed: int = 3185  # the seed of the released ARA files
-    num_samples: int | None = None  # None = every eligible anchor
-    height: int = 512
-    gap: int = 0
-    background: tuple[int, int, int] = (0, 0, 0)
-    blank_colour: tuple[int, int, int] = (255, 255, 255)
-    image_format: str = "jpg"
-    quality: int = 95
-    resample: str = "fast"  # composite.RESAMPLE: "lanczos" resizes exactly as the authors' script
-    workers: int | None = None  # None = os.cpu_count()
-    with_position: bool = False  # inter query with the spatial cue (the authors' release) instead of unchanged
-    k: int = 1  # distractors per composite
-    layout: str = "row"  # row | grid
-    min_entities: int = 4
-    types: tuple[str, ...] = INFOSEEK_TYPES
-    aliases: dict[str, str] = field(default_factory=dict)
-    ambiguous: tuple[str, ...] = AMBIGUOUS_WORDS
-    families: dict[str, str] | None = None
-    url_types: dict[str, str] | None = None  # canonical url -> type (KB-category fallback)
-    forced_pairs: dict[str, str] | None = None  # anchor url -> intra distractor url
-    encoder: Any = None  # ImageEncoder: hardest same-type distractor by image similarity
-    client: Any = None  # model client for the LLM type tagger (the `tagger` role)
-    concurrency: int = 8  # samples in flight in the type tagger (its model requests)
-    kb: Any = None  # KnowledgeBase: Article.meta["type"] fallback
-
-    def check(self) -> None:
-        bad = [v for v in self.variants if v not in ALL_VARIANTS]
-        if bad or not self.variants:
-            raise ValueError(f"unknown variant(s) {bad}; choose from {list(ALL_VARIANTS)}")
-        if self.layout not in ("row", "grid"):
-            raise ValueError(f"layout must be row or grid, not {self.layout!r}")
-        if self.k < 1 or self.height < 8 or self.gap < 0 or self.min_entities < 2 or self.concurrency < 1:
-            raise ValueError("need k >= 1, height >= 8, gap >= 0, min_entities >= 2, concurrency >= 1")
-        if self.image_format not in ("jpg", "png"):
-            raise ValueError("image_format must be jpg or png")
-        comp.check_resample(self.resample)
 
 
 def _locate(image: str, root: Path) -> Path:
@@ -115,7 +71,7 @@ def _stem(path: str) -> str:
     return Path(path).stem if path else ""
 
 
-def _positions(side: str, n: int, cfg: AugmentConfig) -> tuple[int, str, int]:
+def _positions(side: str, n: int, cfg: AugmentOptions) -> tuple[int, str, int]:
     """(anchor panel index, cue position, grid columns) for `n` panels."""
     if cfg.layout == "row":
         return (0 if side == "left" else n - 1), side, 0
@@ -143,15 +99,25 @@ def _pick(sampler: Sampler, anchor: Candidate, kind: str, k: int) -> list[Choice
 
 
 def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir: str | Path,
-                    config: AugmentConfig | None = None, *, progress: bool = False) -> dict[str, Any]:
-    """Augment `samples`; write manifest, samples, stats and composites under `out_dir`; return stats.
-    `progress` shows the type tagger's and the composites' progress bars (on a terminal)."""
-    cfg = config or AugmentConfig()
-    cfg.check()
+                    opts: AugmentOptions | None = None, *, encoder: Any = None, client: Any = None, kb: Any = None,
+                    progress: bool = False) -> dict[str, Any]:
+    """Augment `samples` with the settings `opts` (None: AugmentOptions' defaults); write manifest,
+    samples, stats and composites under `out_dir`; return stats. The objects a setting cannot hold
+    are arguments: `encoder` (an ImageEncoder: the hardest same-type distractor by image similarity;
+    `opts.similar` without one uses the histogram baseline), `client` (the model in the type
+    tagger's role) and `kb` (Article.meta["type"] fallback). `progress` shows the tagger's and the
+    composites' progress bars (on a terminal)."""
+    cfg = opts if opts is not None else AugmentOptions.build()
+    if encoder is None and cfg.similar:
+        from kbvqa.models.image_encoders import HistogramEncoder
+
+        encoder = HistogramEncoder()
+    url_types = cfg.url_type_map()
     root, out = Path(images_root).resolve(), Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     variants = tuple(v for v in ALL_VARIANTS if v in cfg.variants)
-    vocab = TypeVocabulary(cfg.types, aliases=cfg.aliases, ambiguous=cfg.ambiguous)
+    tagging = cfg.tagging
+    vocab = TypeVocabulary(tagging.types, aliases=tagging.aliases, ambiguous=tagging.ambiguous)
 
     entries: dict[int, dict[str, Any]] = {}
     seen: set[str] = set()
@@ -162,10 +128,11 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
         else:
             seen.add(s.id)
             live.append(i)
-    tags: dict[int, TypeTag] = dict(zip(live, tag_samples([samples[i] for i in live], vocab, client=cfg.client,
-                                                          kb=cfg.kb, url_types=cfg.url_types,
+    tags: dict[int, TypeTag] = dict(zip(live, tag_samples([samples[i] for i in live], tagging, client=client,
+                                                          kb=kb, url_types=url_types,
                                                           concurrency=cfg.concurrency, out=out / "types.jsonl",
-                                                          progress=progress)))
+                                                          progress=progress,
+                                                          run_config={"options": cfg.used()})))
     cands: list[Candidate] = []
     for i in live:
         s, tag = samples[i], tags[i]
@@ -195,7 +162,7 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
     pooled = [c for t in pools.by_type.values() for c in t]
     eligible = {c.index for c in pooled if os.path.isfile(c.image)}
     sampler = Sampler(pools, seed=cfg.seed, families=cfg.families, forced_pairs=cfg.forced_pairs,
-                      encoder=cfg.encoder, eligible=eligible)
+                      encoder=encoder, eligible=eligible)
     anchors = sampler.select_anchors(cfg.num_samples)
     sides = sampler.sides(len(anchors))
     chosen = {c.index for c in anchors}
@@ -205,10 +172,8 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
                                 "anchor_entity_type": c.type, "type_source": tags[c.index].source,
                                 "status": "not_sampled", "reason": f"num_samples={cfg.num_samples}"}
 
-    style = comp.Style(height=cfg.height, gap=cfg.gap, background=tuple(cfg.background),
-                       blank_colour=tuple(cfg.blank_colour), fmt=cfg.image_format, quality=cfg.quality,
-                       resample=cfg.resample)
-    ext = cfg.image_format
+    style = cfg.composite
+    ext = style.fmt
     tasks: list[comp.Task] = []
     task_keys: list[list[str]] = []  # variant per job
     rows: list[dict[str, Any]] = []
@@ -335,24 +300,28 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
     stats = st.compute(ordered, variants=variants, dropped_types=pools.dropped_types,
                        pool_sizes={t: len(v) for t, v in pools.by_type.items()},
                        extra={"seed": cfg.seed, "variants": list(variants), "layout": cfg.layout, "k": cfg.k,
-                              "height": cfg.height, "resample": cfg.resample, "with_position": cfg.with_position,
+                              "height": style.height, "resample": style.resample, "with_position": cfg.with_position,
+                              "distractor_encoder": None if encoder is None else type(encoder).__name__,
                               "distractor_ineligible_missing_image": len(pooled) - len(eligible),
                               "embedding_failures": len(sampler.embed_failures),
                               "samples_written": len(aug_samples),
-                              "samples_by_variant": dict(Counter(x.id.rsplit("__", 1)[1] for x in aug_samples))})
+                              "samples_by_variant": dict(Counter(x.id.rsplit("__", 1)[1] for x in aug_samples)),
+                              "options": cfg.used()})
     st.write(stats, out / "stats.json")
     return stats
 
 
-def augment_file(input: str | Path, images_root: str | Path, out_dir: str | Path, *,
-                 variants: Iterable[str] = ALL_VARIANTS, seed: int = 3185, num_samples: int | None = None,
-                 fmt: str | None = None, config: AugmentConfig | None = None, progress: bool = False,
-                 read_opts: Mapping[str, Any] | None = None, allow_empty: bool = False,
-                 **overrides: Any) -> dict[str, Any]:
-    """Read `input` (any kbvqa-readable format; no samples is an error unless `allow_empty`) and
-    augment it; returns the stats dict.
-    `overrides` set AugmentConfig fields (height=, workers=, with_position=, k=, layout=, encoder=, ...)."""
-    cfg = replace(config or AugmentConfig(), variants=tuple(variants), seed=seed, num_samples=num_samples,
-                  **overrides)
-    samples = list(non_empty(read_samples(input, fmt, **dict(read_opts or {})), input, allow_empty))
-    return augment_samples(samples, images_root, out_dir, cfg, progress=progress)
+def augment_file(input: str | Path, images_root: str | Path, out_dir: str | Path, opts: AugmentOptions | None = None,
+                 *, encoder: Any = None, client: Any = None, kb: Any = None, progress: bool = False,
+                 read_opts: Mapping[str, Any] | None = None, **settings: Any) -> dict[str, Any]:
+    """Read `input` (any kbvqa-readable format, `opts.input_format` or detected; no samples is an
+    error unless `opts.allow_empty`) and augment it; returns the stats dict. A library caller may
+    give the settings as keywords instead of `opts` (`seed=7, height=64, url_types={...}`): they are
+    built into AugmentOptions by its one builder, so a bad one is refused the same way."""
+    if opts is None:
+        opts = AugmentOptions.build(**settings)
+    elif settings:
+        raise TypeError(f"augment_file: give the options or the settings {sorted(settings)}, not both")
+    samples = list(non_empty(read_samples(input, opts.input_format, **dict(read_opts or {})), input, opts.allow_empty))
+    return augment_samples(samples, images_root, out_dir, opts, encoder=encoder, client=client, kb=kb,
+                           progress=progress)
