@@ -111,6 +111,14 @@ def model_limits(timeout: float | None, connect_timeout: float | None, deadline:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def job_errors() -> tuple[type[BaseException], ...]:
+    """What a retrieval or answer job reports as one `error:` line (bad input, files, config, options)."""
+    from kbvqa.data.errors import DataError
+    from kbvqa.kb.store import KBError
+
+    return (FileNotFoundError, ValueError, ImportError, OSError, KeyError, DataError, KBError)
+
+
 def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
     """One line on stderr (secrets redacted), no traceback, non-zero exit. An executor failure
     (kbvqa.runner.executor.ExecutorError) exits with its own code (5: workers lost, --resume finishes)."""

@@ -10,6 +10,18 @@ the journal after every run: one retrieval record per sample, in input order, in
 score retrieval` reads — {id, retrieved, stage, scores, encoder, status} plus `reason` when not ok.
 A sample with no image, or a missing or undecodable one, is an `error` record with an empty
 ranking (a miss, never a drop), and is run again by the next `--resume`.
+
+Every setting of one run is a `RetrieveOptions` (the stage's `RetrieveConfig` as it is, the batch
+size, the runner's settings, the input paths), built once by `retrieve_options` from `[retrieve]` of
+`--config` and the flags (flags win), handed down unchanged and recorded in the run's manifest as
+`run_config.options`:
+
+    [retrieve]
+    batch_size = 32
+    [retrieve.retrieve]
+    k = 50
+    [retrieve.run]
+    concurrency = 64
 """
 
 from __future__ import annotations
@@ -19,17 +31,62 @@ import time
 from collections.abc import AsyncIterable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Mapping
+
+from pydantic import Field
 
 from kbvqa.data.jsonl import read_jsonl, write_jsonl
 from kbvqa.runner import read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import manifest_path
+from kbvqa.runner.options import JobOptions, RunOptions, read_table
 from kbvqa.runner.stage import Context
 from kbvqa.stages.answer.retrieve import ImageRetrieve, RetrieveConfig, retrieval_batcher
 
-__all__ = ["RetrievalRun", "batch_retrieve", "build_retrieve_job", "journal_path", "retrieval_record",
-           "retrieve_file", "run_retrieval"]
+__all__ = ["RetrievalRun", "RetrieveOptions", "batch_retrieve", "build_retrieve_job", "journal_path",
+           "retrieval_record", "retrieve_file", "retrieve_options", "retrieve_with", "run_retrieval"]
+
+
+class RetrieveRun(RunOptions):
+    """The retrieval's runner settings. Concurrency None: twice the batch size, so one batch fills
+    while the previous one is encoded."""
+
+    concurrency: int | None = Field(None, ge=1)  # type: ignore[assignment]
+    limit: int | None = Field(None, ge=1)
+
+
+class RetrieveOptions(JobOptions):
+    """Every setting of one retrieval run. Paths are as given; None for a library caller that hands
+    records, the index and the encoder itself (`run_retrieval`)."""
+
+    samples: Path | None = None  # the benchmark file
+    index: Path | None = None  # image index (`kbvqa index images`)
+    out: Path | None = None  # retrieval records JSONL; its journal and manifest go beside it
+    images: Path | None = None  # folder the samples' image paths are relative to (None: the samples' folder)
+    fmt: str | None = None  # the samples' format (None: detected)
+    model_dir: Path | None = None  # the encoder's local model folder (neural indexes)
+    device: str | None = None  # the encoder's device (None: its own choice)
+    config: Path | None = None  # the kbvqa.toml whose [retrieve] table these settings come from
+    batch_size: int = Field(64, ge=1)  # query images encoded (and searched) per batch
+    max_wait: float = Field(0.005, gt=0)  # seconds a batch waits to fill before it runs part-full
+    retrieve: RetrieveConfig = Field(default_factory=RetrieveConfig)  # the stage's own settings (k)
+    run: RetrieveRun = Field(default_factory=RetrieveRun)
+
+    FLAGS: ClassVar[Mapping[str, str]] = {"fmt": "--format"}
+
+    def concurrency(self) -> int:
+        """Samples in flight: `run.concurrency`, else twice the batch size."""
+        return self.run.concurrency or 2 * self.batch_size
+
+
+def retrieve_options(config: str | Path | None = None, **flags: Any) -> RetrieveOptions:
+    """The retrieval run's options, built once: the class defaults, under `[retrieve]` of `config`,
+    under `flags` (RetrieveOptions settings; None is a flag not given). A bad value is an OptionsError
+    naming the flag, or the file and key."""
+    if config is None:
+        return RetrieveOptions.build(**flags)
+    return RetrieveOptions.build(read_table(config, "retrieve"), source=f"{config} [retrieve]",
+                                 config=Path(config), **flags)
 
 
 def journal_path(out: str | Path) -> Path:
@@ -38,18 +95,21 @@ def journal_path(out: str | Path) -> Path:
     return out.with_name(out.stem + ".run.jsonl")
 
 
-def build_retrieve_job(index: Any, encoder: Any, *, image_root: str | Path | None = None, k: int = 20,
-                       batch_size: int = 64, max_wait: float = 0.005) -> Job:
-    """The retrieval Job: ImageRetrieve over the `image_index`, `image_encoder`, `image_root` and
-    `image_batcher` resources (queries encoded and searched `batch_size` at a time)."""
+def build_retrieve_job(index: Any, encoder: Any, opts: RetrieveOptions | None = None, *,
+                       image_root: str | Path | None = None, **settings: Any) -> Job:
+    """The retrieval Job: ImageRetrieve (given `opts.retrieve` as it is) over the `image_index`,
+    `image_encoder`, `image_root` and `image_batcher` resources (queries encoded and searched
+    `opts.batch_size` at a time). Without `opts`, `settings` (k, batch_size, max_wait ...) build one."""
+    opts = opts or RetrieveOptions.build(**settings)
     if index.encoder != encoder.name:
         raise ValueError(f"index was built with {index.encoder!r} but the encoder is {encoder.name!r}")
     resources = {"image_index": index, "image_encoder": encoder,
                  # absolute in the driver: a Ray worker never reads a path against its own folder
                  "image_root": Path(image_root).resolve() if image_root is not None else None,
-                 "image_batcher": retrieval_batcher(index, encoder, batch_size=batch_size, max_wait=max_wait)}
-    return Job([ImageRetrieve(RetrieveConfig(k=k))], Context(resources=resources), description="retrieve",
-               run_config={"encoder": encoder.name, "k": k, "batch_size": batch_size})
+                 "image_batcher": retrieval_batcher(index, encoder, batch_size=opts.batch_size,
+                                                    max_wait=opts.max_wait)}
+    return Job([ImageRetrieve(opts.retrieve)], Context(resources=resources), description="retrieve",
+               run_config={"encoder": encoder.name, "k": opts.retrieve.k, "batch_size": opts.batch_size})
 
 
 def retrieval_record(line: dict[str, Any], encoder: str) -> dict[str, Any]:
@@ -96,47 +156,58 @@ def write_records(journal: Path, out: Path, encoder: str) -> dict[str, int]:
     return counts
 
 
-def run_retrieval(records: Iterable[dict] | AsyncIterable[dict], index: Any, encoder: Any, *, out: str | Path,
-                  image_root: str | Path | None = None, k: int = 20, batch_size: int = 64,
-                  concurrency: int | None = None, resume: bool = True, limit: int | None = None,
-                  progress: bool = False, max_wait: float = 0.005) -> RetrievalRun:
+def run_retrieval(records: Iterable[dict] | AsyncIterable[dict], index: Any, encoder: Any,
+                  opts: RetrieveOptions | None = None, *, out: str | Path, image_root: str | Path | None = None,
+                  progress: bool = False, **settings: Any) -> RetrievalRun:
     """Retrieve for every record through the runner and write the retrieval records to `out`.
 
-    `concurrency` (records in flight) defaults to twice `batch_size`, so one batch fills while the
-    previous one is encoded. `resume=False` moves an earlier journal aside and starts again."""
+    `opts` (or, for a library caller, `settings` such as k, batch_size, resume, built into one)
+    are handed to the job unchanged; `resume=False` moves an earlier journal aside and starts again.
+    The manifest records `opts.used()` as `run_config.options`."""
+    opts = opts or RetrieveOptions.build(**settings)
     out = Path(out)
     journal = journal_path(out)
     t0 = time.perf_counter()
-    job = build_retrieve_job(index, encoder, image_root=image_root, k=k, batch_size=batch_size, max_wait=max_wait)
-    summary = job.run(records, out=journal, concurrency=concurrency or 2 * batch_size, resume=resume, limit=limit,
-                      progress=progress, run_config={"records": str(out)})
+    job = build_retrieve_job(index, encoder, opts, image_root=image_root)
+    summary = job.run(records, out=journal, concurrency=opts.concurrency(), resume=opts.run.resume,
+                      limit=opts.run.limit, progress=progress, run_config={"records": str(out), "options": opts.used()})
     counts = write_records(journal, out, encoder.name)
-    return RetrievalRun(out, journal, encoder.name, k, time.perf_counter() - t0, summary.skipped, counts)
+    return RetrievalRun(out, journal, encoder.name, opts.retrieve.k, time.perf_counter() - t0, summary.skipped,
+                        counts)
 
 
-def retrieve_file(samples: str | Path, index: str | Path, *, out: str | Path, images: str | Path | None = None,
-                  fmt: str | None = None, model_dir: str | Path | None = None, device: str | None = None,
-                  allow_empty: bool = False, **options: Any) -> RetrievalRun:
-    """`kbvqa retrieve`: load the index and its encoder, read the benchmark file (any supported
-    format; image paths relative to `images`, default the samples file's folder) and run."""
+def retrieve_with(opts: RetrieveOptions, *, progress: bool = False) -> RetrievalRun:
+    """`kbvqa retrieve`: load `opts.index` and its encoder, read `opts.samples` (any supported format;
+    image paths relative to `opts.images`, default the samples file's folder) and run."""
     from kbvqa.data.formats import SampleRecords
     from kbvqa.pipelines.index import load_image_index
 
-    records = SampleRecords(samples, fmt, allow_empty=allow_empty)  # an empty input is refused before loading
-    idx, enc = load_image_index(index, model_dir, device=device)
-    return run_retrieval(records, idx, enc, out=out, image_root=images or Path(samples).parent, **options)
+    samples, index, out = opts.samples, opts.index, opts.out
+    if samples is None or index is None or out is None:
+        raise ValueError("a retrieval run needs --samples, --index and --out")
+    records = SampleRecords(samples, opts.fmt, allow_empty=opts.run.allow_empty)  # an empty input: refused here
+    idx, enc = load_image_index(index, opts.model_dir, device=opts.device)
+    return run_retrieval(records, idx, enc, opts, out=out, image_root=opts.images or samples.parent, progress=progress)
+
+
+def retrieve_file(samples: str | Path, index: str | Path, *, out: str | Path, progress: bool = False,
+                  **settings: Any) -> RetrievalRun:
+    """`retrieve_with` for a library caller: `settings` are RetrieveOptions settings by flag name
+    (k, images, model_dir, fmt, resume ...), built into one."""
+    return retrieve_with(RetrieveOptions.build(samples=Path(samples), index=Path(index), out=Path(out), **settings),
+                         progress=progress)
 
 
 def batch_retrieve(records: Iterable[dict[str, Any]], index: Any, encoder: Any, *, image_root: Path | None = None,
-                   k: int = 20, batch_size: int = 64,
-                   on_batch: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
+                   on_batch: Callable[[int], None] | None = None, **settings: Any) -> Iterator[dict[str, Any]]:
     """Retrieval records for many samples, in input order, for callers that want records rather
     than a file (studies): the retrieval job run in a temporary directory, no resume.
 
     One record per input record ({id, retrieved, stage, scores, encoder, status[, reason]}); a
     sample without an image or with a missing / undecodable one is an error record with an empty
     ranking. A repeated id raises ValueError. `on_batch(n)` is called once with the number of
-    records when the job is done (progress is the runner's)."""
+    records when the job is done (progress is the runner's). `settings`: RetrieveOptions settings
+    (k, batch_size ...)."""
 
     def unique(recs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         seen: set[str] = set()
@@ -149,8 +220,7 @@ def batch_retrieve(records: Iterable[dict[str, Any]], index: Any, encoder: Any, 
 
     with tempfile.TemporaryDirectory(prefix="kbvqa-retrieve-") as tmp:
         out = Path(tmp) / "retrieval.jsonl"
-        run_retrieval(unique(records), index, encoder, out=out, image_root=image_root, k=k, batch_size=batch_size,
-                      resume=False)
+        run_retrieval(unique(records), index, encoder, out=out, image_root=image_root, **{**settings, "resume": False})
         lines = [rec for _, rec in read_jsonl(out)]
     if on_batch:
         on_batch(len(lines))
