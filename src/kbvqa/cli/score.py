@@ -11,6 +11,7 @@ import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, fail,
                               model_limits, print_result)
+from kbvqa.cli.options import with_defaults
 from kbvqa.evaluate import METRICS, infoseek_modes
 from kbvqa.evaluate.methods import DATASETS, DUPLICATE_POLICIES, METHODS, RULES
 from kbvqa.evaluate.retrieval import TWO_HOP_POLICIES, parse_ks
@@ -65,11 +66,22 @@ _JUDGE_REPLAY = typer.Option(None, "--judge-replay", exists=True, dir_okay=False
 _CONFIG = typer.Option(None, "--config", exists=True, dir_okay=False,
                        help="kbvqa.toml: the judge is built from its [models.<role>] entry.")
 _ROLE = typer.Option(None, "--judge-role", help="Model role used as the judge (default 'judge' with --config).")
-GradedText = Literal["full", "short"]
-_GRADED_TEXT = typer.Option("full", "--graded-text",
-                            help="What the judge grades: full = the whole answer, image tags removed (default); "
-                                 "short = only the short answer (an agent answer's first sentence; scorer "
-                                 "simpleqa-judge[short-answer], not comparable with full).")
+GradedText = Literal["full", "short"]  # kbvqa.pipelines.score_options.GradedText (that module loads the runner)
+# The judge jobs' settings: default None = not given (the config file's table, else the options class's
+# default, applies); `with_defaults` adds the class default to their --help.
+_GRADED_HELP = ("What the judge grades: full = the whole answer, image tags removed; short = only the short "
+                "answer (an agent answer's first sentence; scorer simpleqa-judge[short-answer], not comparable "
+                "with full).")
+_GRADED = typer.Option(None, "--graded-text", help=_GRADED_HELP)
+# `kbvqa eval`'s flag until eval's options nest JudgeOptions (then it is `_GRADED`, and this copy of the
+# default goes)
+_GRADED_TEXT = typer.Option("full", "--graded-text", help=_GRADED_HELP + " Default full.")
+_JOB_RESUME = typer.Option(None, "--resume/--no-resume", help="Keep verdicts already in the journal; re-send only "
+                                                              "failed and unusable calls (--no-resume moves it aside).")
+_JOB_CONFIG = typer.Option(None, "--config", exists=True, dir_okay=False,
+                           help="kbvqa.toml: the judge is its [models.<role>] entry; the command's own table "
+                                "([score.judge], [score.ivr12]) sets its options (flags win).")
+_CONCURRENCY = typer.Option(None, "--concurrency", min=1, help="Judge requests in flight.")
 
 
 @app.command("infoseek")
@@ -136,7 +148,7 @@ def evqa(
     _show(job, as_json)
 
 
-@app.command("judge")
+@app.command("judge", cls=with_defaults("kbvqa.pipelines.score_options:JudgeOptions"))
 def judge(
     predictions: Path = _PRED,
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
@@ -144,15 +156,15 @@ def judge(
     judge_base_url: Optional[str] = _JUDGE_URL,
     judge_model: Optional[str] = _JUDGE_MODEL,
     judge_replay: Optional[Path] = _JUDGE_REPLAY,
-    config: Optional[Path] = _CONFIG,
+    config: Optional[Path] = _JOB_CONFIG,
     judge_role: Optional[str] = _ROLE,
-    concurrency: int = typer.Option(16, "--concurrency", min=1, help="Judge requests in flight."),
+    concurrency: Optional[int] = _CONCURRENCY,
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Per-item journal (default "
                                        "<predictions stem>.judge.jsonl); its manifest is written beside it."),
-    resume: bool = _RESUME,
+    resume: Optional[bool] = _JOB_RESUME,
     per_item: Optional[Path] = _PER_ITEM,
     as_json: bool = _JSON,
-    graded_text: GradedText = _GRADED_TEXT,  # type: ignore[valid-type]
+    graded_text: Optional[GradedText] = _GRADED,  # type: ignore[valid-type]
     timeout: Optional[float] = TIMEOUT,
     connect_timeout: Optional[float] = CONNECT_TIMEOUT,
     deadline: Optional[float] = DEADLINE,
@@ -161,14 +173,16 @@ def judge(
 ) -> None:
     """SimpleQA-style grading (correct / incorrect / not_attempted) of the whole answer, or of its short
     answer with --graded-text short; accuracy is over graded verdicts, invalid and error counted apart."""
-    from kbvqa.pipelines.score import judge_client, judge_files
+    from kbvqa.cli.options import flags
+    from kbvqa.pipelines.score import judge_files, judge_of
+    from kbvqa.pipelines.score_options import JudgeOptions, from_config
+
+    settings = flags(JudgeOptions, locals())
 
     def job() -> ScoreReport:
-        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
-        judge = judge_client(limits=limits, config=config, role=judge_role, base_url=judge_base_url,
-                             model=judge_model, replay=judge_replay, concurrency=concurrency)
-        return judge_files(predictions, references, judge, out=out, resume=resume, concurrency=concurrency,
-                           per_item=per_item, progress=not as_json, graded_text=graded_text)
+        opts = from_config(JudgeOptions, **settings)
+        return judge_files(predictions, references, judge_of(opts), opts, out=out, per_item=per_item,
+                           progress=not as_json)
 
     _show(job, as_json)
 
@@ -221,37 +235,38 @@ def convert_predictions(
                           allow_gt_order=allow_gt_order, rules=rules), as_json)
 
 
-@app.command("ivr12")
+@app.command("ivr12", cls=with_defaults("kbvqa.pipelines.score_options:IVR12Options"))
 def ivr12(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                                      help="Agent prediction lines (answer with image tags, meta.provenance), or the "
                                           "NoteVQA references themselves (their `reference` is judged)."),
     samples: Path = typer.Option(..., "--samples", "-s", exists=True, dir_okay=False,
                                  help="The benchmark (question, short reference, query images), e.g. NoteVQA JSONL."),
-    source: str = typer.Option("auto", "--source", help="What --predictions holds: auto (NoteVQA lines with a "
-                                                        "`reference` are references), predictions or references."),
-    config: Optional[Path] = _CONFIG,
+    input_kind: Optional[str] = typer.Option(None, "--source", help="What --predictions holds: auto (NoteVQA lines "
+                                             "with a `reference` are references), predictions or references."),
+    config: Optional[Path] = _JOB_CONFIG,
     judge_role: Optional[list[str]] = typer.Option(None, "--judge-role", help="Model role used as a judge; repeat "
                                                    "for several judges (default 'judge' with --config)."),
     judge_base_url: Optional[str] = _JUDGE_URL,
     judge_model: Optional[list[str]] = typer.Option(None, "--judge-model", help="Judge model name; repeat for "
                                                     "several judges on one --judge-base-url."),
     judge_replay: Optional[Path] = _JUDGE_REPLAY,
-    repeats: int = typer.Option(1, "--repeats", min=1,
-                                help="Calls per group per judge (agreement by Krippendorff's α)."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", min=1,
+                                          help="Calls per group per judge (agreement by Krippendorff's α)."),
     temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0,
-                                                help="Judge temperature (default 0; 0.7 with --repeats > 1)."),
+                                                help="Judge temperature (with --repeats > 1 and none set: 0.7, "
+                                                     "kbvqa's choice)."),
     rubric: Optional[Path] = typer.Option(None, "--rubric", exists=True, dir_okay=False,
                                           help="A rubric TOML (default: the packaged IVR-12 reconstruction)."),
     image_root: Optional[Path] = typer.Option(None, "--image-root", file_okay=False,
                                               help="Folder the samples' image paths are relative to (default: the samples file's "
                                                    "folder); answer images are under the predictions' folder."),
-    concurrency: int = typer.Option(16, "--concurrency", min=1, help="Items and judge requests in flight."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Items and judge requests in flight."),
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="Per-item verdict journal (default "
                                        "<predictions stem>.ivr12.jsonl); manifest and .summary.json beside it."),
-    resume: bool = _RESUME,
-    require_complete: bool = typer.Option(False, "--require-complete",
-                                          help="Exit 1 when any item ended invalid or error."),
+    resume: Optional[bool] = _JOB_RESUME,
+    require_complete: Optional[bool] = typer.Option(None, "--require-complete/--no-require-complete",
+                                                    help="Exit 1 when any item ended invalid or error."),
     as_json: bool = _JSON,
     timeout: Optional[float] = TIMEOUT,
     connect_timeout: Optional[float] = CONNECT_TIMEOUT,
@@ -264,20 +279,15 @@ def ivr12(
     was judged by a model. Without a judge model, only what rules can measure (tags gate, and as rule
     measures non-redundancy, visual quality, conciseness), no group or overall mean; the rest is n/a."""
     from kbvqa.cli.common import print_result
-    from kbvqa.evaluate.ivr12 import SOURCES
-    from kbvqa.pipelines.score import ivr12_files, judge_clients
+    from kbvqa.cli.options import flags
+    from kbvqa.pipelines.score import ivr12_files, judges_of
+    from kbvqa.pipelines.score_options import IVR12Options, from_config
     from kbvqa.report.summaries import ivr12_terminal_tables
 
-    if source not in SOURCES:
-        fail(f"--source must be one of {', '.join(SOURCES)}, not {source!r}")
+    settings = flags(IVR12Options, {**locals(), "rubric": None if rubric is None else str(rubric)})
     try:
-        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
-        judges = judge_clients(limits=limits, config=config, roles=judge_role,
-                               base_url=judge_base_url, models=judge_model,
-                               replay=judge_replay, concurrency=concurrency)
-        summary = ivr12_files(predictions, samples, judges, out=out, resume=resume, concurrency=concurrency,
-                              repeats=repeats, temperature=temperature, rubric=rubric, source=source,
-                              image_root=image_root, progress=not as_json)
+        opts = from_config(IVR12Options, **settings)
+        summary = ivr12_files(predictions, samples, judges_of(opts), opts, out=out, progress=not as_json)
     except _ERRORS as exc:
         fail(exc)
     if as_json:
@@ -288,7 +298,7 @@ def ivr12(
         for table in ivr12_terminal_tables(summary):  # the full table: --json, report build
             print_result(table)
         typer.echo(f"journal {summary['out']}, manifest {summary['manifest']}, summary {summary['summary']}")
-    if require_complete and not summary["complete"]:
+    if opts.require_complete and not summary["complete"]:
         st = summary["status"]
         fail(f"--require-complete: {st['invalid']} invalid and {st['error']} error items in {summary['out']} "
              "(run again to retry them)", code=1)

@@ -19,6 +19,7 @@ import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job, fail,
                               model_limits, print_result)
+from kbvqa.cli.options import with_defaults
 from kbvqa.evaluate.scorers import SCORERS
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -294,7 +295,7 @@ def agent_failures(
     _finish(res, out, not no_report, as_json)
 
 
-@app.command("image-ablation")
+@app.command("image-ablation", cls=with_defaults("kbvqa.pipelines.ablation:AblationOptions"))
 def image_ablation(
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
                                     help="NoteVQA-style JSONL whose reference.text cites reference.images with "
@@ -303,18 +304,21 @@ def image_ablation(
                              help="Results folder: one journal + manifest per model step, probes.jsonl and "
                                   "image-ablation.study.json."),
     config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
-                                          help="kbvqa.toml: the three parts are its models.<role> tables."),
-    generator_role: str = typer.Option("vision", "--generator-role", help="Multimodal role that writes the probes."),
-    reader_role: str = typer.Option("answerer", "--reader-role", help="Multimodal role that answers them."),
-    judge_role: str = typer.Option("judge", "--judge-role", help="Role that grades the answers (text only)."),
+                                          help="kbvqa.toml: the three parts are its models.<role> tables; its "
+                                               "[study.image-ablation] table sets this command's options (flags win)."),
+    generator_role: Optional[str] = typer.Option(None, "--generator-role",
+                                                 help="Multimodal role that writes the probes."),
+    reader_role: Optional[str] = typer.Option(None, "--reader-role", help="Multimodal role that answers them."),
+    judge_role: Optional[str] = typer.Option(None, "--judge-role", help="Role that grades the answers (text only)."),
     llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible server for all three parts."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name on --llm."),
-    probes_per_kind: int = typer.Option(2, "--probes-per-kind", min=1,
-                                        help="Image-critical and text-answerable probes per reference (each)."),
-    resamples: int = _RESAMPLES,
-    seed: int = _SEED,
-    concurrency: int = typer.Option(16, "--concurrency", min=1),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="Send again only what failed or is new."),
+    probes_per_kind: Optional[int] = typer.Option(None, "--probes-per-kind", min=1,
+                                                  help="Image-critical and text-answerable probes per reference "
+                                                       "(each)."),
+    resamples: Optional[int] = typer.Option(None, "--resamples", min=1, help="Bootstrap resamples."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Bootstrap seed (same seed, same intervals)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Requests in flight per step."),
+    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Send again only what failed or is new."),
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
     timeout: Optional[float] = TIMEOUT,
@@ -326,17 +330,16 @@ def image_ablation(
     """Image ablation of interleaved references (seed 001 §4.3, Tables 6-7 shape): probes written from
     each reference, a positive control, the reader with image tags removed / replaced by "image N"
     placeholders / images inline, a text-only judge; accuracy with cluster-bootstrap CIs and paired differences."""
+    from kbvqa.cli.options import flags
     from kbvqa.data.errors import DataError
-    from kbvqa.pipelines.ablation import ablation_models, image_ablation_study
+    from kbvqa.pipelines.ablation import AblationOptions, ablation_models, image_ablation_study
     from kbvqa.report.summaries import image_ablation_tables
+    from kbvqa.runner.options import read_table
 
     try:
-        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
-        models = ablation_models(limits=limits, config=config, generator_role=generator_role,
-                                 reader_role=reader_role,
-                                 judge_role=judge_role, llm=llm, model=model, concurrency=concurrency)
-        res = image_ablation_study(references, out, models, probes_per_kind=probes_per_kind, n_resamples=resamples,
-                                   seed=seed, resume=resume, concurrency=concurrency, progress=not as_json)
+        opts = AblationOptions.build(read_table(config, "study.image-ablation"), source=str(config),
+                                     **flags(AblationOptions, locals()))
+        res = image_ablation_study(references, out, ablation_models(opts), opts, progress=not as_json)
     except (*_INPUT_ERRORS, DataError) as exc:
         fail(exc)
     if as_json:  # the table's notes carry them otherwise

@@ -52,6 +52,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from pydantic import Field
+
 from kbvqa.data.images import ImageRefError, open_image, resolve_image
 from kbvqa.data.jsonl import read_jsonl
 from kbvqa.data.notevqa import looks_like_notevqa, reference_tags, sample_from_notevqa
@@ -734,9 +736,9 @@ def tags_gate(record: Mapping[str, Any]) -> dict[str, Any]:
 class IVR12Config(StageConfig):
     role: str = "judge"  # ctx.roles[role]: one client or a list (several judges); absent = rules mode
     rubric: str | None = None  # path of a rubric TOML; None = the packaged one
-    repeats: int = 1
-    temperature: float = 0.0
-    image_max_side: int = 768  # images are downscaled before they are sent
+    repeats: int = Field(1, ge=1)  # calls per group per judge (agreement by Krippendorff's alpha)
+    temperature: float = Field(0.0, ge=0)
+    image_max_side: int = Field(768, ge=1)  # images are downscaled before they are sent
 
 
 @functools.lru_cache(maxsize=512)

@@ -21,9 +21,11 @@ of every condition's denominator (so the conditions stay paired) and counted as 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
+from pydantic import Field
 
 from kbvqa.data.errors import DataError
 from kbvqa.data.images import ImageRefError, resolve_image
@@ -36,12 +38,11 @@ from kbvqa.evaluate.studies import DEFAULT_RESAMPLES
 from kbvqa.models.config import ConfigError, one_role, roles_from_flags
 from kbvqa.runner import Context, RunSummary, read_results
 from kbvqa.runner.job import Job
+from kbvqa.runner.options import JobOptions, ModelFlags
 
-__all__ = ["ROLE_DEFAULTS", "AblationModels", "ablation_models", "load_ablation_references",
+__all__ = ["PARTS", "AblationModels", "AblationOptions", "ablation_models", "load_ablation_references",
            "image_ablation_study"]
 
-#: Which configured role plays each part unless the command line says otherwise.
-ROLE_DEFAULTS = {"generator": "vision", "reader": "answerer", "judge": "judge"}
 JOURNALS = {"generate": "generate.jsonl", "control": "control.read.jsonl", "control_judge": "control.judge.jsonl",
             "read": "read.jsonl", "judge": "judge.jsonl"}
 
@@ -50,6 +51,40 @@ DENOMINATORS = ("accuracy per kind and condition is over the kept probes graded 
                 "reader or judge error or invalid reply in any condition is counted as incomplete and left out "
                 "of all three; probes whose control failed to run are counted apart from probes that failed "
                 "the control; not_attempted counts as not correct")
+
+
+# --------------------------------------------------------------------------------------------------
+# options
+
+#: The study's three model parts, in the order they run.
+PARTS = ("generator", "reader", "judge")
+
+
+class AblationOptions(JobOptions):
+    """Every setting of the image-ablation study and its only default, built once by the command
+    (class defaults < the `[study.image-ablation]` table of `--config` < the flags). The three stage
+    configs are nested as they are: the probe generator, the reader and the judge receive exactly
+    `opts.generate`, `opts.read` and `opts.judge`, and their `role` fields name the model roles the
+    parts are filled from. Every step's manifest and the study result record `used()`. The paper
+    does not say how many probes per reference nor how the bootstrap is drawn: those are kbvqa's."""
+
+    #: the role flags and --probes-per-kind set the stage configs' fields
+    ALIASES = {"generator_role": ("generate.role",), "reader_role": ("read.role",), "judge_role": ("judge.role",),
+               "probes_per_kind": ("generate.per_kind",)}
+
+    config: Path | None = None  # kbvqa.toml: the parts' [models.<role>] and this study's table
+    generate: ProbeConfig = Field(default_factory=ProbeConfig)  # the multimodal model writing the probes
+    read: ReaderConfig = Field(default_factory=ReaderConfig)  # the multimodal reader: control and conditions
+    judge: jd.JudgeConfig = Field(default_factory=jd.JudgeConfig)  # the text-only judge of every answer
+    resamples: int = Field(DEFAULT_RESAMPLES, ge=1)  # cluster-bootstrap resamples
+    seed: int = 0  # bootstrap seed: the same seed gives the same intervals
+    concurrency: int = Field(16, ge=1)  # records in flight in each model step
+    resume: bool = True  # send again only what failed or is new
+    models: ModelFlags = Field(default_factory=ModelFlags)  # --llm/--model for all three parts, call limits
+
+    def roles(self) -> dict[str, str]:
+        """Part -> the model role that plays it (as the stage configs name it)."""
+        return {"generator": self.generate.role, "reader": self.read.role, "judge": self.judge.role}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -63,28 +98,27 @@ class AblationModels:
     generator: Any
     reader: Any
     judge: Any
-    roles: dict[str, str] = field(default_factory=lambda: dict(ROLE_DEFAULTS))
+    roles: dict[str, str]  # part -> role (AblationOptions.roles())
 
     def describe(self) -> dict[str, str]:
         out = {}
-        for part in ROLE_DEFAULTS:
+        for part in PARTS:
             prov = getattr(getattr(self, part), "provenance", None)
             model = f"{prov.backend}:{prov.model}" if prov is not None else type(getattr(self, part)).__name__
             out[part] = f"{model} (role {self.roles[part]})"
         return out
 
 
-def ablation_models(*, config: Path | None = None, generator_role: str = ROLE_DEFAULTS["generator"],
-                    reader_role: str = ROLE_DEFAULTS["reader"], judge_role: str = ROLE_DEFAULTS["judge"],
-                    llm: str | None = None, model: str | None = None, concurrency: int = 16,
-                    limits: dict[str, Any] | None = None) -> AblationModels:
-    """The generator, reader and judge from kbvqa.toml / KBVQA_<ROLE>_* (`config`) or one server for
-    all three (`llm` + `model`, which replace those roles from the file). There is no embedded
-    default for any of them: a missing role, or one filled by the rules backend, is a ConfigError
-    that says what to pass."""
-    roles = {"generator": generator_role, "reader": reader_role, "judge": judge_role}
-    found = roles_from_flags(config, llm=llm, model=model, fill=tuple(dict.fromkeys(roles.values())),
-                             concurrency=concurrency, **(limits or {}))
+def ablation_models(opts: AblationOptions) -> AblationModels:
+    """The generator, reader and judge from kbvqa.toml / KBVQA_<ROLE>_* (`opts.config`) or one server for
+    all three (`--llm` + `--model`, which replace those roles from the file), in the roles the stage
+    configs name. There is no embedded default for any of them: a missing role, or one filled by the
+    rules backend, is a ConfigError that says what to pass."""
+    roles = opts.roles()
+    flags = opts.models
+    found = roles_from_flags(opts.config, llm=flags.llm, model=flags.model, api_key_env=flags.api_key_env,
+                             fill=tuple(dict.fromkeys(roles.values())), concurrency=opts.concurrency,
+                             **flags.limits())
     missing = [f"{part} (role {r!r})" for part, r in roles.items() if r not in found]
     if missing:
         raise ConfigError(
@@ -92,7 +126,7 @@ def ablation_models(*, config: Path | None = None, generator_role: str = ROLE_DE
             f"reader); not configured: {', '.join(missing)}. Pass --llm URL --model NAME for one server in all "
             "three parts, or --config kbvqa.toml with a [models.<role>] table for each "
             "(roles chosen by --generator-role, --reader-role, --judge-role)")
-    where = str(config) if config is not None else "the environment"
+    where = str(opts.config) if opts.config is not None else "the environment"
     clients = {part: one_role(found, r, where=where) for part, r in roles.items()}
     for part, c in clients.items():
         if getattr(getattr(c, "provenance", None), "backend", "") == "rules":
@@ -207,14 +241,15 @@ def _outcome(read: Mapping[str, Any], verdict: Any) -> dict[str, Any]:
 
 
 def _judge(reads: Mapping[str, Mapping[str, Any]], probes: Mapping[str, Mapping[str, Any]], models: AblationModels,
-           journal: Path, *, resume: bool, concurrency: int, progress: bool, step: str) -> tuple[dict[str, Any], dict]:
+           journal: Path, opts: AblationOptions, *, progress: bool, step: str,
+           run_config: Mapping[str, Any]) -> tuple[dict[str, Any], dict]:
     """Grade every answer the reader gave (text-only: question, the probe's answer, the response)."""
     records = [{"id": rid, "question": probes[line["probe_id"]]["question"],
                 "target": probes[line["probe_id"]]["answer"], "prediction": line["response"]}
                for rid, line in reads.items() if line["status"] == "ok"]
-    got = jd.run_judge(records, models.judge, out=journal, resume=resume, concurrency=concurrency, progress=progress,
-                       config=jd.JudgeConfig(role=models.roles["judge"]),
-                       run_config={"task": f"image-ablation/{step}"})
+    got = jd.run_judge(records, models.judge, out=journal, resume=opts.resume, concurrency=opts.concurrency,
+                       progress=progress, config=opts.judge,
+                       run_config={**run_config, "task": f"image-ablation/{step}"})
     return got.verdicts, got.run_info()
 
 
@@ -229,23 +264,29 @@ def _read_records(probes: Iterable[Mapping[str, Any]], refs: Mapping[str, Mappin
 # the study
 
 
-def image_ablation_study(references: str | Path, out: str | Path, models: AblationModels, *, probes_per_kind: int = 2,
-                         n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0, resume: bool = True,
-                         concurrency: int = 16, progress: bool = False) -> dict[str, Any]:
-    """Run (or resume) every step into `out` and return the study result (kind `image-ablation`)."""
+def image_ablation_study(references: str | Path, out: str | Path, models: AblationModels,
+                         opts: AblationOptions | None = None, *, progress: bool = False) -> dict[str, Any]:
+    """Run (or resume) every step into `out` with the settings `opts` (None: AblationOptions' defaults;
+    `models` are those its roles name: ablation_models(opts)) and return the study result (kind
+    `image-ablation`)."""
+    opts = opts if opts is not None else AblationOptions.build()
+    if models.roles != opts.roles():
+        raise ValueError(f"the models fill the roles {models.roles}, the options name {opts.roles()}: build both "
+                         "from the same options (ablation_models(opts))")
     references, out = Path(references), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     refs, ref_counts = load_ablation_references(references)
     by_ref = {r["id"]: r for r in refs}
     root = references.resolve().parent
-    common = {"image_root": root, "resume": resume, "concurrency": concurrency, "progress": progress}
-    run_config = {"references": str(references), "probes_per_kind": probes_per_kind}
+    per_kind = opts.generate.per_kind
+    n_resamples = opts.resamples
+    common = {"image_root": root, "resume": opts.resume, "concurrency": opts.concurrency, "progress": progress}
+    run_config = {"references": str(references), "probes_per_kind": per_kind, "options": opts.used()}
     runs: dict[str, Any] = {}
 
     # 1. probes
-    gen_cfg = ProbeConfig(role=models.roles["generator"], per_kind=probes_per_kind)
     gen, runs["generate"] = _run_step(
-        ProbeGeneration(gen_cfg), gen_cfg.role, models.generator, refs, out / JOURNALS["generate"],
+        ProbeGeneration(opts.generate), opts.generate.role, models.generator, refs, out / JOURNALS["generate"],
         fields=("reference",), description="image ablation: probes",
         run_config={**run_config, "task": "image-ablation/generate"}, **common)
     probes: dict[str, dict[str, Any]] = {}
@@ -253,43 +294,42 @@ def image_ablation_study(references: str | Path, out: str | Path, models: Ablati
         line = gen[r["id"]]
         if line["status"] != "ok":
             continue
-        if Counter(p["kind"] for p in line["probes"]) != Counter({k: probes_per_kind for k in KINDS}):
+        if Counter(p["kind"] for p in line["probes"]) != Counter({k: per_kind for k in KINDS}):
             raise ValueError(f"{out / JOURNALS['generate']}: id {r['id']!r} holds probes generated with another "
-                             f"--probes-per-kind than {probes_per_kind}; run with --no-resume or choose another --out")
+                             f"--probes-per-kind than {per_kind}; run with --no-resume or choose another --out")
         for p in line["probes"]:
             probes[p["id"]] = {**p, "ref_id": r["id"], "intent": r.get("intent"), "category": r.get("category")}
 
     # 2. positive control: the reader with the full reference, graded by the judge
-    read_cfg = ReaderConfig(role=models.roles["reader"])
     reader_fields = ("condition", "question", "reference")
     control, runs["control"] = _run_step(
-        PassageReader(read_cfg), read_cfg.role, models.reader,
+        PassageReader(opts.read), opts.read.role, models.reader,
         _read_records(probes.values(), by_ref, ("full",), suffix=False), out / JOURNALS["control"],
         fields=reader_fields, description="image ablation: positive control",
         run_config={**run_config, "task": "image-ablation/control"}, **common)
-    verdicts, runs["control_judge"] = _judge(control, probes, models, out / JOURNALS["control_judge"], resume=resume,
-                                             concurrency=concurrency, progress=progress, step="control-judge")
+    verdicts, runs["control_judge"] = _judge(control, probes, models, out / JOURNALS["control_judge"], opts,
+                                             progress=progress, step="control-judge", run_config=run_config)
     for pid, p in probes.items():
         p["control"] = _outcome(control[pid], verdicts.get(pid))
     kept = [p for p in probes.values() if p["control"]["outcome"] == "correct"]
 
     # 3. the three conditions
     reads, runs["read"] = _run_step(
-        PassageReader(read_cfg), read_cfg.role, models.reader, _read_records(kept, by_ref, CONDITIONS, suffix=True),
+        PassageReader(opts.read), opts.read.role, models.reader, _read_records(kept, by_ref, CONDITIONS, suffix=True),
         out / JOURNALS["read"], fields=reader_fields, description="image ablation: reader, three conditions",
         run_config={**run_config, "task": "image-ablation/read"}, **common)
-    verdicts, runs["judge"] = _judge(reads, probes, models, out / JOURNALS["judge"], resume=resume,
-                                     concurrency=concurrency, progress=progress, step="judge")
+    verdicts, runs["judge"] = _judge(reads, probes, models, out / JOURNALS["judge"], opts, progress=progress,
+                                     step="judge", run_config=run_config)
     for p in kept:
         p["conditions"] = {c: _outcome(reads[f"{p['id']}@{c}"], verdicts.get(f"{p['id']}@{c}")) for c in CONDITIONS}
 
-    stats = ablation_statistics(kept, n_resamples=n_resamples, seed=seed)
+    stats = ablation_statistics(kept, n_resamples=n_resamples, seed=opts.seed)
     probes_file = out / "probes.jsonl"
     write_jsonl(probes_file, ({**p, "kept": p["control"]["outcome"] == "correct"} for p in probes.values()))
-    counts = _counts(ref_counts, gen, probes, stats, probes_per_kind)
+    counts = _counts(ref_counts, gen, probes, stats, per_kind)
     return {
         "kind": "image-ablation", "scorer": f"{jd.METRIC} ({jd.PROMPT_VERSION})", "references": str(references),
-        "out": str(out), "probes_file": str(probes_file), "probes_per_kind": probes_per_kind,
+        "out": str(out), "probes_file": str(probes_file), "probes_per_kind": per_kind,
         "models": models.describe(), "kinds": list(KINDS), "conditions": list(CONDITIONS),
         "differences": [f"{a}-{b}" for a, b in DIFFERENCES], "counts": counts,
         **{k: stats[k] for k in ("by_kind", "by_intent", "ungraded_by_condition", "missing_information")},
@@ -297,7 +337,8 @@ def image_ablation_study(references: str | Path, out: str | Path, models: Ablati
                                 for rid, line in gen.items() if line["status"] != "ok"],
         "denominators": DENOMINATORS, "runs": runs, "warnings": _warnings(models, counts),
         "bootstrap": {"method": "cluster percentile bootstrap, 95%", "cluster": "reference item",
-                      "n_resamples": n_resamples, "seed": seed, "unit": "accuracy in percent"},
+                      "n_resamples": n_resamples, "seed": opts.seed, "unit": "accuracy in percent"},
+        "options": opts.used(),
     }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kbvqa.data.jsonl import gc_paused, write_jsonl
 from kbvqa.evaluate import METRICS
@@ -19,8 +19,35 @@ from kbvqa.evaluate import retrieval as rt
 from kbvqa.evaluate.io import (last_prediction_per_id, load_infoseek_references, load_predictions,
                                prediction_status_counts)
 
-__all__ = ["ScoreReport", "agent_failures", "judge_client", "score_infoseek_files", "score_evqa_files", "judge_files",
-           "score_retrieval_files", "convert_predictions"]
+if TYPE_CHECKING:
+    from kbvqa.pipelines.score_options import AgentFailureOptions, IVR12Options, JudgeOptions
+    from kbvqa.runner.options import JobOptions
+
+__all__ = ["ScoreReport", "agent_failures", "judge_client", "judge_of", "judges_of", "score_infoseek_files",
+           "score_evqa_files", "judge_files", "score_retrieval_files", "convert_predictions", "ivr12_files",
+           "JudgeOptions", "IVR12Options", "AgentFailureOptions"]
+
+_OPTIONS = ("JudgeOptions", "IVR12Options", "AgentFailureOptions")
+O = TypeVar("O", bound="JobOptions")
+
+
+def __getattr__(name: str) -> Any:
+    """The judge jobs' options classes (kbvqa.pipelines.score_options), imported on first use so that
+    `kbvqa score infoseek` starts without the runner and the judge stages."""
+    if name in _OPTIONS:
+        from kbvqa.pipelines import score_options
+
+        return getattr(score_options, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _options(cls: type[O], opts: O | None, settings: dict[str, Any]) -> O:
+    """`opts` as given, or built from a library caller's keywords (flag names) by the class's one builder."""
+    if opts is None:
+        return cls.build(**settings)
+    if settings:
+        raise TypeError(f"give the options object or its settings ({', '.join(settings)}), not both")
+    return opts
 
 
 @dataclass
@@ -61,6 +88,21 @@ def judge_client(*, config: Path | None = None, role: str | None = None, base_ur
     roles = roles_from_flags(None, llm=base_url, model=model, replay=replay, fill=("judge",), concurrency=concurrency,
                              **(limits or {}))
     return one_role(roles, "judge")
+
+
+def judge_of(opts: JudgeOptions | AgentFailureOptions) -> Any:
+    """The judge a judge job's options name (`judge_client`; None when they name none): its
+    concurrency reaches the server, its call limits apply."""
+    m = opts.models
+    return judge_client(config=opts.config, role=m.role, base_url=m.base_url, model=m.model, replay=m.replay,
+                        concurrency=opts.concurrency, limits=m.limits())
+
+
+def judges_of(opts: IVR12Options) -> list[Any]:
+    """IVR-12's judges as its options name them (`judge_clients`; [] = rules mode)."""
+    j = opts.judges
+    return judge_clients(config=opts.config, roles=list(j.roles), base_url=j.base_url, models=list(j.models),
+                         replay=j.replay, concurrency=opts.concurrency, limits=j.limits())
 
 
 def _write_items(path: Path | None, items: list[dict[str, Any]]) -> None:
@@ -199,18 +241,22 @@ def _run_line(run: dict[str, Any]) -> str:
 # short-answer judge
 
 
-def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | None = None, resume: bool = True,
-                concurrency: int = 16, per_item: Path | None = None, progress: bool = False,
-                graded_text: str = "full") -> ScoreReport:
+def judge_files(predictions: Path, references: Path, judge: Any, opts: JudgeOptions | None = None, *,
+                out: Path | None = None, per_item: Path | None = None, progress: bool = False,
+                **settings: Any) -> ScoreReport:
     """SimpleQA-style grading of every reference id as a runner job (journal `out`, default
-    `<predictions stem>.judge.jsonl`). `graded_text` "full" grades the whole answer, image tags
-    removed; "short" only its short answer (scorer `simpleqa-judge[short-answer]`); the choice is in
-    the scorer's name, the manifest's run_config and every journal line. A missing or empty
-    prediction is not_attempted without a call; the summary is computed from the journal, so a
-    resumed run reports every id. Accuracy is over graded verdicts, with invalid and error beside it
-    (kbvqa.evaluate.judge)."""
+    `<predictions stem>.judge.jsonl`) with the options `opts` (or, for a library caller, its
+    `settings` by flag name: concurrency, resume, graded_text, ...). `graded_text` "full" grades the
+    whole answer, image tags removed; "short" only its short answer (scorer
+    `simpleqa-judge[short-answer]`); the choice is in the scorer's name, the manifest's run_config
+    and every journal line. A missing or empty prediction is not_attempted without a call; the
+    summary is computed from the journal, so a resumed run reports every id. Accuracy is over graded
+    verdicts, with invalid and error beside it (kbvqa.evaluate.judge)."""
     from kbvqa.evaluate import judge as jd
+    from kbvqa.pipelines.score_options import JudgeOptions
 
+    opts = _options(JudgeOptions, opts, settings)
+    graded_text = opts.graded_text
     if judge is None:
         raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
                          "or --judge-replay")
@@ -221,9 +267,11 @@ def judge_files(predictions: Path, references: Path, judge: Any, *, out: Path | 
     records = [{"id": did, "question": q, "target": target, "prediction": by_id.get(did), "missing": did not in by_id,
                 "graded_text": graded_text} for did, (q, target) in refs.items()]
     out = out or _beside(predictions, "judge")
-    got = jd.run_judge(records, judge, out=out, resume=resume, concurrency=concurrency, progress=progress,
+    got = jd.run_judge(records, judge, out=out, resume=opts.resume, concurrency=opts.concurrency, progress=progress,
+                       config=opts.stage,
                        run_config={"task": "simpleqa-judge", "scorer": scorer, "graded_text": graded_text,
-                                   "predictions": str(predictions), "references": str(references)})
+                                   "predictions": str(predictions), "references": str(references),
+                                   "options": opts.used()})
     prov = getattr(judge, "provenance", None)
     summary: dict[str, Any] = {"scorer": scorer, "graded_text": graded_text, "prompt_version": jd.PROMPT_VERSION,
                                **jd.simpleqa_metrics(got.verdicts.values()), "definitions": dict(jd.FIGURES),
@@ -301,13 +349,17 @@ def convert_predictions(source: Path, method: str, out: Path, *, references: Pat
                        notes=[f"warning: {w}" for w in res.warnings])
 
 
-def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: Any, *, out: Path | None = None,
-                   resume: bool = True, concurrency: int = 16, progress: bool = False) -> dict[str, Any]:
+def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: Any,
+                   opts: AgentFailureOptions | None = None, *, out: Path | None = None, progress: bool = False,
+                   **settings: Any) -> dict[str, Any]:
     """`kbvqa study agent-failures`: the judge categorises every non-correct agent episode —
     graded incorrect or not_attempted, or with no answer — as seed 001 Table 5 does, as a runner job
-    with a journal, resume and a manifest. Episodes with an invalid or failed verdict, without one,
-    or whose record failed are counted apart (`kbvqa.evaluate.agent.episode_outcome`)."""
+    with a journal, resume and a manifest (options `opts`, or their `settings` by flag name).
+    Episodes with an invalid or failed verdict, without one, or whose record failed are counted apart
+    (`kbvqa.evaluate.agent.episode_outcome`)."""
     from collections import Counter
+
+    from kbvqa.pipelines.score_options import AgentFailureOptions
 
     from kbvqa.evaluate.agent import (FailureCategory, failure_records, failure_table, read_verdicts,
                                       sample_answers)
@@ -315,12 +367,19 @@ def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: A
     from kbvqa.runner.job import Job
     from kbvqa.runner.stage import Context
 
+    opts = _options(AgentFailureOptions, opts, settings)
+    if judge is None:
+        raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
+                         "or --judge-replay")
     refs = {k: (q, " | ".join(a)) for k, (q, a) in sample_answers(references).items()}
     out = out or _beside(predictions, "failures")
     outcomes: Counter[str] = Counter()
     records = list(failure_records(read_results(predictions), refs, read_verdicts(verdicts), outcomes))
-    summary = Job([FailureCategory()], Context(roles={"judge": judge}), description="agent failure categories").run(
-        records, out=out, resume=resume, concurrency=concurrency, progress=progress)
+    job = Job([FailureCategory(opts.stage)], Context(roles={opts.stage.role: judge}),
+              description="agent failure categories")
+    summary = job.run(records, out=out, resume=opts.resume, concurrency=opts.concurrency, progress=progress,
+                      run_config={"task": "agent-failures", "predictions": str(predictions),
+                                  "references": str(references), "verdicts": str(verdicts), "options": opts.used()})
     table = failure_table(read_results(out), outcomes, ids=[r["id"] for r in records])
     prov = getattr(judge, "provenance", None)
     return {"kind": "agent-failures", "predictions": str(predictions), "verdicts": str(verdicts), "out": str(out),
@@ -369,29 +428,28 @@ def _client_label(client: Any) -> str:
     return f"{prov.backend}:{prov.model}" if prov is not None and prov.model else type(client).__name__
 
 
-def ivr12_files(predictions: Path, samples: Path, judges: list[Any], *, out: Path | None = None,
-                resume: bool = True, concurrency: int = 16, repeats: int = 1, temperature: float | None = None,
-                rubric: Path | None = None, source: str = "auto", image_root: Path | None = None,
-                progress: bool = False) -> dict[str, Any]:
+def ivr12_files(predictions: Path, samples: Path, judges: list[Any], opts: IVR12Options | None = None, *,
+                out: Path | None = None, progress: bool = False, **settings: Any) -> dict[str, Any]:
     """`kbvqa score ivr12`: every sample's answer (or reference) judged on the IVR-12 rubric as a runner
     job (journal `out`, default `<predictions stem>.ivr12.jsonl`; manifest beside it), then the summary
     (kbvqa.evaluate.ivr12.summarize) written to `<out stem>.summary.json` and returned.
 
-    No judges: rules mode. `temperature` None is 0 for one repeat and 0.7 for several (repeats at
-    temperature 0 would only measure server nondeterminism)."""
+    `opts` (or, for a library caller, its `settings` by flag name: repeats, rubric, image_root, ...);
+    the stage runs with `opts.stage` as it is. No judges: rules mode."""
     import json
 
     from kbvqa.data.formats import read_samples
     from kbvqa.evaluate import ivr12 as iv
+    from kbvqa.pipelines.score_options import IVR12Options
     from kbvqa.runner import read_results
 
-    if repeats < 1:
-        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    opts = _options(IVR12Options, opts, settings)
+    stage = opts.stage
+    repeats, temperature, image_root = stage.repeats, stage.temperature, opts.image_root
     if repeats > 1 and not judges:
         raise ValueError("--repeats needs a judge model (rules are deterministic)")
-    temperature = (0.0 if repeats == 1 else 0.7) if temperature is None else temperature
-    rb = iv.load_rubric(rubric)
-    inputs = iv.build_records(predictions, read_samples(samples), source=source, samples_path=samples,
+    rb = iv.load_rubric(stage.rubric)
+    inputs = iv.build_records(predictions, read_samples(samples), source=opts.input_kind, samples_path=samples,
                               image_root=image_root)
     labels = [_client_label(c) for c in judges]
     mode = "judge" if judges else "rules"
@@ -399,23 +457,21 @@ def ivr12_files(predictions: Path, samples: Path, judges: list[Any], *, out: Pat
     for rec in inputs.records:
         rec["ivr12_input"] = iv.input_hash(rec, settings)
     out = out or _beside(predictions, "ivr12")
-    if resume:
+    if opts.resume:
         iv.check_resumable(out, inputs.records)
     warnings = iv.self_judging_warnings([getattr(getattr(c, "provenance", None), "model", None) or ""
                                          for c in judges], inputs.producers)
     if repeats > 1 and temperature == 0:
         warnings.append("--repeats > 1 at temperature 0: the repeats only measure server nondeterminism")
-    config = iv.IVR12Config(rubric=str(rubric) if rubric is not None else None, repeats=repeats,
-                            temperature=temperature)
-    run_summary = iv.ivr12_job(judges, config).run(
-        inputs.records, out=out, resume=resume, concurrency=concurrency, progress=progress,
+    run_summary = iv.ivr12_job(judges, stage).run(
+        inputs.records, out=out, resume=opts.resume, concurrency=opts.concurrency, progress=progress,
         # absolute, with the roots of the absolute image paths its records hold, so the viewer shows them
         run_config={"task": "ivr12", "predictions": str(Path(predictions).resolve()),
                     "samples": str(Path(samples).resolve()),
                     "query_image_root": str(Path(image_root or Path(samples).parent).resolve()),
                     "answer_image_root": str(Path(predictions).resolve().parent), "source": inputs.source,
                     "rubric": rb.describe(), "mode": mode, "judges": labels, "repeats": repeats,
-                    "temperature": temperature, "warnings": warnings})
+                    "temperature": temperature, "warnings": warnings, "options": opts.used()})
     wanted = {r["id"] for r in inputs.records}
     lines = [x for x in read_results(out) if x["id"] in wanted]
     summary = iv.summarize(lines, rb, judges=labels, mode=mode)
