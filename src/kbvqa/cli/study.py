@@ -18,7 +18,7 @@ from typing import Any, Literal, Optional
 import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job, fail,
-                              model_limits, print_result)
+                              print_result)
 from kbvqa.cli.options import with_defaults
 from kbvqa.evaluate.scorers import SCORERS
 
@@ -246,7 +246,7 @@ def agent_tools(
     _finish(res, out, not no_report, as_json)
 
 
-@app.command("agent-failures")
+@app.command("agent-failures", cls=with_defaults("kbvqa.pipelines.score_options:AgentFailureOptions"))
 def agent_failures(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
@@ -255,15 +255,17 @@ def agent_failures(
                                        "attempted, no answer) is categorised; invalid or failed verdicts are counted "
                                        "apart."),
     config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
-                                          help="kbvqa.toml: the judge is its [models.<role>]."),
+                                          help="kbvqa.toml: the judge is its [models.<role>]; [study.agent-failures] "
+                                               "sets this command's options (flags win)."),
     judge_role: Optional[str] = typer.Option(None, "--judge-role", help="Role that judges (default judge)."),
-    llm: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server."),
-    model: Optional[str] = typer.Option(None, "--judge-model"),
-    replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False),
-    concurrency: int = typer.Option(16, "--concurrency", min=1),
+    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model"),
+    judge_replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Judge requests in flight."),
     journal: Optional[Path] = typer.Option(None, "--journal", dir_okay=False,
                                            help="Per-episode verdicts (default PREDICTIONS.failures.jsonl)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume"),
+    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep the journal's categories; "
+                                          "re-send failed and unusable calls (--no-resume moves it aside)."),
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
@@ -277,19 +279,14 @@ def agent_failures(
     T1-T4 tool-related, N1-N2 not (seed 001 names only T3; the other wordings are kbvqa's). Unusable
     category replies are counted as invalid; episodes with invalid or failed verdicts, or whose record
     failed, are counted apart."""
+    from kbvqa.cli.options import flags
     from kbvqa.pipelines.score import agent_failures as run_failures
-    from kbvqa.pipelines.score import judge_client
+    from kbvqa.pipelines.score import judge_of
+    from kbvqa.pipelines.score_options import AgentFailureOptions, from_config
 
     try:
-        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
-        judge = judge_client(limits=limits, config=config, role=judge_role, base_url=llm,
-                             model=model, replay=replay,
-                             concurrency=concurrency)
-        if judge is None:
-            raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
-                             "or --judge-replay")
-        res = run_failures(predictions, references, verdicts, judge, out=journal, resume=resume,
-                           concurrency=concurrency)
+        opts = from_config(AgentFailureOptions, **flags(AgentFailureOptions, locals()))
+        res = run_failures(predictions, references, verdicts, judge_of(opts), opts, out=journal)
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
