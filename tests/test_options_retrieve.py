@@ -71,7 +71,8 @@ def test_bad_values_name_their_source(tmp_path, data):
         retrieve_options(toml)
     toml.write_text('[retrieve.run]\nconcurency = 4\n', encoding="utf-8")  # misspelt
     res = CliRunner().invoke(app, ["retrieve", "--index", str(data / "idx" / "images"), "--samples",
-                                   str(data / "samples.jsonl"), "--out", str(tmp_path / "r.jsonl"), "--config", str(toml)])
+                                   str(data / "samples.jsonl"), "--out", str(tmp_path / "r.jsonl"),
+                                   "--config", str(toml)])
     assert res.exit_code == 2 and "run.concurency" in res.output and "Traceback" not in res.output
 
 
@@ -108,4 +109,5 @@ def test_cli_run_as_a_user_runs_it(tmp_path, data, monkeypatch):
     options = manifest["run_config"]["options"]
     assert options["retrieve"] == {"k": 2} and options["batch_size"] == 2  # flag; file
     assert options["samples"] == "../data/samples.jsonl" and options["config"] == "../data/kbvqa.toml"
-    assert options["run"]["concurrency"] is None and manifest["runner"]["concurrency"] == 4  # None: twice the batch size
+    assert options["run"]["concurrency"] is None  # not set: twice the batch size, as the runner ran it
+    assert manifest["runner"]["concurrency"] == 4

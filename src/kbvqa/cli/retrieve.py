@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbvqa.cli.common import job_errors
-
-__all__ = ["job_errors", "retrieve"]
+from kbvqa.cli.common import job_errors  # noqa: F401  (other commands import it from here)
 
 
 def __getattr__(name: str) -> Any:
