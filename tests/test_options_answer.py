@@ -139,3 +139,21 @@ def test_only_the_direct_pipeline_runs_without_a_kb(bench):
         prepare_answer(answer_options(None, samples=b.samples))
     with pytest.raises(ValueError, match=NEEDS_ANSWERER.split(":")[0]):  # past the KB check: it wants its model
         prepare_answer(answer_options(None, pipeline="direct", samples=b.samples))
+
+
+def test_eval_nests_the_answer_and_judge_options_as_built(tmp_path):
+    """`kbvqa eval`'s judge half is `kbvqa score judge`'s JudgeOptions, from [score.judge] of the same
+    --config under the judge flags; the answer run's call limits apply to the judge too."""
+    from kbvqa.pipelines.evaluation import EvalOptions, eval_judge_options
+
+    cfg = _toml(tmp_path / "kbvqa.toml", "[score.judge]\nconcurrency = 3\ngraded_text = \"short\"\n")
+    answer = answer_options(cfg, timeout=5.0)
+    judge = eval_judge_options(answer)
+    assert (judge.concurrency, judge.graded_text, judge.config, judge.models.timeout) == (3, "short", cfg, 5.0)
+    direct = eval_judge_options(answer, judge_base_url="http://127.0.0.1:9/v1", judge_model="j", concurrency=7)
+    assert direct.config is None and direct.concurrency == 7 and direct.models.model == "j"  # the file names no judge
+    opts = EvalOptions(answer=answer, judge=judge, out=tmp_path / "run", metrics=("judge",))
+    assert opts.answer is answer and opts.judge is judge
+    assert opts.used()["judge"]["concurrency"] == 3 and opts.two_hop == "any"
+    with pytest.raises(OptionsError, match="--judge-concurrency"):
+        eval_judge_options(answer, concurrency=0)

@@ -17,9 +17,11 @@ import typer
 
 from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli.common import emit_json, end_job, fail, journal_reasons, print_result
-from kbvqa.cli.options import flags, option
+from kbvqa.cli.options import default_of, flags, option
 from kbvqa.cli.retrieve import job_errors
-from kbvqa.cli.score import _GRADED_TEXT, _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_URL, _ROLE, GradedText, TwoHop
+from kbvqa.cli.score import _GRADED_HELP, _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_URL, _ROLE, GradedText, TwoHop
+from kbvqa.evaluate.retrieval import DEFAULT_KS
+from kbvqa.pipelines.evaluation import EvalOptions, JudgeOptions
 
 #: `kbvqa answer`'s flags that eval takes as they are (its --out is the predictions file; eval's is a folder)
 _NOT_SHARED = ("out",)
@@ -58,15 +60,19 @@ def evaluate(
                                               help="Reference file the scorers read (default: --samples)."),
     qtypes: Optional[Path] = typer.Option(None, "--qtypes", exists=True, dir_okay=False,
                                           help="InfoSeek question-type JSONL {data_id, question_type}."),
-    recall_k: str = typer.Option("1,3,5,10,20", "--recall-k", help="retrieval: comma-separated K values."),
-    two_hop: TwoHop = typer.Option("any", "--two-hop",  # type: ignore[valid-type]
-                                   help="retrieval: several gold urls, any one in top K, or all of them."),
+    recall_k: Optional[str] = typer.Option(None, "--recall-k", help="retrieval: comma-separated K values. Default "
+                                                                    f"{','.join(map(str, DEFAULT_KS))}."),
+    two_hop: Optional[TwoHop] = typer.Option(None, "--two-hop",  # type: ignore[valid-type]
+                                             help="retrieval: several gold urls, any one in top K, or all of "
+                                                  f"them. Default {default_of(EvalOptions, 'two_hop')}."),
     judge_base_url: Optional[str] = _JUDGE_URL,
     judge_model: Optional[str] = _JUDGE_MODEL,
     judge_replay: Optional[Path] = _JUDGE_REPLAY,
     judge_role: Optional[str] = _ROLE,
-    judge_concurrency: int = typer.Option(16, "--judge-concurrency", min=1, help="Judge requests in flight."),
-    graded_text: GradedText = _GRADED_TEXT,  # type: ignore[valid-type]
+    judge_concurrency: Optional[int] = option(JudgeOptions, "concurrency", "--judge-concurrency", min=1,
+                                              help="Judge requests in flight."),
+    graded_text: Optional[GradedText] = option(JudgeOptions, "graded_text", "--graded-text",  # type: ignore[valid-type]
+                                               help=_GRADED_HELP),
     resume: Optional[bool] = option(answer_cmd.AnswerOptions, "resume", "--resume/--no-resume",
                                     help="Keep what DIR holds: samples answered ok and verdicts of unchanged "
                                          "predictions; re-run errored and invalid ones (--no-resume moves the old "
@@ -81,16 +87,19 @@ def evaluate(
 
     from kbvqa.evaluate.retrieval import parse_ks
     from kbvqa.pipelines.answer import AnswerOptions, answer_options
-    from kbvqa.pipelines.evaluation import EvalRequest, JudgeSpec, prepare_eval, run_eval
+    from kbvqa.pipelines.evaluation import eval_judge_options, prepare_eval, run_eval
     from kbvqa.report.compare import results_table
 
     console = Console(stderr=True)
     try:
         spec = answer_options(**flags(AnswerOptions, {**answer_flags, "resume": resume}))
-        req = EvalRequest(answer=spec, out=out, metrics=metric, references=references, qtypes=qtypes,
-                          recall_ks=parse_ks(recall_k), two_hop=two_hop,
-                          judge=JudgeSpec(base_url=judge_base_url, model=judge_model, replay=judge_replay,
-                                          role=judge_role, concurrency=judge_concurrency, graded_text=graded_text))
+        judge = eval_judge_options(spec, judge_base_url=judge_base_url, judge_model=judge_model,
+                                   judge_replay=judge_replay, judge_role=judge_role, concurrency=judge_concurrency,
+                                   graded_text=graded_text, resume=resume)
+        scoring = {"recall_ks": parse_ks(recall_k) if recall_k is not None else None, "two_hop": two_hop,
+                   "references": references, "qtypes": qtypes}
+        req = EvalOptions(answer=spec, judge=judge, out=out, metrics=tuple(metric),
+                          **{k: v for k, v in scoring.items() if v is not None})
         plan = prepare_eval(req)
     except job_errors() as exc:
         fail(exc)

@@ -73,9 +73,6 @@ _GRADED_HELP = ("What the judge grades: full = the whole answer, image tags remo
                 "answer (an agent answer's first sentence; scorer simpleqa-judge[short-answer], not comparable "
                 "with full).")
 _GRADED = typer.Option(None, "--graded-text", help=_GRADED_HELP)
-# `kbvqa eval`'s flag until eval's options nest JudgeOptions (then it is `_GRADED`, and this copy of the
-# default goes)
-_GRADED_TEXT = typer.Option("full", "--graded-text", help=_GRADED_HELP + " Default full.")
 _JOB_RESUME = typer.Option(None, "--resume/--no-resume", help="Keep verdicts already in the journal; re-send only "
                                                               "failed and unusable calls (--no-resume moves it aside).")
 _JOB_CONFIG = typer.Option(None, "--config", exists=True, dir_okay=False,

@@ -21,7 +21,8 @@ kbvqa already has, kept separable:
 Everything that can be checked is checked before anything runs (`prepare_eval`): metric names, the judge
 a judge metric needs, the references every metric reads (loaded and dry-run through the scorer) and the
 answer job itself. `run_eval` then answers, scores and writes the results file. No typer here: the
-command line (`kbvqa.cli.eval`) only turns flags into an `EvalRequest` and prints.
+command line (`kbvqa.cli.eval`) only turns flags into an `EvalOptions` (the answer run's AnswerOptions
+and the judge's JudgeOptions, each built by its own builder, nested as they are) and prints.
 """
 
 from __future__ import annotations
@@ -29,15 +30,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from pydantic import Field
 
 from kbvqa.evaluate.retrieval import DEFAULT_KS, TWO_HOP_POLICIES
-from kbvqa.pipelines.answer.run import AnswerOptions, PreparedAnswer, prepare_answer, run_answer
+from kbvqa.pipelines.answer.run import (
+    AnswerOptions,
+    PreparedAnswer,
+    prepare_answer,
+    run_answer,
+)
+from kbvqa.pipelines.score_options import JudgeOptions
+from kbvqa.runner.options import JobOptions
 
-__all__ = ["AnswerOptions", "JudgeSpec", "EvalRequest", "EvalPlan", "EvalOutcome", "eval_metrics", "prepare_answer",
-           "run_answer", "prepare_eval", "run_eval", "evaluate", "RESULTS_KIND", "RESULTS_FILE", "PREDICTIONS_FILE"]
+__all__ = ["AnswerOptions", "JudgeOptions", "EvalOptions", "EvalPlan", "EvalOutcome", "eval_metrics", "prepare_answer",
+           "run_answer", "eval_judge_options", "prepare_eval", "run_eval", "evaluate", "RESULTS_KIND", "RESULTS_FILE", "PREDICTIONS_FILE"]
 
 RESULTS_KIND = "kbvqa-eval"
 RESULTS_SCHEMA = 1
@@ -54,29 +64,19 @@ RETRIEVAL = "retrieval"
 # the request and the metrics
 
 
-@dataclass
-class JudgeSpec:
-    """The judge a judge metric uses, as `kbvqa score judge` takes it: a role of --config (or of the
-    environment with `role`), or --judge-base-url + --judge-model, or a --judge-replay cassette."""
+class EvalOptions(JobOptions):
+    """One eval's settings: the answer run's AnswerOptions and the judge's JudgeOptions as they are
+    (each built once by its own builder from the flags and --config), and the scoring settings. Checked
+    once here and in `prepare_eval`; results.json records `used()`."""
 
-    base_url: str | None = None
-    model: str | None = None
-    replay: Path | None = None
-    role: str | None = None
-    concurrency: int = 16
-    graded_text: str = "full"  # what the judge grades: the whole answer (tags removed) or "short"
-
-
-@dataclass
-class EvalRequest:
     answer: AnswerOptions
     out: Path  # the results folder
-    metrics: Sequence[str]
+    metrics: tuple[str, ...]
     references: Path | None = None  # default: the samples file
     qtypes: Path | None = None  # InfoSeek question-type file (official InfoSeek references)
-    recall_ks: Sequence[int] = DEFAULT_KS
+    recall_ks: tuple[int, ...] = tuple(DEFAULT_KS)
     two_hop: str = "any"
-    judge: JudgeSpec = field(default_factory=JudgeSpec)
+    judge: JudgeOptions = Field(default_factory=JudgeOptions)
 
     @property
     def references_path(self) -> Path:
@@ -119,7 +119,7 @@ class EvalPlan:
     """A checked request: the answer Job built, the judge client (when a metric needs one) and, per
     metric, what the up-front reference check kept."""
 
-    request: EvalRequest
+    request: EvalOptions
     answer: PreparedAnswer
     metrics: list[str]
     judge: Any = None
@@ -135,23 +135,32 @@ class EvalPlan:
         return self.request.out / RESULTS_FILE
 
 
-def _judge_client(req: EvalRequest) -> Any:
-    """The judge, chosen as `kbvqa score judge` chooses it (kbvqa.pipelines.score.judge_client). The
-    --config file is shared with the answer roles, so it names the judge only when no direct judge flag
-    (--judge-base-url / --judge-model / --judge-replay) is given."""
-    from kbvqa.pipelines.score import judge_client
+class EvalJudgeOptions(JudgeOptions):
+    """JudgeOptions as `kbvqa eval` spells its flags (`--judge-concurrency`: `--concurrency` is the answer run's)."""
 
-    j = req.judge
-    direct = bool(j.base_url or j.model or j.replay is not None)
-    return judge_client(config=None if direct else req.answer.config, role=j.role, base_url=j.base_url,
-                        model=j.model, replay=j.replay, concurrency=j.concurrency, limits=req.answer.models.limits())
+    FLAGS: ClassVar[Mapping[str, str]] = {"concurrency": "--judge-concurrency"}
+
+
+def eval_judge_options(answer: AnswerOptions, **flags: Any) -> JudgeOptions:
+    """The eval's JudgeOptions: `[score.judge]` of the answer run's --config under the judge flags
+    (flag names as JudgeOptions takes them: judge_role, judge_base_url, concurrency, graded_text, ...).
+    The --config file is shared with the answer roles, so it names the judge only when no direct judge
+    flag (--judge-base-url / --judge-model / --judge-replay) is given; the answer run's call limits
+    (--timeout, --max-retries, ...) apply to the judge too."""
+    from kbvqa.runner.options import read_table
+
+    direct = any(flags.get(k) is not None for k in ("judge_base_url", "judge_model", "judge_replay"))
+    limits = {k: flags.pop(k, None) or v for k, v in answer.models.limits().items()}
+    return EvalJudgeOptions.build(read_table(answer.config, "score.judge"),
+                              source=f"{answer.config} [score.judge]" if answer.config else None,
+                              config=None if direct else answer.config, **limits, **flags)
 
 
 NO_JUDGE = ("metric {metric!r} needs a judge model: give --config with a [models.judge] role (or --judge-role), "
             "--judge-base-url and --judge-model, or --judge-replay")
 
 
-def _check_references(metric: str, req: EvalRequest) -> set[str] | None:
+def _check_references(metric: str, req: EvalOptions) -> set[str] | None:
     """Load the references `metric` reads and dry-run its scorer on no predictions, so a reference
     problem (a Numerical answer without a number, a file without entity URLs) stops the command
     before the answer run. Returns the reference ids where the results need them."""
@@ -182,7 +191,7 @@ def _check_references(metric: str, req: EvalRequest) -> set[str] | None:
     return set(refs)
 
 
-def prepare_eval(req: EvalRequest) -> EvalPlan:
+def prepare_eval(req: EvalOptions) -> EvalPlan:
     """Check everything before anything runs; every problem is a ValueError (or an OSError for a file)
     naming what is wrong. Builds the answer Job and, when a metric needs it, the judge client."""
     known = eval_metrics()
@@ -201,15 +210,15 @@ def prepare_eval(req: EvalRequest) -> EvalPlan:
     judge = None
     judged = [m for m in metrics if _needs_judge(m)]
     j = req.judge
-    if not judged and (j.base_url or j.model or j.replay is not None or j.role):
+    if not judged and j.flags_under("models"):
         raise ValueError(f"the judge flags are for the metrics that need a judge ({JUDGE}, {JUDGE_VERDICTS}); "
                          "no --metric here uses one")
-    if j.graded_text not in ("full", "short"):
-        raise ValueError(f"--graded-text must be full or short, not {j.graded_text!r}")
-    if not judged and j.graded_text != "full":
+    if not judged and j.flags_under("graded_text"):
         raise ValueError(f"--graded-text is for the metrics that need a judge ({JUDGE}, {JUDGE_VERDICTS})")
     if judged:
-        judge = _judge_client(req)
+        from kbvqa.pipelines.score import judge_of
+
+        judge = judge_of(j)
         if judge is None:
             raise ValueError(NO_JUDGE.format(metric=judged[0]))
     ref_ids = {m: ids for m in metrics if (ids := _check_references(m, req)) is not None}
@@ -242,7 +251,7 @@ class _Scoring:
     judge_notes: list[str] = field(default_factory=list)
 
     @property
-    def req(self) -> EvalRequest:
+    def req(self) -> EvalOptions:
         return self.plan.request
 
     def per_item(self, metric: str) -> Path:
@@ -326,17 +335,17 @@ def _run_judge(sc: _Scoring) -> Any:
     if sc.judge_report is not None:
         return sc.judge_report
     journal = sc.per_item(JUDGE)
-    kw = {"out": journal, "concurrency": sc.req.judge.concurrency, "progress": sc.progress,
-          "graded_text": sc.req.judge.graded_text}
+    opts = sc.req.judge
     try:
-        sc.judge_report = judge_files(sc.plan.predictions, sc.req.references_path, sc.plan.judge,
-                                      resume=sc.req.answer.run.resume, **kw)
+        sc.judge_report = judge_files(sc.plan.predictions, sc.req.references_path, sc.plan.judge, opts, out=journal,
+                                      progress=sc.progress)
     except ScoreInputError as exc:
-        if not sc.req.answer.run.resume or exc.path != str(journal):
+        if not opts.resume or exc.path != str(journal):
             raise
         sc.judge_notes.append(f"note: the judge journal graded other predictions ({exc}); judged again from "
                               "scratch, the old journal moved aside")
-        sc.judge_report = judge_files(sc.plan.predictions, sc.req.references_path, sc.plan.judge, resume=False, **kw)
+        sc.judge_report = judge_files(sc.plan.predictions, sc.req.references_path, sc.plan.judge,
+                                      opts.model_copy(update={"resume": False}), out=journal, progress=sc.progress)
     return sc.judge_report
 
 
@@ -468,11 +477,11 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _config(req: EvalRequest, plan: EvalPlan) -> dict[str, Any]:
+def _config(req: EvalOptions, plan: EvalPlan) -> dict[str, Any]:
     from kbvqa.runner.manifest import redact
 
     answer = plan.answer.job.run_config.get("options") or req.answer.used()  # as used (the agent fills its date)
-    judge = asdict(req.judge) if plan.judge is not None else None
+    judge = req.judge.used() if plan.judge is not None else None
     return redact(_jsonable({"out": req.out, "metrics": plan.metrics, "references": req.references_path,
                              "qtypes": req.qtypes, "recall_ks": list(req.recall_ks), "two_hop": req.two_hop,
                              "answer": answer, "judge": judge}))
@@ -537,6 +546,6 @@ def run_eval(plan: EvalPlan, *, progress: bool = False) -> EvalOutcome:
     return EvalOutcome(results, path, summary, notes, failed, errors)
 
 
-def evaluate(req: EvalRequest, *, progress: bool = False) -> EvalOutcome:
+def evaluate(req: EvalOptions, *, progress: bool = False) -> EvalOutcome:
     """`prepare_eval` then `run_eval`: the whole `kbvqa eval` for Python callers."""
     return run_eval(prepare_eval(req), progress=progress)

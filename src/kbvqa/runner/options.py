@@ -112,9 +112,10 @@ class JobOptions(BaseModel):
     @classmethod
     def build(cls: type[O], file: Mapping[str, Any] | None = None, *, source: str | None = None,
               **flags: Any) -> O:
-        """The options: the class defaults, under `file` (the job's config table, nested as written;
-        `source` names it in errors), under `flags` (a None, or an empty list, is a flag not given)."""
-        tree: dict[str, Any] = copy.deepcopy(dict(file or {}))
+        """The options: the class defaults, under `file` (the job's config table, nested as written; run
+        settings may stand at its top; `source` names it in errors), under `flags` (a None, or an empty
+        list, is a flag not given)."""
+        tree: dict[str, Any] = cls._lift_run_keys(copy.deepcopy(dict(file or {})))
         given: dict[str, str] = {}
         paths = cls.flag_paths()
         for name, value in flags.items():
@@ -144,6 +145,19 @@ class JobOptions(BaseModel):
             raise OptionsError(cls._explain(exc, given, source)) from None
         built._flags = given
         return built
+
+    @classmethod
+    def _lift_run_keys(cls, table: dict[str, Any]) -> dict[str, Any]:
+        """`concurrency = 8` written at the top of a job's table means its `[<job>.run]` (every job alike)."""
+        run = cls.model_fields.get("run")
+        if run is None or not _is_model(run.annotation):
+            return table
+        lifted = {k: table.pop(k) for k in list(table)
+                  if k not in cls.model_fields and k in run.annotation.model_fields}  # type: ignore[union-attr]
+        if lifted:
+            below = table.get("run")
+            table["run"] = {**lifted, **(below if isinstance(below, dict) else {})}
+        return table
 
     @staticmethod
     def _at(tree: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -204,8 +218,8 @@ class RunOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    concurrency: int = 8
-    limit: int | None = None
+    concurrency: int = Field(8, ge=1)
+    limit: int | None = Field(None, ge=0)
     resume: bool = True
     allow_empty: bool = False  # an input with no samples is an error otherwise (kbvqa.data.formats.non_empty)
 

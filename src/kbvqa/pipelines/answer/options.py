@@ -164,10 +164,6 @@ def answer_options(config: Path | str | None = None, **flags: Any) -> AnswerOpti
         agent = table.setdefault("agent", {})
         if isinstance(agent, dict):
             agent["web"] = {**web, **(agent.get("web") or {})}
-    run_keys = set(AnswerRun.model_fields) - set(AnswerOptions.model_fields)
-    lifted = {k: table.pop(k) for k in list(table) if k in run_keys}  # `concurrency = 8` at [answer]'s top
-    if lifted:
-        table["run"] = {**lifted, **(table.get("run") or {})}
     opts = AnswerOptions.build(table, source=f"{config} [answer]" if config else None,
                                config=Path(config) if config is not None else None, **flags)
     opts.check_applies()
