@@ -140,8 +140,8 @@ def test_score_judge_as_a_user_runs_it(tmp_path, monkeypatch):
 
 
 def test_agent_failures_options_reach_the_stage_and_the_manifest(tmp_path, monkeypatch):
-    refs = _jsonl(tmp_path / "refs.jsonl", [{"id": "a", "question": "Where?", "answers": ["Elmira"]}])
-    preds = _jsonl(tmp_path / "agent.jsonl", [{"id": "a", "sample_id": "a", "status": "ok", "answer": "Boston.",
+    _jsonl(tmp_path / "refs.jsonl", [{"id": "a", "question": "Where?", "answers": ["Elmira"]}])
+    _jsonl(tmp_path / "agent.jsonl", [{"id": "a", "sample_id": "a", "status": "ok", "answer": "Boston.",
                                                "trajectory": [{"turn": 1, "tool": "search", "arguments": {"q": "x"},
                                                                "status": "ok", "observation": "y" * 50}],
                                                "meta": {"termination": "answer", "question": "Where?"}}])

@@ -4,7 +4,6 @@ handed its own config unchanged, the manifest recording the options as used, and
 runs it."""
 
 import json
-from pathlib import Path
 
 import pytest
 from PIL import Image

@@ -30,7 +30,6 @@ configured. Nothing is guessed in place of a model's verdict.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
