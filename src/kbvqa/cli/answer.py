@@ -19,7 +19,7 @@ from rich.console import Console
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, end_job, fail,
                               journal_reasons)
 from kbvqa.cli.options import flags, option
-from kbvqa.cli.retrieve import job_errors
+from kbvqa.cli.common import job_errors
 from kbvqa.models.rerank import RERANKERS
 from kbvqa.pipelines.answer import AnswerOptions, answer_options, answer_pipelines
 from kbvqa.tools import TOOL_BACKENDS

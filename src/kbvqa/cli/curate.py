@@ -21,7 +21,7 @@ import typer
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
                               fail, print_result)
 from kbvqa.cli.options import flags, with_defaults
-from kbvqa.cli.retrieve import job_errors
+from kbvqa.cli.common import job_errors
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Curate benchmark items from community posts; proofreading sheets.")
 

@@ -18,7 +18,7 @@ import typer
 from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli.common import emit_json, end_job, fail, journal_reasons, print_result
 from kbvqa.cli.options import default_of, flags, option
-from kbvqa.cli.retrieve import job_errors
+from kbvqa.cli.common import job_errors
 from kbvqa.cli.score import _GRADED_HELP, _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_URL, _ROLE, GradedText, TwoHop
 from kbvqa.evaluate.retrieval import DEFAULT_KS
 from kbvqa.pipelines.evaluation import EvalOptions, JudgeOptions

@@ -24,7 +24,7 @@ from rich.console import Console
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
                               fail, print_table)
 from kbvqa.cli.options import flags, with_defaults
-from kbvqa.cli.retrieve import job_errors
+from kbvqa.cli.common import job_errors
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Interleaved reference construction and its human audit.")
 
