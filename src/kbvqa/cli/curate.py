@@ -65,16 +65,13 @@ def run(
     """Run the four-step curation funnel: type cleaning, quality, refinement and balancing, auditing.
     Every stage's manifest and funnel.json record the options used."""
     from kbvqa.data.posts import parse_post_mapping
-    from kbvqa.models.config import roles_from_flags
     from kbvqa.pipelines.curate import CurateOptions, curate_options, run_curation
     from kbvqa.report.tables import ResultTable
 
     try:
         given = {**locals(), "mapping": parse_post_mapping(mapping)}
         opts = curate_options(**flags(CurateOptions, given))
-        m = opts.models
-        roles = roles_from_flags(opts.config, llm=m.llm, model=m.model, api_key_env=m.api_key_env,
-                                 fill=opts.curate.roles(), concurrency=opts.run.concurrency, **m.limits())
+        roles = opts.models.roles(opts.config, fill=opts.curate.roles(), concurrency=opts.run.concurrency)
         result = run_curation(opts, roles=roles, progress=not as_json)
     except _errors() as e:
         fail(e)

@@ -68,16 +68,13 @@ def build(
     image search, synthesis, the five-rule filter on each tag, de-duplication and the consistency check
     (filter and de-duplication before synthesis with [reference] filter_placement = "before_synthesis"),
     each a resumable runner job. Every stage's manifest and funnel.json record the options used."""
-    from kbvqa.models.config import roles_from_flags
     from kbvqa.pipelines.reference import ReferenceOptions, build_references, reference_options
     from kbvqa.tools.config import web_tool_options
 
     console = Console(stderr=True)
     try:
         opts = reference_options(**flags(ReferenceOptions, locals()))
-        m = opts.models
-        roles = roles_from_flags(opts.config, llm=m.llm, model=m.model, api_key_env=m.api_key_env,
-                                 fill=opts.reference.roles(), concurrency=opts.run.concurrency, **m.limits())
+        roles = opts.models.roles(opts.config, fill=opts.reference.roles(), concurrency=opts.run.concurrency)
         result = build_references(opts, roles=roles, progress=console.is_terminal,
                                   web_tools=web_tool_options(opts.config))
     except _errors() as e:

@@ -35,7 +35,7 @@ from kbvqa.evaluate import judge as jd
 from kbvqa.evaluate.ablation import (CONDITIONS, DIFFERENCES, GRADED, KINDS, PassageReader, ProbeConfig,
                                      ProbeGeneration, ReaderConfig, ablation_statistics, reference_tags)
 from kbvqa.evaluate.studies import DEFAULT_RESAMPLES
-from kbvqa.models.config import ConfigError, one_role, roles_from_flags
+from kbvqa.models.config import ConfigError, one_role
 from kbvqa.runner import Context, RunSummary, read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.options import JobOptions, ModelFlags
@@ -115,10 +115,7 @@ def ablation_models(opts: AblationOptions) -> AblationModels:
     configs name. There is no embedded default for any of them: a missing role, or one filled by the
     rules backend, is a ConfigError that says what to pass."""
     roles = opts.roles()
-    flags = opts.models
-    found = roles_from_flags(opts.config, llm=flags.llm, model=flags.model, api_key_env=flags.api_key_env,
-                             fill=tuple(dict.fromkeys(roles.values())), concurrency=opts.concurrency,
-                             **flags.limits())
+    found = opts.models.roles(opts.config, fill=tuple(dict.fromkeys(roles.values())), concurrency=opts.concurrency)
     missing = [f"{part} (role {r!r})" for part, r in roles.items() if r not in found]
     if missing:
         raise ConfigError(

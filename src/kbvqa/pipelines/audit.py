@@ -143,11 +143,8 @@ def audit_roles(opts: AuditOptions, env: dict[str, str] | None = None) -> dict[s
     `--model` fill verifier, repairer and checker with ONE shared OpenAI-compatible client, so its
     concurrency limit (llm_concurrency, else run.concurrency) covers all three; they replace those
     roles from the file. The call limits (None: each role's own setting) apply to every role."""
-    from kbvqa.models.config import roles_from_flags
-
-    m = opts.models
-    return roles_from_flags(opts.config, llm=m.llm, model=m.model, api_key_env=m.api_key_env, fill=LLM_ROLES,
-                            concurrency=opts.llm_concurrency or opts.run.concurrency, env=env, **m.limits())
+    return opts.models.roles(opts.config, fill=LLM_ROLES, concurrency=opts.llm_concurrency or opts.run.concurrency,
+                             env=env)
 
 
 def load_audit_roles(config: str | Path | None = None, *, env: dict[str, str] | None = None,

@@ -252,3 +252,12 @@ class ModelFlags(CallLimits):
     llm: str | None = None
     model: str | None = None
     api_key_env: str | None = None
+
+    def roles(self, config: Path | None, *, fill: tuple[str, ...], concurrency: int,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+        """The job's model roles: `[models.*]` of `config`, then `--llm/--model` filling the roles in
+        `fill` with one client of `concurrency` slots, these call limits over them (roles_from_flags)."""
+        from kbvqa.models.config import roles_from_flags
+
+        return roles_from_flags(config, llm=self.llm, model=self.model, api_key_env=self.api_key_env, fill=fill,
+                                concurrency=concurrency, env=env, **self.limits())

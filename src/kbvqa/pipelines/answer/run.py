@@ -31,7 +31,6 @@ def prepare_answer(opts: AnswerOptions) -> PreparedAnswer:
     and its encoder, the KB (every preset but `direct` reads one)."""
     from kbvqa.kb.store import open_kb
     from kbvqa.kb.text_index import TextIndex
-    from kbvqa.models.config import roles_from_flags
     from kbvqa.pipelines.answer import build_answer_job, pipeline_roles
     from kbvqa.pipelines.index import load_image_index
 
@@ -39,10 +38,8 @@ def prepare_answer(opts: AnswerOptions) -> PreparedAnswer:
         raise ValueError("an answer run needs its samples (--samples)")
     if opts.kb is None and opts.pipeline != "direct":
         raise ValueError(f"--pipeline {opts.pipeline} reads a KB: give --kb")
-    m = opts.models
-    roles = roles_from_flags(opts.config, llm=m.llm, model=m.model, api_key_env=m.api_key_env,
-                             fill=pipeline_roles(opts.pipeline, opts.reranker), concurrency=opts.run.concurrency,
-                             **m.limits())
+    roles = opts.models.roles(opts.config, fill=pipeline_roles(opts.pipeline, opts.reranker),
+                              concurrency=opts.run.concurrency)
     idx, enc = load_image_index(opts.index, opts.model_dir) if opts.index is not None else (None, None)
     job = build_answer_job(kb=open_kb(opts.kb) if opts.kb is not None else None, roles=roles, index=idx, encoder=enc,
                            # absolute in the driver: a Ray worker never reads a path against its own folder
