@@ -157,3 +157,21 @@ def test_eval_nests_the_answer_and_judge_options_as_built(tmp_path):
     assert opts.used()["judge"]["concurrency"] == 3 and opts.two_hop == "any"
     with pytest.raises(OptionsError, match="--judge-concurrency"):
         eval_judge_options(answer, concurrency=0)
+
+
+def test_the_viewer_shows_a_runs_options_as_used(bench, tmp_path):
+    from starlette.testclient import TestClient
+
+    from kbvqa.report.viewer.app import create_app
+    from kbvqa.cli.view import build_site
+
+    b, root = bench
+    res = runner.invoke(app, ["answer", "--samples", str(b.samples), "--kb", str(b.kb), "--index",
+                              str(root / "idx" / "images"), "--out", str(tmp_path / "P.jsonl"), "--k", "6",
+                              "--limit", "2"])
+    assert res.exit_code == 0, res.output
+    client = TestClient(create_app(build_site([tmp_path]), warm=False))
+    page = client.get("/").text
+    links = [x.split('"')[0] for x in page.split('href="/o/')[1:]]
+    pages = [client.get("/o/" + link).text.replace("&quot;", "&#34;") for link in links]
+    assert any("<th>options</th>" in html and "&#34;k&#34;: 6" in html for html in pages)

@@ -10,6 +10,7 @@ run folder.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -465,4 +466,7 @@ def _manifest_info(o: Output) -> dict[str, Any]:
             "stages": [s.get("name") for s in m.get("stages") or [] if isinstance(s, dict)], "models": models,
             "version": m.get("kbvqa_version"), "commit": (m.get("git") or {}).get("commit"),
             "manifest_rel": o.manifest_path.relative_to(o.root).as_posix() if o.manifest_path else None,
-            "summary_rel": o.summary_path.relative_to(o.root).as_posix() if o.summary_path else None}
+            "summary_rel": o.summary_path.relative_to(o.root).as_posix() if o.summary_path else None,
+            # the job's settings as used (kbvqa.runner.options): every default, file value and flag
+            "options": json.dumps(options, indent=1, ensure_ascii=False) if isinstance(
+                options := (m.get("run_config") or {}).get("options"), dict) else None}
