@@ -10,6 +10,8 @@ from typing import Optional
 import typer
 
 from kbvqa.cli.common import emit_json, fail, print_result
+from kbvqa.cli.options import flags, option
+from kbvqa.pipelines.kb_import import KBImportOptions as O
 
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
@@ -30,21 +32,25 @@ def _open(path: Path):
 def import_cmd(
     wiki: Path = typer.Argument(..., help="E-VQA/EchoSight wiki JSON (url -> article), JSONL, or .gz of either."),
     out: Path = typer.Option(..., "--out", "-o", help="KB file to write (.sqlite)."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1,
-                                             help="Articles per insert batch (default: 1000 when the index is "
-                                                  "built in shard processes, 2000 in one process)."),
-    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
-    on_duplicate: str = typer.Option("keep_first", "--on-duplicate",
-                                     help="keep_first (count and report) or error."),
+    config: Optional[Path] = option(O, "config", exists=True, dir_okay=False,
+                                    help="kbvqa.toml whose [kb.import] table holds these settings (flags win)."),
+    batch_size: Optional[int] = option(O, "batch_size", min=1,
+                                       help="Articles per insert batch (default: 1000 when the index is "
+                                            "built in shard processes, 2000 in one process)."),
+    workers: Optional[int] = option(O, "workers", min=1,
+                                    help="FTS indexing processes (default: one per core, at most 4, for files "
+                                         "from 32 MiB; 1 below). Every number gives the same search results."),
+    force: Optional[bool] = option(O, "force", "--force", help="Replace OUT if it exists."),
+    on_duplicate: Optional[str] = option(O, "on_duplicate", help="keep_first (count and report) or error."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
-    """Stream-import a wiki file into a SQLite KB with an FTS5 index over sections."""
-    from kbvqa.kb.importer import import_wiki_json
+    """Stream-import a wiki file into a SQLite KB with an FTS5 index over sections. Every setting is
+    one KBImportOptions; the KB's kb_info records it as used (`import_options`)."""
+    from kbvqa.pipelines.kb_import import import_kb, kb_import_options
     try:
-        st = import_wiki_json(wiki, out, batch_size=batch_size, progress=progress, overwrite=force,
-                              on_duplicate=on_duplicate)  # type: ignore[arg-type]
+        st = import_kb(kb_import_options(**flags(O, locals())), progress=progress)
     except (FileNotFoundError, FileExistsError, IsADirectoryError, ValueError, sqlite3.DatabaseError,
-            OSError) as e:
+            OSError) as e:  # ValueError: OptionsError and KBFormatError too
         _fail(str(e))
     typer.echo(f"imported {st.articles} articles, {st.sections} sections into {out} in {st.seconds:.1f} s "
                f"({st.articles_per_s:,.0f} articles/s)")

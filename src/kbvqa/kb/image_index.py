@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from kbvqa.data.urls import canonical_url
 
@@ -35,6 +36,20 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 IndexKind = Literal["flat", "ivf", "hnsw"]
 FORMAT = "kbvqa-image-index"
 FORMAT_VERSION = 2
+
+
+class IndexParams(BaseModel):
+    """The FAISS structure's settings (each used by one kind; the others are recorded, unused). The
+    only place their defaults are written: `kbvqa index images` nests this model as it is
+    (`ImageIndexOptions.params`), and an index saves the values it was built and searched with."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nlist: int | None = Field(None, ge=1)  # IVF centroids (None: sqrt(n), see ImageIndex._nlist)
+    nprobe: int = Field(16, ge=1)  # IVF lists probed per query
+    m: int = Field(16, ge=2)  # HNSW links per node
+    ef_construction: int = Field(40, ge=1)  # HNSW build depth
+    ef_search: int = Field(128, ge=1)  # HNSW search depth
 
 
 class _FaissView:
@@ -61,18 +76,22 @@ def _sha256(b: bytes | memoryview) -> str:
 class ImageIndex:
     """Vectors + the article url of each. `search` returns article urls de-duplicated (best image wins)."""
 
-    def __init__(self, encoder: str, dim: int, kind: IndexKind = "flat", *, nlist: int | None = None,
-                 nprobe: int = 16, m: int = 16, ef_construction: int = 40, ef_search: int = 128):
+    def __init__(self, encoder: str, dim: int, kind: IndexKind = "flat", params: IndexParams | None = None,
+                 **settings: Any):
+        """`params` (or `settings`, IndexParams fields such as nprobe=8, validated into one) set the
+        FAISS structure; `params` is read, never kept: set_search_params changes this index's copy."""
         if kind not in ("flat", "ivf", "hnsw"):
             raise ValueError(f"index kind must be flat, ivf or hnsw, not {kind!r}")
+        if params is not None and settings:
+            raise TypeError(f"pass IndexParams or its settings, not both ({', '.join(settings)})")
         self.encoder = encoder
         self.dim = dim
         self.kind = kind
-        self.params: dict[str, Any] = {"nlist": nlist, "nprobe": nprobe, "m": m, "ef_construction": ef_construction,
-                                       "ef_search": ef_search}
+        self.params: dict[str, Any] = (params or IndexParams(**settings)).model_dump()
         self.urls: list[str] = []
         self.images: list[str] = []  # source image of each vector ("" when unknown)
         self.stats: dict[str, Any] = {}  # build report (resolved / missing images ...), saved with the index
+        self.options: dict[str, Any] = {}  # the building job's options as used (`kbvqa index images`), saved with it
         self._chunks: list[np.ndarray] = []
         self._vectors = np.zeros((0, dim), dtype=np.float32)
         self._faiss = None
@@ -236,7 +255,7 @@ class ImageIndex:
         meta: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, "encoder": self.encoder,
                                 "dim": self.dim, "kind": self.kind, "params": self.params, "n": len(self),
                                 "sha256": self.checksum(), "urls": self.urls, "images": self.images,
-                                "stats": self.stats}
+                                "stats": self.stats, "options": self.options}
         if self.kind != "flat" and faiss is not None:
             faiss.write_index(self._backend(), str(fpath))
             meta["faiss_sha256"] = _sha256(fpath.read_bytes())
@@ -258,13 +277,14 @@ class ImageIndex:
             raise ValueError(f"{path}: index built with encoder {meta['encoder']!r}, not {expect_encoder!r}")
         params = meta.get("params") or {}
         index = cls(meta["encoder"], meta["dim"], meta.get("kind", "flat"),
-                    **{k: v for k, v in params.items() if k in ("nlist", "nprobe", "m", "ef_construction", "ef_search")})
+                    **{k: v for k, v in params.items() if k in IndexParams.model_fields})
         # Memory-mapped: a flat index copies them into FAISS (and then shares that copy); IVF/HNSW
         # keep their own copy inside the FAISS structure, so these pages stay reclaimable file cache.
         index._vectors = np.load(npy, mmap_mode="r")
         index.urls = meta["urls"]
         index.images = meta.get("images") or [""] * len(index.urls)
         index.stats = meta.get("stats") or {}
+        index.options = meta.get("options") or {}
         if len(index._vectors) != len(index.urls):
             raise ValueError(f"{path}: {len(index._vectors)} vectors but {len(index.urls)} urls")
         if index.checksum() != meta["sha256"]:

@@ -36,17 +36,18 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 
 import ijson
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kbvqa.data.schema import Article
 from kbvqa.data.urls import canonical_url, url_to_title
 
 TOKEN_RE = re.compile(r"\w+")  # the word tokens queries and the df sample agree on
 
-__all__ = ["ImportStats", "KBFormatError", "import_wiki_json", "build_kb", "auto_workers", "FORMAT_NAME",
-           "FORMAT_VERSION", "SCHEMA_SQL"]
+__all__ = ["ImportConfig", "ImportStats", "KBFormatError", "import_wiki_json", "build_kb", "auto_workers",
+           "FORMAT_NAME", "FORMAT_VERSION", "SCHEMA_SQL"]
 
 FORMAT_NAME = "kbvqa-kb"
 FORMAT_VERSION = 1
@@ -83,6 +84,25 @@ CREATE VIRTUAL TABLE fts USING fts5(
     tokenize='porter unicode61 remove_diacritics 2'
 );
 """
+
+
+class ImportConfig(BaseModel):
+    """How an import writes the KB: the only place these defaults are written. `kbvqa kb import`
+    nests it as it is (kbvqa.pipelines.kb_import.KBImportOptions.importer), and the KB's kb_info
+    records the settings it ran with (`import_options`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    batch_size: int | None = Field(None, ge=1)  # articles per insert batch (None: default_batch_size(workers))
+    on_duplicate: OnDuplicate = "keep_first"  # a canonical url seen twice: keep the first (counted) or "error"
+    workers: int | None = Field(None, ge=1)  # FTS indexing processes (None: auto_workers of the file size)
+
+    @field_validator("on_duplicate", mode="before")
+    @classmethod
+    def _known_policy(cls, value: Any) -> Any:
+        if value not in ("keep_first", "error"):
+            raise ValueError(f"on_duplicate must be 'keep_first' or 'error', got {value!r}")
+        return value
 
 
 class KBFormatError(ValueError):
@@ -505,13 +525,11 @@ class _Writer:
     SAMPLE_EVERY = 16
     SAMPLE_CAP = 50_000
 
-    def __init__(self, out: Path, batch_size: int | None, on_duplicate: OnDuplicate, progress: ProgressFn | None,
-                 workers: int = 1):
-        if on_duplicate not in ("keep_first", "error"):
-            raise ValueError(f"on_duplicate must be 'keep_first' or 'error', got {on_duplicate!r}")
-        batch_size = default_batch_size(workers) if batch_size is None else batch_size
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    def __init__(self, out: Path, config: ImportConfig, progress: ProgressFn | None, workers: int,
+                 record: Mapping[str, Any] | None = None):
+        """`config` as validated (its batch size, None: `default_batch_size(workers)`); `workers` the
+        processes this import uses; `record` what kb_info keeps as `import_options` (default: `config`)."""
+        batch_size = default_batch_size(workers) if config.batch_size is None else config.batch_size
         self.out = out
         self.tmp = out.with_name(out.name + ".partial")
         for p in (self.tmp, Path(str(self.tmp) + "-journal")):
@@ -538,7 +556,9 @@ class _Writer:
             self.db.close()
             raise
         self.batch_size = batch_size
-        self.on_duplicate = on_duplicate
+        self.on_duplicate = config.on_duplicate
+        self.record = {**(record if record is not None else config.model_dump(mode="json")),
+                       "resolved": {"batch_size": batch_size, "workers": workers}}
         self.progress = progress
         self.stats = ImportStats(out=str(out))
         self.next_article = 1
@@ -669,7 +689,8 @@ class _Writer:
         st = self.stats
         info = {"format": FORMAT_NAME, "version": str(FORMAT_VERSION), "articles": str(st.articles),
                 "sections": str(st.sections), "duplicates": str(st.duplicates), "source": source,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "import_options": json.dumps(self.record, sort_keys=True)}
         if source_stat is not None:
             info["source_size"] = str(source_stat.st_size)
             info["source_mtime_ns"] = str(source_stat.st_mtime_ns)
@@ -714,6 +735,13 @@ class _Writer:
                 self.tmp.unlink()
 
 
+def _config(config: ImportConfig | None, settings: Mapping[str, Any]) -> ImportConfig:
+    """`config` as given, or the library caller's keyword `settings` validated into one."""
+    if config is not None and settings:
+        raise TypeError(f"pass ImportConfig or its settings, not both ({', '.join(settings)})")
+    return config if config is not None else ImportConfig(**settings)
+
+
 def _prepare_out(out: str | os.PathLike, overwrite: bool) -> Path:
     out = Path(out)
     if out.exists():
@@ -743,10 +771,11 @@ def default_batch_size(workers: int) -> int:
     return 1000 if workers >= 2 else 2000
 
 
-def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_size: int | None = None,
-                     progress: bool | ProgressFn = False, on_duplicate: OnDuplicate = "keep_first",
-                     overwrite: bool = False, workers: int | None = None) -> ImportStats:
-    """Stream-import a wiki JSON/JSONL file into a new KB database at `out`.
+def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, config: ImportConfig | None = None, *,
+                     progress: bool | ProgressFn = False, overwrite: bool = False,
+                     record: Mapping[str, Any] | None = None, **settings: Any) -> ImportStats:
+    """Stream-import a wiki JSON/JSONL file into a new KB database at `out`, as `config` says (or,
+    for a library caller, `settings`: batch_size, on_duplicate, workers, validated into one).
 
     Duplicate canonical urls keep the first article (counted in `ImportStats.duplicates`) unless
     `on_duplicate='error'`. `progress=True` draws a rich progress bar (bytes read, then indexing);
@@ -756,7 +785,10 @@ def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_s
     `workers`: FTS indexing processes (None: `auto_workers` of the file size; 1: all in this process).
     Any number of workers gives a KB whose searches return exactly what a one-process import's do.
     `batch_size`: articles per insert batch (None: `default_batch_size` for the number of workers).
+    kb_info's `import_options` records `record` (the job's options as used; default: the config),
+    with the batch size and workers the import resolved.
     """
+    config = _config(config, settings)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such wiki file")
@@ -765,12 +797,10 @@ def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_s
     total = path.stat().st_size
     bar = _ImportProgress(total) if progress is True else None
     progress_fn: ProgressFn | None = bar.update if bar else (progress or None)  # type: ignore[assignment]
-    n_workers = auto_workers(total) if workers is None else workers
-    if n_workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    n_workers = auto_workers(total) if config.workers is None else config.workers
     raw, f = _open_raw(path)
     try:
-        writer = _Writer(out, batch_size, on_duplicate, progress_fn, n_workers)
+        writer = _Writer(out, config, progress_fn, n_workers, record)
     except BaseException:
         f.close()
         raw.close()
@@ -801,14 +831,14 @@ def import_wiki_json(path: str | os.PathLike, out: str | os.PathLike, *, batch_s
     return stats
 
 
-def build_kb(articles: Iterable[Article], out: str | os.PathLike, *, batch_size: int | None = None,
-             on_duplicate: OnDuplicate = "keep_first", overwrite: bool = False, workers: int = 1) -> ImportStats:
-    """Write Article objects into a new KB database (tests, demos, converters); `workers` as in
-    `import_wiki_json` (default 1: in this process)."""
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+def build_kb(articles: Iterable[Article], out: str | os.PathLike, config: ImportConfig | None = None, *,
+             overwrite: bool = False, **settings: Any) -> ImportStats:
+    """Write Article objects into a new KB database (tests, demos, converters); `config` (or
+    `settings`) as in `import_wiki_json`, except that workers None means 1 (in this process: there
+    is no file size to size the shards by)."""
+    config = _config(config, settings)
     out = _prepare_out(out, overwrite)
-    writer = _Writer(out, batch_size, on_duplicate, None, workers)
+    writer = _Writer(out, config, None, config.workers or 1)
     writer.stats.source = "<articles>"
     try:
         for n, a in enumerate(articles):

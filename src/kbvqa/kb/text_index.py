@@ -37,6 +37,7 @@ class TextIndex:
         self._faiss = None
         self._order: list[str] = []  # urls in row order (for `search`)
         self._starts = np.zeros(0, dtype=np.int64)
+        self.options: dict[str, Any] = {}  # the building job's options as used (`kbvqa index text`), saved with it
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the FAISS object (not picklable); `search` rebuilds the flat index lazily."""
@@ -96,7 +97,8 @@ class TextIndex:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path.with_suffix(".npy"), self.vectors)
         meta = {"format": FORMAT, "version": 1, "embedder": self.embedder, "dim": self.dim, "n": len(self),
-                "sha256": self.checksum(), "ranges": self.ranges, "section_ids": self.section_ids}
+                "sha256": self.checksum(), "ranges": self.ranges, "section_ids": self.section_ids,
+                "options": self.options}
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, path.with_suffix(".json"))
@@ -117,6 +119,7 @@ class TextIndex:
         idx.vectors = np.load(path.with_suffix(".npy"))
         idx.ranges = {u: (int(a), int(b)) for u, (a, b) in meta["ranges"].items()}
         idx.section_ids = [int(s) for s in meta["section_ids"]]
+        idx.options = meta.get("options") or {}
         if idx.checksum() != meta["sha256"]:
             raise ValueError(f"{path}: vector checksum mismatch (index file changed or corrupt)")
         idx._reindex()

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 ImageLike = Image.Image | str | Path
 
+#: Images an encoder takes per call. One setting wherever images are encoded in batches: the KB images
+#: of `kbvqa index images` and the query images of `kbvqa retrieve` (their options' `batch_size`).
+ENCODE_BATCH = 64
+
 
 class ImageEncoder(Protocol):
     name: str
@@ -71,7 +75,7 @@ class HistogramEncoder:
     dim = 8 * 4 * 4 + 2 * 2 * 8
     baseline = True
 
-    def __init__(self, side: int = 128, batch_size: int = 64, progress: bool = False):
+    def __init__(self, side: int = 128, batch_size: int = ENCODE_BATCH, progress: bool = False):
         self.side = side
         self.batch_size = batch_size
         self.progress = progress
@@ -255,7 +259,7 @@ def encode_batch(encoder: ImageEncoder, images: Sequence[ImageLike]) -> list[np.
     return out
 
 
-def encode_files(encoder: ImageEncoder, paths: Sequence[ImageLike], *, batch_size: int = 256,
+def encode_files(encoder: ImageEncoder, paths: Sequence[ImageLike], *, batch_size: int,
                  on_batch: Callable[[int], None] | None = None) -> tuple[np.ndarray, list[int], dict[int, str]]:
     """Encode many files, surviving bad ones: (vectors, indices of `paths` encoded, {index: error}).
 

