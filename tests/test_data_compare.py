@@ -139,7 +139,7 @@ def test_hops_judge_strict_integers_and_provenance(files, tmp_path):
         assert r.exit_code == 0, r.output
         assert "judge-x" in r.output and "curate.reasoning_hops@1" in r.output
     saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    assert [b["hops"]["mean"] for b in saved] == [2.0, 2.0]
+    assert [b["hops"]["mean"] for b in saved["benchmarks"]] == [2.0, 2.0]
 
 
 def test_shared_data_when_present():

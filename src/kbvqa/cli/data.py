@@ -158,11 +158,13 @@ def stats(
     _report_skipped(report)
 
 
-# `compare` calls a judge model: the model-call limit flags every such command takes.
-from kbvqa.cli.common import CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, model_limits  # noqa: E402
+# `compare` calls a judge model: the model-call limit flags every such command takes. Its settings are
+# kbvqa.pipelines.curate.hops.CompareOptions (default None = not given; --help shows the class defaults).
+from kbvqa.cli.common import CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT  # noqa: E402
+from kbvqa.cli.options import with_defaults  # noqa: E402
 
 
-@app.command("compare")
+@app.command("compare", cls=with_defaults("kbvqa.pipelines.curate.hops:CompareOptions"))
 def compare(
     paths: list[Path] = typer.Argument(..., help="Benchmark files (any format kbvqa reads)."),
     from_fmt: Optional[list[str]] = typer.Option(None, "--from", help=f"Format ({_FORMATS}): once for all files or "
@@ -171,15 +173,18 @@ def compare(
     mapping: Optional[str] = typer.Option(None, "--mapping", help="Generic formats: field=column,..."),
     llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible base URL of the hops judge."),
     model: Optional[str] = typer.Option(None, "--model", help="Judge model name on that server."),
-    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml with [models.<role>]."),
-    judge_role: str = typer.Option("judge", "--judge-role", help="The role that estimates reasoning hops."),
+    config: Optional[Path] = typer.Option(None, "--config", help="kbvqa.toml with [models.<role>]; its "
+                                                                 "[data.compare] table sets this command's options "
+                                                                 "(flags win)."),
+    judge_role: Optional[str] = typer.Option(None, "--judge-role", help="The role that estimates reasoning hops."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env"),
     hops_sample: Optional[int] = typer.Option(None, "--hops-sample", min=1, help="Judge at most N items per "
                                                                                  "benchmark (the same N every run)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for the judge's journals and compare.json "
                                                            "(needed with a judge)."),
-    resume: bool = typer.Option(True, "--resume/--no-resume"),
-    concurrency: int = typer.Option(8, "--concurrency", min=1),
+    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep the journals' estimates; ask "
+                                                                             "again only failed and invalid ones."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Judge requests in flight."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     timeout: Optional[float] = TIMEOUT,
     connect_timeout: Optional[float] = CONNECT_TIMEOUT,
@@ -191,8 +196,11 @@ def compare(
     category and intent coverage, and with a judge model the mean estimated reasoning hops."""
     import json
 
+    from kbvqa.cli.options import flags
     from kbvqa.data.compare import NOTEVQA_PUBLISHED, benchmark_profile
-    from kbvqa.models.config import ConfigError, roles_from_flags
+    from kbvqa.models.config import ConfigError
+    from kbvqa.pipelines.curate.hops import CompareOptions, hops_roles
+    from kbvqa.runner.options import read_table
 
     if from_fmt and len(from_fmt) not in (1, len(paths)):
         _fail(f"--from: give one format for all files or one per file ({len(paths)}), not {len(from_fmt)}")
@@ -202,12 +210,12 @@ def compare(
     if len(set(labels)) != len(labels):
         _fail(f"two benchmarks would be called the same ({labels}); give --name for each")
     try:
-        roles = roles_from_flags(config, llm=llm, model=model, api_key_env=api_key_env, fill=(judge_role,),
-                                 concurrency=concurrency,
-                                 **model_limits(timeout, connect_timeout, deadline, structured_output, max_retries))
+        opts = CompareOptions.build(read_table(config, CompareOptions.SECTION),
+                                    source=None if config is None else str(config), **flags(CompareOptions, locals()))
+        roles = hops_roles(opts)
     except (ConfigError, ValueError) as e:
         fail(e)
-    judge = roles.get(judge_role)
+    judge = roles.get(opts.hops.role)
     if judge is not None and out is None:
         fail("the hops judge writes resumable journals: give --out DIR")
     rows = []
@@ -228,17 +236,17 @@ def compare(
             from kbvqa.pipelines.curate.hops import estimate_hops, hop_records
 
             try:
-                row["hops"] = estimate_hops(hop_records(samples, hops_sample), out / f"{labels[i]}.hops.jsonl", roles,
-                                            role=judge_role, resume=resume, concurrency=concurrency,
-                                            progress=not as_json)
+                row["hops"] = estimate_hops(hop_records(samples, opts.hops_sample), out / f"{labels[i]}.hops.jsonl",
+                                            roles, opts, progress=not as_json)
             except (ValueError, OSError) as e:
                 fail(e)
         rows.append(row)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "compare.json").write_text(json.dumps(rows, indent=1, ensure_ascii=False), encoding="utf-8")
+        (out / "compare.json").write_text(json.dumps({"benchmarks": rows, "options": opts.used()}, indent=1,
+                                                     ensure_ascii=False), encoding="utf-8")
     if as_json:
-        emit_json({"benchmarks": rows})
+        emit_json({"benchmarks": rows, "options": opts.used()})
         return
     from kbvqa.report.tables import ResultTable
 

@@ -10,6 +10,8 @@ A command module that must start without the runner (`kbvqa.cli.score` also serv
 which imports neither the runner nor the judge stages) cannot import its options class when it is
 loaded: it declares plain `typer.Option(None, ...)` flags and `@app.command(cls=with_defaults("module:Class"))`,
 which appends the same "Default X." to their help when --help is shown, importing the class only then.
+A command without an options class whose default is a constant of such a module (the studies'
+DEFAULT_RESAMPLES) reads it through `default_from` and shows it with `with_defaults(<parameter>="module:NAME")`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typer.core import TyperCommand
 if TYPE_CHECKING:  # the runner is imported by the command that runs, not by the module that declares it
     from kbvqa.runner.options import JobOptions
 
-__all__ = ["default_of", "flags", "option", "with_defaults"]
+__all__ = ["default_from", "default_of", "flags", "option", "with_defaults"]
 
 
 def default_of(options: type[BaseModel], path: str) -> Any:
@@ -64,20 +66,44 @@ def option(options: type[JobOptions], name: str, *decls: str, help: str = "", **
     return typer.Option(None, *(decls or ("--" + name.replace("_", "-"),)), help=help, **kw)
 
 
-def with_defaults(target: str) -> type[TyperCommand]:
+def _imported(target: str) -> Any:
+    """The object `target` ("module:Name") names, its module imported now."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def default_from(target: str) -> Any:
+    """A typer callback giving a flag that was left out (None) the module constant `target`
+    ("module:NAME"), imported only then: the default stays written once, in that module."""
+
+    def fill(ctx: Any, param: Any, value: Any) -> Any:
+        return _imported(target) if value is None and not ctx.resilient_parsing else value
+
+    return fill
+
+
+def with_defaults(target: str | None = None, **constants: str) -> type[TyperCommand]:
     """A command class whose --help ends each flag that is a setting of the options class `target`
-    ("module:Class") with the class default, as `option` does; the class is imported only when the
-    help is shown. For commands whose module must not import the runner when it is loaded."""
+    ("module:Class") with the class default, as `option` does, and each flag named in `constants`
+    (parameter name -> "module:NAME", read by `default_from`) with that constant; the modules are
+    imported only when the help is shown. For commands whose module must not import the runner (or
+    numpy) when it is loaded."""
 
     class _WithDefaults(TyperCommand):
         def format_help(self, ctx: Any, formatter: Any) -> None:
-            module, _, name = target.partition(":")
-            options = getattr(importlib.import_module(module), name)
-            settings = options.flag_paths()
+            options = _imported(target) if target is not None else None
+            settings = options.flag_paths() if options is not None else {}
             for param in self.params:
-                if param.name in settings and not getattr(param, "_default_shown", False):
-                    param.help = _help_with_default(options, param.name, getattr(param, "help", None) or "")
-                    param._default_shown = True  # type: ignore[attr-defined]
+                if getattr(param, "_default_shown", False):
+                    continue
+                help = getattr(param, "help", None) or ""
+                if param.name in constants:
+                    param.help = f"{help} Default {_shown(_imported(constants[param.name]))}.".strip()
+                elif param.name in settings:
+                    param.help = _help_with_default(options, param.name, help)  # type: ignore[arg-type]
+                else:
+                    continue
+                param._default_shown = True  # type: ignore[attr-defined]
             super().format_help(ctx, formatter)
 
     return _WithDefaults

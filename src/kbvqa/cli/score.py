@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Optional
 import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, fail,
-                              model_limits, print_result)
+                              print_result)
 from kbvqa.cli.options import with_defaults
 from kbvqa.evaluate import METRICS, infoseek_modes
 from kbvqa.evaluate.methods import DATASETS, DUPLICATE_POLICIES, METHODS, RULES
@@ -56,15 +56,11 @@ _PRED = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                      help="JSONL {data_id, prediction} or kbvqa Prediction {sample_id, answer}.")
 _PER_ITEM = typer.Option(None, "--per-item", dir_okay=False, help="Write one JSON line per item.")
 _JSON = typer.Option(False, "--json", help="Print exactly one JSON object on stdout.")
-_RESUME = typer.Option(True, "--resume/--no-resume", help="Keep verdicts already in the journal; re-send only "
-                                                          "failed and unusable calls (--no-resume moves it aside).")
 _JUDGE_URL = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server.")
 _JUDGE_MODEL = typer.Option(None, "--judge-model", help="Judge model name; PROVIDER/NAME (ollama/, vllm/, sglang/, "
                                                         "lmstudio/, openai/) needs no --judge-base-url.")
 _JUDGE_REPLAY = typer.Option(None, "--judge-replay", exists=True, dir_okay=False,
                              help="Answer judge calls from a recorded cassette.")
-_CONFIG = typer.Option(None, "--config", exists=True, dir_okay=False,
-                       help="kbvqa.toml: the judge is built from its [models.<role>] entry.")
 _ROLE = typer.Option(None, "--judge-role", help="Model role used as the judge (default 'judge' with --config).")
 GradedText = Literal["full", "short"]  # kbvqa.pipelines.score_options.GradedText (that module loads the runner)
 # The judge jobs' settings: default None = not given (the config file's table, else the options class's
@@ -101,7 +97,7 @@ def infoseek(
                                        time_leniency=not no_time_leniency), as_json)
 
 
-@app.command("evqa")
+@app.command("evqa", cls=with_defaults("kbvqa.pipelines.score_options:EvqaOptions"))
 def evqa(
     predictions: Path = _PRED,
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
@@ -112,15 +108,20 @@ def evqa(
     judge_base_url: Optional[str] = _JUDGE_URL,
     judge_model: Optional[str] = _JUDGE_MODEL,
     judge_replay: Optional[Path] = _JUDGE_REPLAY,
-    judge_concurrency: int = typer.Option(16, "--judge-concurrency", min=1, help="Judge requests in flight."),
-    config: Optional[Path] = _CONFIG,
+    judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1,
+                                                    help="Judge requests in flight."),
+    config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
+                                          help="kbvqa.toml: the judge is its [models.<role>] entry; [score.evqa] "
+                                               "sets this command's options (flags win)."),
     judge_role: Optional[str] = _ROLE,
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False, help="LLM judge journal (default "
                                        "<predictions stem>.evqa-judge.jsonl); its manifest is written beside it."),
-    resume: bool = _RESUME,
-    semantic: bool = typer.Option(False, "--semantic",
-                                  help="EM-failure fallback: semantic-approx (all-MiniLM-L6-v2 cosine, not BEM)."),
-    semantic_threshold: float = typer.Option(0.8, "--semantic-threshold", help="Cosine threshold for --semantic."),
+    resume: Optional[bool] = _JOB_RESUME,
+    semantic: Optional[bool] = typer.Option(None, "--semantic/--no-semantic",
+                                            help="EM-failure fallback: semantic-approx (all-MiniLM-L6-v2 cosine, "
+                                                 "not BEM)."),
+    semantic_threshold: Optional[float] = typer.Option(None, "--semantic-threshold",
+                                                       help="Cosine threshold for --semantic."),
     semantic_model_dir: Optional[Path] = typer.Option(None, "--semantic-model-dir", file_okay=False,
                                                       help="Local sentence-transformers model (default MiniLM)."),
     timeout: Optional[float] = TIMEOUT,
@@ -131,15 +132,15 @@ def evqa(
 ) -> None:
     """E-VQA accuracy: exact match, then an optional equivalence backend when EM fails
     (BEM from --bem-dir, an LLM judge, or --semantic; at most one)."""
-    from kbvqa.pipelines.score import judge_client, score_evqa_files
+    from kbvqa.cli.options import flags
+    from kbvqa.pipelines.score import judge_of, score_evqa_files
+    from kbvqa.pipelines.score_options import EvqaOptions, from_config
+
+    settings = flags(EvqaOptions, locals())
 
     def job() -> ScoreReport:
-        limits = model_limits(timeout, connect_timeout, deadline, structured_output, max_retries)
-        judge = judge_client(limits=limits, config=config, role=judge_role, base_url=judge_base_url,
-                             model=judge_model, replay=judge_replay, concurrency=judge_concurrency)
-        return score_evqa_files(predictions, references, judge=judge, bem_dir=bem_dir, semantic=semantic,
-                                semantic_threshold=semantic_threshold, semantic_model_dir=semantic_model_dir,
-                                out=out, resume=resume, concurrency=judge_concurrency, per_item=per_item,
+        opts = from_config(EvqaOptions, **settings)
+        return score_evqa_files(predictions, references, opts, judge=judge_of(opts), out=out, per_item=per_item,
                                 progress=not as_json)
 
     _show(job, as_json)

@@ -19,7 +19,7 @@ import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job, fail,
                               print_result)
-from kbvqa.cli.options import with_defaults
+from kbvqa.cli.options import default_from, with_defaults
 from kbvqa.evaluate.scorers import SCORERS
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -33,9 +33,16 @@ _INPUT_ERRORS = (ValueError, FileNotFoundError)
 # The --scorer choices are the registry's names: typer lists them in --help and refuses anything else.
 ScorerName = Literal[tuple(SCORERS.names())]  # type: ignore[valid-type]
 _SCORER = typer.Option(..., "--scorer", help="Per-item scorer: " + "; ".join(f"{e.name}: {e.help}" for e in SCORERS))
-_RESAMPLES = typer.Option(2000, "--resamples", min=1, help="Bootstrap resamples.")
+# The studies' defaults are written once, in modules that load numpy: read when the flag is left out, shown in
+# --help by the commands' `cls=_DEFAULTS`.
+_RESAMPLES_FROM = "kbvqa.evaluate.studies:DEFAULT_RESAMPLES"
+_THRESHOLD_FROM = "kbvqa.evaluate.semantic:DEFAULT_THRESHOLD"
+_DEFAULTS = with_defaults(resamples=_RESAMPLES_FROM, semantic_threshold=_THRESHOLD_FROM)
+_RESAMPLES = typer.Option(None, "--resamples", min=1, callback=default_from(_RESAMPLES_FROM),
+                          help="Bootstrap resamples.")
 _SEED = typer.Option(0, "--seed", help="Bootstrap seed (same seed, same intervals).")
-_THRESHOLD = typer.Option(0.8, "--semantic-threshold", help="evqa-semantic: similarity threshold.")
+_THRESHOLD = typer.Option(None, "--semantic-threshold", callback=default_from(_THRESHOLD_FROM),
+                          help="evqa-semantic: similarity threshold.")
 _QTYPES = typer.Option(None, "--qtypes", exists=True, dir_okay=False,
                        help="InfoSeek question-type JSONL (official references).")
 _OUT = typer.Option(None, "--out", file_okay=False, help="Results folder.")
@@ -82,7 +89,7 @@ def _subset(files: Optional[list[str]], references: Path, stage: str, k: int) ->
     return grounded_subset(files, references, stage=stage, k=k)
 
 
-@app.command("by-type")
+@app.command("by-type", cls=_DEFAULTS)
 def by_type(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
@@ -113,7 +120,7 @@ def by_type(
     _finish(res, out, not no_report, as_json)
 
 
-@app.command("compare")
+@app.command("compare", cls=_DEFAULTS)
 def compare(
     references_a: Path = typer.Option(..., "--references-a", exists=True, dir_okay=False, help="e.g. unfixed."),
     references_b: Path = typer.Option(..., "--references-b", exists=True, dir_okay=False, help="e.g. fixed."),
@@ -149,7 +156,7 @@ def compare(
     _finish(res, out, not no_report, as_json)
 
 
-@app.command("retrieval-2x2")
+@app.command("retrieval-2x2", cls=_DEFAULTS)
 def retrieval_2x2(
     with_pred: Path = typer.Option(..., "--with", exists=True, dir_okay=False, help="Run with retrieval."),
     without_pred: Path = typer.Option(..., "--without", exists=True, dir_okay=False, help="Run without retrieval."),
@@ -354,7 +361,7 @@ def image_ablation(
 
 # ---------------------------------------------------- seed 000's analyses (kbvqa.evaluate.analyses)
 
-@app.command("fix-kinds")
+@app.command("fix-kinds", cls=_DEFAULTS)
 def fix_kinds(
     unfixed: Path = typer.Option(..., "--unfixed", exists=True, dir_okay=False, help="Predictions on the unfixed split."),
     fixed: Path = typer.Option(..., "--fixed", exists=True, dir_okay=False, help="The same method on the fixed split."),
@@ -392,7 +399,7 @@ def fix_kinds(
     _finish(res, out, not no_report, as_json)
 
 
-@app.command("grounded")
+@app.command("grounded", cls=_DEFAULTS)
 def grounded_cmd(
     predictions: list[str] = typer.Option(..., "--predictions", "-p",
                                           help="PATH or NAME=PATH; repeat per run. kbvqa runs, converted files, or a "
@@ -429,7 +436,7 @@ def grounded_cmd(
     _finish(res, out, not no_report, as_json)
 
 
-@app.command("modification-rates")
+@app.command("modification-rates", cls=_DEFAULTS)
 def modification_rates(
     a: Path = typer.Argument(..., exists=True, dir_okay=False, help="Version A (before), any input format; or one "
                                                                     "audited file (its question_before / "
@@ -459,7 +466,7 @@ def modification_rates(
     _finish(res, out, not no_report, as_json)
 
 
-@app.command("variants")
+@app.command("variants", cls=_DEFAULTS)
 def variants(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                                      help="Predictions on the augmented samples (ids __anchor, __intra, ...)."),
@@ -499,7 +506,7 @@ def variants(
             print_result(table)
 
 
-@app.command("buckets")
+@app.command("buckets", cls=_DEFAULTS)
 def buckets(
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
     method: list[str] = typer.Option(..., "--method", help="NAME=PRED.jsonl, or NAME=PRED_A.jsonl,PRED_B.jsonl with "

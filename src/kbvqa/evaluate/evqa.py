@@ -246,12 +246,17 @@ class LLMJudgeBackend:
 
     The calls run as a runner job (`kbvqa.evaluate.judge.run_judge`): with `out` the journal and
     its manifest are kept and `resume=True` re-sends only the items that errored or got an
-    unusable reply; without `out` the job runs in a temporary directory."""
+    unusable reply; without `out` the job runs in a temporary directory. `config` is the judge
+    stage's config as the job's options hold it (default: `prompt_version`'s); `run_config` is
+    added to the manifest's (the options as used)."""
 
     def __init__(self, client: ChatClient, *, prompt_version: str = PROMPT_VERSION, concurrency: int = 16,
-                 out: str | Path | None = None, resume: bool = True, progress: bool = False):
+                 out: str | Path | None = None, resume: bool = True, progress: bool = False,
+                 config: JudgeConfig | None = None, run_config: dict[str, Any] | None = None):
         self.client = client
-        self.prompt_version = prompt_version
+        self.config = config if config is not None else JudgeConfig(prompt_version=prompt_version)
+        self.prompt_version = self.config.prompt_version
+        self.run_config = dict(run_config or {})
         self.concurrency = concurrency
         self.out = Path(out) if out is not None else None
         self.resume = resume
@@ -279,8 +284,8 @@ class LLMJudgeBackend:
                    for ref, cand in jobs]
         self.last_run = run_judge(records, self.client, out=self.out, resume=self.resume,
                                   concurrency=self.concurrency, progress=self.progress,
-                                  config=JudgeConfig(prompt_version=self.prompt_version),
-                                  run_config={"task": "evqa-equivalence", "scorer": self.name})
+                                  config=self.config,
+                                  run_config={"task": "evqa-equivalence", "scorer": self.name, **self.run_config})
         return [self.last_run.verdicts[ref.data_id] for ref, _ in jobs]
 
 

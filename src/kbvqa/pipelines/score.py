@@ -20,14 +20,14 @@ from kbvqa.evaluate.io import (last_prediction_per_id, load_infoseek_references,
                                prediction_status_counts)
 
 if TYPE_CHECKING:
-    from kbvqa.pipelines.score_options import AgentFailureOptions, IVR12Options, JudgeOptions
+    from kbvqa.pipelines.score_options import AgentFailureOptions, EvqaOptions, IVR12Options, JudgeOptions
     from kbvqa.runner.options import JobOptions
 
 __all__ = ["ScoreReport", "agent_failures", "judge_client", "judge_of", "judges_of", "score_infoseek_files",
            "score_evqa_files", "judge_files", "score_retrieval_files", "convert_predictions", "ivr12_files",
-           "JudgeOptions", "IVR12Options", "AgentFailureOptions"]
+           "JudgeOptions", "EvqaOptions", "IVR12Options", "AgentFailureOptions"]
 
-_OPTIONS = ("JudgeOptions", "IVR12Options", "AgentFailureOptions")
+_OPTIONS = ("JudgeOptions", "EvqaOptions", "IVR12Options", "AgentFailureOptions")
 O = TypeVar("O", bound="JobOptions")
 
 
@@ -90,7 +90,7 @@ def judge_client(*, config: Path | None = None, role: str | None = None, base_ur
     return one_role(roles, "judge")
 
 
-def judge_of(opts: JudgeOptions | AgentFailureOptions) -> Any:
+def judge_of(opts: JudgeOptions | EvqaOptions | AgentFailureOptions) -> Any:
     """The judge a judge job's options name (`judge_client`; None when they name none): its
     concurrency reaches the server, its call limits apply."""
     m = opts.models
@@ -181,44 +181,50 @@ def score_infoseek_files(predictions: Path, references: Path, *, qtypes: Path | 
 # E-VQA
 
 
-def _evqa_backend(judge: Any, *, bem_dir: Path | None, semantic: bool, semantic_threshold: float,
-                  semantic_model_dir: Path | None, out: Path | None, resume: bool, concurrency: int,
-                  progress: bool) -> Any:
+def _evqa_backend(judge: Any, opts: EvqaOptions, *, out: Path | None, progress: bool) -> Any:
     from kbvqa.evaluate import evqa as ev
 
-    chosen = [n for n, on in (("--bem-dir", bem_dir is not None), ("an LLM judge", judge is not None),
-                              ("--semantic", semantic)) if on]
+    chosen = [n for n, on in (("--bem-dir", opts.bem_dir is not None), ("an LLM judge", judge is not None),
+                              ("--semantic", opts.semantic)) if on]
     if len(chosen) > 1:
         raise ValueError(f"choose one equivalence backend, got {' and '.join(chosen)}")
-    if bem_dir is not None:
-        return ev.load_bem(bem_dir)
+    if opts.bem_dir is not None:
+        return ev.load_bem(opts.bem_dir)
     if judge is not None:
-        return ev.LLMJudgeBackend(judge, concurrency=concurrency, out=out, resume=resume, progress=progress)
-    if semantic:
+        return ev.LLMJudgeBackend(judge, concurrency=opts.concurrency, out=out, resume=opts.resume,
+                                  progress=progress, config=opts.stage, run_config={"options": opts.used()})
+    if opts.semantic:
         from kbvqa.evaluate.semantic import SemanticBackend  # numpy and the embedder only when asked for
 
-        return SemanticBackend(semantic_model_dir, threshold=semantic_threshold)
+        return SemanticBackend(opts.semantic_model_dir, threshold=opts.semantic_threshold)
     return None
 
 
-def score_evqa_files(predictions: Path, references: Path, *, judge: Any = None, bem_dir: Path | None = None,
-                     semantic: bool = False, semantic_threshold: float = 0.8, semantic_model_dir: Path | None = None,
-                     out: Path | None = None, resume: bool = True, concurrency: int = 16,
-                     per_item: Path | None = None, progress: bool = False) -> ScoreReport:
-    """E-VQA accuracy: exact match, then at most one equivalence backend on the EM failures.
+def score_evqa_files(predictions: Path, references: Path, opts: EvqaOptions | None = None, *, judge: Any = None,
+                     out: Path | None = None, per_item: Path | None = None, progress: bool = False,
+                     **settings: Any) -> ScoreReport:
+    """E-VQA accuracy: exact match, then at most one equivalence backend on the EM failures, as the
+    options `opts` say (or, for a library caller, its `settings` by flag name: semantic, bem_dir,
+    semantic_threshold, ...); `judge` is the client `judge_of(opts)` made.
 
     With an LLM judge the fallback is a runner job whose journal is `out` (default
-    `<predictions stem>.evqa-judge.jsonl`); BEM and --semantic run in-process, batched."""
+    `<predictions stem>.evqa-judge.jsonl`) and whose manifest records the options as used; BEM and
+    --semantic run in-process, batched."""
     from kbvqa.evaluate import evqa as ev
+    from kbvqa.pipelines.score_options import EvqaOptions
 
+    opts = _options(EvqaOptions, opts, settings)
+    stray = [f for f in ("semantic_threshold", "semantic_model_dir") if opts.flags_under(f)] if not opts.semantic \
+        else []
+    if stray:
+        raise ValueError(f"{' and '.join(EvqaOptions.flag_for(f) for f in stray)}: only for the --semantic "
+                         "fallback (add --semantic)")
     if out is not None and judge is None:
         raise ValueError("--out is the LLM judge's journal; it needs a judge (--judge-base-url/--judge-model, "
                          "--judge-replay or --config)")
     if judge is not None and out is None:
         out = _beside(predictions, "evqa-judge")
-    backend = _evqa_backend(judge, bem_dir=bem_dir, semantic=semantic, semantic_threshold=semantic_threshold,
-                            semantic_model_dir=semantic_model_dir, out=out, resume=resume, concurrency=concurrency,
-                            progress=progress)
+    backend = _evqa_backend(judge, opts, out=out, progress=progress)
     refs = ev.load_evqa_references(references)
     preds = _predictions(predictions, refs)
     res = ev.score_evqa(preds, refs, backend=backend, per_item=per_item is not None)

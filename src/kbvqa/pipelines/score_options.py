@@ -1,5 +1,6 @@
 """The options of the judge jobs: `kbvqa score judge` (`JudgeOptions`, also `kbvqa eval`'s judge half),
-`kbvqa score ivr12` (`IVR12Options`) and `kbvqa study agent-failures` (`AgentFailureOptions`).
+`kbvqa score evqa` (`EvqaOptions`: its LLM fallback is a judge job), `kbvqa score ivr12` (`IVR12Options`)
+and `kbvqa study agent-failures` (`AgentFailureOptions`).
 
 Each is one object (kbvqa.runner.options.JobOptions): the class defaults, under the command's table of
 `--config`, under the flags given; the judge stage gets `opts.stage` as it is and the manifest records
@@ -29,8 +30,8 @@ from kbvqa.evaluate.ivr12 import SOURCES, IVR12Config
 from kbvqa.evaluate.judge import JudgeConfig
 from kbvqa.runner.options import CallLimits, JobOptions, read_table
 
-__all__ = ["AgentFailureOptions", "GradedText", "IVR12Judges", "IVR12Options", "JudgeModel", "JudgeOptions",
-           "from_config"]
+__all__ = ["AgentFailureOptions", "EvqaOptions", "GradedText", "IVR12Judges", "IVR12Options", "JudgeModel",
+           "JudgeOptions", "from_config"]
 
 O = TypeVar("O", bound=JobOptions)
 
@@ -70,6 +71,30 @@ class JudgeOptions(_JudgeJob):
     SECTION: ClassVar[str] = "score.judge"
     graded_text: GradedText = "full"  # full: the whole answer, image tags removed; short: its first sentence
     stage: JudgeConfig = Field(default_factory=JudgeConfig)
+
+
+def _semantic_threshold() -> float:
+    """The semantic backend's own default (kbvqa.evaluate.semantic.DEFAULT_THRESHOLD, where the choice
+    is explained), read when an options object is built: that module loads numpy."""
+    from kbvqa.evaluate.semantic import DEFAULT_THRESHOLD
+
+    return DEFAULT_THRESHOLD
+
+
+class EvqaOptions(_JudgeJob):
+    """`kbvqa score evqa` (and `kbvqa eval`'s evqa / evqa-semantic metrics): exact match, then at most one
+    equivalence backend on its failures — BEM (`bem_dir`), the LLM judge (`models`; a runner job with
+    `stage` as its config) or the semantic stand-in (`semantic`, `semantic_threshold`)."""
+
+    SECTION: ClassVar[str] = "score.evqa"
+    bem_dir: Path | None = None  # a local BEM model folder (kbvqa.evaluate.evqa.load_bem)
+    semantic: bool = False  # the semantic-approx fallback (MiniLM cosine, not BEM)
+    semantic_threshold: float = Field(default_factory=_semantic_threshold, gt=0, le=1)
+    semantic_model_dir: Path | None = None  # a local sentence-transformers model (default: MiniLM)
+    stage: JudgeConfig = Field(default_factory=JudgeConfig)  # the LLM judge's stage config
+
+    ALIASES: ClassVar[Mapping[str, tuple[str, ...]]] = {**_JudgeJob.ALIASES, "judge_concurrency": ("concurrency",)}
+    FLAGS: ClassVar[Mapping[str, str]] = {"concurrency": "--judge-concurrency"}
 
 
 class AgentFailureOptions(_JudgeJob):

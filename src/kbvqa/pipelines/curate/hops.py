@@ -7,6 +7,19 @@ around it, a string "2", a float, a number out of range — is `invalid`, counte
 journal, so a large comparison resumes. Items can be sampled (`sample`): the ones whose id hashes
 lowest, so the same items are chosen every time. The mean is over valid estimates, with the number
 judged, invalid and failed beside it and the judge's provenance (model, base URL, prompt id and hash).
+
+`CompareOptions` is the whole `kbvqa data compare` job's options: the judge stage's `HopsConfig` as it
+is (its `role` is the --judge-role default), the sample size, concurrency, resume and the model flags;
+built once from `[data.compare]` of --config and the flags, recorded in every journal's manifest and in
+compare.json.
+
+    [data.compare]
+    concurrency = 4
+    hops_sample = 200
+    [data.compare.hops]
+    role = "judge"
+    [data.compare.models]
+    timeout = 60
 """
 
 from __future__ import annotations
@@ -14,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, StrictInt
 
@@ -24,8 +37,11 @@ from kbvqa.models.replies import Reply
 from kbvqa.pipelines.reference.common import ask, model_id
 from kbvqa.runner import read_results
 from kbvqa.runner.job import Job
+from kbvqa.runner.options import JobOptions, ModelFlags
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
+
+__all__ = ["CompareOptions", "HopsConfig", "HopsJudge", "estimate_hops", "hop_records", "hops_roles"]
 
 
 class HopsReply(Reply):
@@ -34,6 +50,29 @@ class HopsReply(Reply):
 
 class HopsConfig(StageConfig):
     role: str = "judge"
+
+
+class CompareOptions(JobOptions):
+    """`kbvqa data compare`'s settings and their only defaults. The files compared, their formats and
+    labels, and the output folder are the command's arguments. How many items to judge is kbvqa's
+    choice (seed 001 does not say): all of them unless `hops_sample` is set."""
+
+    SECTION: ClassVar[str] = "data.compare"
+    config: Path | None = None  # kbvqa.toml: the judge's [models.<role>] and this job's table
+    hops: HopsConfig = Field(default_factory=HopsConfig)  # the judge stage's config (its model role)
+    hops_sample: int | None = Field(None, ge=1)  # judge at most this many items per benchmark (by id hash)
+    concurrency: int = Field(8, ge=1)  # judge requests in flight
+    resume: bool = True  # keep the journals' estimates; ask again only what failed or was invalid
+    models: ModelFlags = Field(default_factory=ModelFlags)  # --llm/--model for the judge role, call limits
+
+    ALIASES: ClassVar[Mapping[str, tuple[str, ...]]] = {"judge_role": ("hops.role",)}
+
+
+def hops_roles(opts: CompareOptions) -> dict[str, Any]:
+    """The model roles the hops judge may use: kbvqa.toml / KBVQA_<ROLE>_* (`opts.config`), or one server
+    (`--llm` + `--model`) filling the judge role; empty of that role when none is configured (then the
+    comparison has no hops column)."""
+    return opts.models.roles(opts.config, fill=(opts.hops.role,), concurrency=opts.concurrency)
 
 
 @register_stage
@@ -61,13 +100,20 @@ def hop_records(samples: Iterable[Sample], sample: int | None = None) -> list[di
     return recs
 
 
-def estimate_hops(records: list[dict[str, Any]], out: Path, roles: Mapping[str, Any], *, role: str = "judge",
-                  resume: bool = True, concurrency: int = 8, progress: bool = False) -> dict[str, Any]:
-    """Run the judge over `records` into the journal `out`; the mean and the counts."""
+def estimate_hops(records: list[dict[str, Any]], out: Path, roles: Mapping[str, Any],
+                  opts: CompareOptions | None = None, *, progress: bool = False, **settings: Any) -> dict[str, Any]:
+    """Run the judge stage (config `opts.hops`) over `records` into the journal `out`, as the options
+    say (or, for a library caller, its `settings` by flag name: judge_role, concurrency, resume);
+    the mean and the counts. The journal's manifest records the options as used."""
+    if opts is None:
+        opts = CompareOptions.build(**settings)
+    elif settings:
+        raise TypeError(f"give the options object or its settings ({', '.join(settings)}), not both")
+    role = opts.hops.role
     ctx = Context(roles=dict(roles))
-    job = Job([HopsJudge(HopsConfig(role=role))], ctx, description=f"reasoning hops ({out.stem})",
-              run_config={"pipeline": "compare", "stage": "hops", "role": role})
-    job.run(records, out=out, resume=resume, concurrency=concurrency, progress=progress)
+    job = Job([HopsJudge(opts.hops)], ctx, description=f"reasoning hops ({out.stem})",
+              run_config={"pipeline": "compare", "stage": "hops", "role": role, "options": opts.used()})
+    job.run(records, out=out, resume=opts.resume, concurrency=opts.concurrency, progress=progress)
     wanted = {r["id"] for r in records}
     lines = [ln for ln in read_results(out) if ln["id"] in wanted]
     hops = [ln["hops"] for ln in lines if ln.get("status") == "ok"]
