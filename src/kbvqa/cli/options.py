@@ -46,6 +46,8 @@ def _shown(value: Any) -> str:
         return "on" if value else "off"
     if isinstance(value, Enum):
         return str(value.value)
+    if isinstance(value, (list, tuple)):
+        return ",".join(_shown(v) for v in value)
     return str(value)
 
 
