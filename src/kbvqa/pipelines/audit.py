@@ -43,15 +43,21 @@ manifest as `run_config.options`.
 from __future__ import annotations
 
 import json
-import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kbvqa.runner.config import read_toml
 from kbvqa.runner.job import Job
-from kbvqa.runner.options import JobOptions, ModelFlags, RunOptions, read_table
+from kbvqa.runner.options import (
+    JobOptions,
+    ModelFlags,
+    OptionsError,
+    RunOptions,
+    read_table,
+)
 from kbvqa.runner.stage import Context, Stage
 from kbvqa.stages import STAGES
 from kbvqa.stages.audit.derive import DeriveConfig
@@ -116,11 +122,9 @@ class AuditOptions(JobOptions, AuditConfig):
 def _audit_table(config: str | Path) -> tuple[dict[str, Any], str]:
     """The audit settings table of `config` and how errors name it: `[audit]`, or the whole file
     minus `[models]` and `[cache]` (the older top-level layout: `[verify]`, `[derive]`, ...)."""
-    table = read_table(config, "audit")  # also: the file exists and is TOML
-    with open(config, "rb") as fh:
-        doc = tomllib.load(fh)
+    doc = read_toml(config, OptionsError)
     if "audit" in doc:
-        return table, f"{config} [audit]"
+        return read_table(config, "audit"), f"{config} [audit]"
     return {k: v for k, v in doc.items() if k not in ("models", "cache")}, str(config)
 
 

@@ -14,7 +14,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
-__all__ = ["ExecutorTable", "RaySettings", "load_ray_settings", "load_table"]
+__all__ = ["ExecutorTable", "RaySettings", "load_ray_settings", "load_table", "read_toml"]
+
+
+def read_toml(path: str | Path, error: Callable[[str], Exception] = ValueError) -> dict[str, Any]:
+    """The TOML document at `path`; a missing or malformed file raises `error(message)` naming it."""
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise error(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: not valid TOML ({exc})") from None
 
 
 def load_table(path: str | Path | None, section: str, model: type[M], *,
@@ -25,13 +36,7 @@ def load_table(path: str | Path | None, section: str, model: type[M], *,
     when `[section]` is absent (the audit's older top-level layout). Problems raise `error(message)`."""
     if path is None:
         return model()
-    try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
-    except FileNotFoundError:
-        raise error(f"{path}: config file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"{path}: not valid TOML ({exc})") from None
+    doc = read_toml(path, error)
     table = doc.get(section)
     if table is None:
         table = whole_file(doc) if whole_file is not None else {}

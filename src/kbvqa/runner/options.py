@@ -14,11 +14,12 @@ from its field. A bad value is an `OptionsError` naming the flag, or the file an
 from __future__ import annotations
 
 import copy
-import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from kbvqa.runner.config import read_toml
 
 __all__ = ["CallLimits", "JobOptions", "OptionsError", "RunOptions", "ModelFlags", "read_table"]
 
@@ -34,14 +35,7 @@ def read_table(path: str | Path | None, section: str) -> dict[str, Any]:
     {} without a file or a table. Validation is the options class's, once, with the flags over it."""
     if path is None:
         return {}
-    try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
-    except FileNotFoundError:
-        raise OptionsError(f"{path}: config file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise OptionsError(f"{path}: not valid TOML ({exc})") from None
-    table: Any = doc
+    table: Any = read_toml(path, OptionsError)
     for part in section.split("."):
         table = table.get(part) if isinstance(table, dict) else None
     if table is not None and not isinstance(table, dict):
