@@ -35,7 +35,7 @@ from kbvqa.data.schema import Provenance, Verdict
 from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import (PredictionRecord, ScoreInputError, add_reference, kbvqa_alternatives,
                               last_prediction_per_id, read_csv, read_jsonl)
-from kbvqa.evaluate.judge import PROMPT_VERSION, ChatClient, JudgeConfig, JudgeRun, run_judge
+from kbvqa.evaluate.judge import JUDGE_CONCURRENCY, PROMPT_VERSION, ChatClient, JudgeConfig, JudgeRun, run_judge
 from kbvqa.evaluate.normalize import evqa_normalize
 
 __all__ = [
@@ -250,8 +250,8 @@ class LLMJudgeBackend:
     stage's config as the job's options hold it (default: `prompt_version`'s); `run_config` is
     added to the manifest's (the options as used)."""
 
-    def __init__(self, client: ChatClient, *, prompt_version: str = PROMPT_VERSION, concurrency: int = 16,
-                 out: str | Path | None = None, resume: bool = True, progress: bool = False,
+    def __init__(self, client: ChatClient, *, prompt_version: str = PROMPT_VERSION,
+                 concurrency: int = JUDGE_CONCURRENCY, out: str | Path | None = None, resume: bool = True, progress: bool = False,
                  config: JudgeConfig | None = None, run_config: dict[str, Any] | None = None):
         self.client = client
         self.config = config if config is not None else JudgeConfig(prompt_version=prompt_version)

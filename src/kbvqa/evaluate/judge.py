@@ -58,6 +58,9 @@ from kbvqa.runner import Context, Invalid, RunSummary, Stage, StageConfig, read_
 from kbvqa.runner.job import Job
 from kbvqa.stages import register_stage
 
+#: judge requests (and records) in flight: the default of every judge job (kbvqa.pipelines.score_options)
+JUDGE_CONCURRENCY = 16
+
 __all__ = [
     "PROMPT_VERSION", "JudgeReply", "build_judge_messages", "judge_answer", "strict_parse",
     "legacy_parse", "simpleqa_metrics", "ChatClient", "JudgeCallError", "JudgeConfig", "JudgeStage",
@@ -379,7 +382,7 @@ def _check_resumable(out: Path, records: Sequence[dict[str, Any]]) -> None:
 
 
 def run_judge(records: Sequence[dict[str, Any]], client: ChatClient, *, out: str | Path | None = None,
-              resume: bool = True, concurrency: int = 16, progress: bool = False,
+              resume: bool = True, concurrency: int = JUDGE_CONCURRENCY, progress: bool = False,
               config: JudgeConfig | None = None, run_config: dict[str, Any] | None = None) -> JudgeRun:
     """Judge every record through the runner and read the verdicts back from the journal.
 

@@ -61,17 +61,19 @@ class ScoreReport:
 
 
 def judge_client(*, config: Path | None = None, role: str | None = None, base_url: str | None = None,
-                 model: str | None = None, replay: Path | None = None, concurrency: int = 16,
+                 model: str | None = None, replay: Path | None = None, concurrency: int | None = None,
                  limits: dict[str, Any] | None = None) -> Any:
-    """The judge model, or None when none is asked for.
+    """The judge model, or None when none is asked for (`concurrency` None: JUDGE_CONCURRENCY).
 
     Either a model role from kbvqa.toml / KBVQA_<ROLE>_* (`config`, `role`; default role "judge"),
     or the direct flags (`base_url` + `model`, or a `replay` cassette) — mixing them is an error, so
     it is always clear which model judged. Built by `roles_from_flags`: the flags' client gets
     `concurrency` slots, so the job's --concurrency is what reaches the server (a role from the file
     keeps the `concurrency` written there)."""
+    from kbvqa.evaluate.judge import JUDGE_CONCURRENCY
     from kbvqa.models.config import ConfigError, one_role, roles_from_flags, split_shorthand
 
+    concurrency = JUDGE_CONCURRENCY if concurrency is None else concurrency
     flags = bool(base_url or model or replay is not None)
     if config is not None or role is not None:
         if flags:
@@ -398,7 +400,7 @@ def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: A
 
 
 def judge_clients(*, config: Path | None = None, roles: list[str] | None = None, base_url: str | None = None,
-                  models: list[str] | None = None, replay: Path | None = None, concurrency: int = 16,
+                  models: list[str] | None = None, replay: Path | None = None, concurrency: int | None = None,
                   limits: dict[str, Any] | None = None) -> list[Any]:
     """Several judges, or none (an empty list: the embedded rules default).
 

@@ -27,7 +27,7 @@ from pydantic import Field, model_validator
 
 from kbvqa.evaluate.agent import FailureConfig
 from kbvqa.evaluate.ivr12 import SOURCES, IVR12Config
-from kbvqa.evaluate.judge import JudgeConfig
+from kbvqa.evaluate.judge import JUDGE_CONCURRENCY, JudgeConfig
 from kbvqa.runner.options import CallLimits, JobOptions, read_table
 
 __all__ = ["AgentFailureOptions", "EvqaOptions", "GradedText", "IVR12Judges", "IVR12Options", "JudgeModel",
@@ -59,7 +59,7 @@ class _JudgeJob(JobOptions):
     SECTION: ClassVar[str]
     config: Path | None = None  # kbvqa.toml: the judge's [models.<role>] and this job's table
     models: JudgeModel = Field(default_factory=JudgeModel)
-    concurrency: int = Field(16, ge=1)  # records and judge requests in flight
+    concurrency: int = Field(JUDGE_CONCURRENCY, ge=1)  # records and judge requests in flight
     resume: bool = True  # keep the journal's verdicts; re-send failed and unusable calls
 
     ALIASES: ClassVar[Mapping[str, tuple[str, ...]]] = {k: (f"models.{v}",) for k, v in _JUDGE_FLAGS.items()}
@@ -127,7 +127,7 @@ class IVR12Options(JobOptions):
     # what --predictions holds (auto: NoteVQA lines with a `reference` are references); --source on the command line
     input_kind: Literal[SOURCES] = "auto"  # type: ignore[valid-type]
     image_root: Path | None = None  # the samples' image folder (None: the samples file's folder)
-    concurrency: int = Field(16, ge=1)
+    concurrency: int = Field(JUDGE_CONCURRENCY, ge=1)
     resume: bool = True
     require_complete: bool = False  # exit 1 when an item ended invalid or error
     stage: IVR12Config = Field(default_factory=IVR12Config)

@@ -66,7 +66,7 @@ class JobResult:
     size: tuple[int, int] | None = None
 
 
-def decode(path: str | Path, height: int, resample: str = "fast") -> Image.Image:
+def decode(path: str | Path, height: int, resample: str = RESAMPLE[0]) -> Image.Image:
     """Open, EXIF-orient, convert to RGB and resize to `height` (JPEG: draft mode first). The header
     passes kbvqa's byte and pixel caps first (kbvqa.data.images.check_image)."""
     check_image(path)
@@ -93,7 +93,7 @@ def decode(path: str | Path, height: int, resample: str = "fast") -> Image.Image
 _MAX_FAST_SHRINK = 4.0  # beyond this the prefilter's kernel grows past ~23 taps; Pillow reduces first
 
 
-def resize_panel(im: Image.Image, size: tuple[int, int], resample: str = "fast") -> Image.Image:
+def resize_panel(im: Image.Image, size: tuple[int, int], resample: str = RESAMPLE[0]) -> Image.Image:
     """An RGB panel at `size` (see the module docstring for the two modes)."""
     if resample == "fast":
         cv2, np = _opencv()
@@ -147,7 +147,7 @@ class PanelCache:
         self.hits = self.misses = 0
         self._items: OrderedDict[tuple, Image.Image] = OrderedDict()
 
-    def get(self, path: str, height: int, resample: str = "fast") -> Image.Image:
+    def get(self, path: str, height: int, resample: str = RESAMPLE[0]) -> Image.Image:
         try:
             st = os.stat(path)
             key: tuple | None = (os.path.abspath(path), st.st_size, st.st_mtime_ns, height, resample)

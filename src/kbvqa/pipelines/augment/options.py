@@ -25,7 +25,8 @@ __all__ = ["ALL_VARIANTS", "RESAMPLE", "AugmentOptions", "Style", "check_resampl
 
 Variant = Literal["intra", "inter", "blank", "double"]
 ALL_VARIANTS: tuple[str, ...] = get_args(Variant)
-#: Panel resizers (kbvqa.pipelines.augment.composite.resize_panel): fast = OpenCV, lanczos = the authors' Pillow.
+#: Panel resizers (kbvqa.pipelines.augment.composite.resize_panel): fast = OpenCV, lanczos = the authors' Pillow;
+#: the first is the default.
 RESAMPLE = ("fast", "lanczos")
 
 
@@ -64,7 +65,7 @@ class Style(BaseModel):
     quality: int = Field(95, ge=1, le=100)  # JPEG quality
     #: fast: OpenCV (bicubic up; a Lanczos low-pass + bicubic down to 4x, within ~1/255 of Pillow's LANCZOS);
     #: lanczos: Pillow's LANCZOS both ways, exactly as the authors' script
-    resample: str = "fast"
+    resample: str = RESAMPLE[0]
 
     @field_validator("background", "blank_colour", mode="before")
     @classmethod

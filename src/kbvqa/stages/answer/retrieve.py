@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import Field
 
 from kbvqa.data.schema import Usage
-from kbvqa.models.image_encoders import ImageEncoder, encode_batch
+from kbvqa.models.image_encoders import ENCODE_BATCH, ImageEncoder, encode_batch
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.stages.batcher import MicroBatcher
@@ -48,7 +48,7 @@ def search_batch(index: Any, encoder: ImageEncoder, queries: list[tuple[Path, in
     return results
 
 
-def retrieval_batcher(index: Any, encoder: ImageEncoder, *, batch_size: int = 64,
+def retrieval_batcher(index: Any, encoder: ImageEncoder, *, batch_size: int = ENCODE_BATCH,
                       max_wait: float = 0.005) -> MicroBatcher:
     """The batcher ImageRetrieve submits (image path, k) to. One batch runs at a time: a neural
     encoder already uses every core or the GPU, and one batched search reads a flat index once for

@@ -206,8 +206,10 @@ class TagTypesConfig(StageConfig):
     role: str = "tagger"
 
     @classmethod
-    def of(cls, vocab: TypeVocabulary, role: str = "tagger") -> "TagTypesConfig":
-        return cls(types=list(vocab.types), aliases=dict(vocab.aliases), ambiguous=list(vocab.ambiguous), role=role)
+    def of(cls, vocab: TypeVocabulary, role: str | None = None) -> "TagTypesConfig":
+        """The config for `vocab` (`role` None: the field's default)."""
+        return cls(types=list(vocab.types), aliases=dict(vocab.aliases), ambiguous=list(vocab.ambiguous),
+                   **({"role": role} if role is not None else {}))
 
 
 @register_stage
