@@ -15,3 +15,12 @@ def test_example_config_loads_and_redacts():
     assert desc["judge"]["api_key_env"] == "<redacted>"
     roles = build_roles(cfg, env={"DEEPSEEK_API_KEY": "k1", "JUDGE_API_KEY": "k2"})
     assert set(roles) == {"answerer", "verifier", "judge"} and len(roles["verifier"]) == 2
+
+
+def test_example_config_job_tables_build_their_options():
+    from kbvqa.pipelines.answer import answer_options
+    from kbvqa.pipelines.evaluation import eval_judge_options
+
+    answer = answer_options(EXAMPLE, pipeline="agent")
+    assert answer.run.concurrency == 8 and answer.agent.episode.max_turns == 12
+    assert eval_judge_options(answer).concurrency == 16
