@@ -78,7 +78,8 @@ def test_agent_failure_categories_with_invalid_and_resume(run, tmp_path):
 
     journal = tmp_path / "failures.jsonl"
     args = ["study", "agent-failures", "-p", str(root / "agent.jsonl"), "-r", str(community),
-            "--verdicts", str(verdicts), "--journal", str(journal), "--judge-model", "judge-x", "--json"]
+            "--verdicts", str(verdicts), "--journal", str(journal), "--judge-model", "judge-x", "--json",
+            "--max-retries", "0"]  # the 500 fails at once (retries with backoff take seconds)
     with FakeLLMServer(handler=handler) as srv:
         res = runner.invoke(app, args + ["--judge-base-url", srv.base_url])
         first = srv.count

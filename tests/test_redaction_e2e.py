@@ -56,7 +56,8 @@ def test_the_judge_never_writes_an_echoed_key(bench, echo):
                      encoding="utf-8")
     with FakeLLMServer(handler=echo) as srv:
         res = runner.invoke(app, ["score", "judge", "-p", "preds.jsonl", "-r", "bench/two.jsonl",
-                                  "--judge-base-url", srv.base_url, "--judge-model", "j", "--out", "out/judge.jsonl"])
+                                  "--judge-base-url", srv.base_url, "--judge-model", "j", "--out", "out/judge.jsonl",
+                                  "--max-retries", "0"])  # a 500 is retried with backoff otherwise: seconds
         sent = srv.requests[0]["headers"].get("Authorization")
     assert sent == f"Bearer {KEY}"  # the key did go to the server it belongs to
     assert KEY not in res.output
