@@ -188,19 +188,6 @@ class JobOptions(BaseModel):
         this run is an error the job raises, never a setting silently ignored)."""
         return sorted({self.flag_for(path) for path in self._flags if path == group or path.startswith(group + ".")})
 
-    def set_paths(self, group: str) -> list[str]:
-        """The dotted paths under the sub-model `group` that were set (for 'this flag does not apply')."""
-        sub = getattr(self, group)
-
-        def walk(model: BaseModel, prefix: str) -> list[str]:
-            out = []
-            for name in sorted(model.model_fields_set):
-                value = getattr(model, name)
-                out += walk(value, f"{prefix}.{name}") if isinstance(value, BaseModel) else [f"{prefix}.{name}"]
-            return out
-
-        return walk(sub, group) if isinstance(sub, BaseModel) else ([group] if group in self.model_fields_set else [])
-
     def used(self) -> dict[str, Any]:
         """The options as the run used them, for its manifest (JSON values; paths as strings)."""
         return self.model_dump(mode="json")
