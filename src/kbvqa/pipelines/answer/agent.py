@@ -78,7 +78,7 @@ def _backend(opts: AgentOptions, recorded: dict[str, Any] | None) -> Any:
             raise AgentSetupError(f"the cassette was recorded with {name}@{recorded['backend'].get('version')}, "
                                   f"this kbvqa has {name}@{cls.version}: the results would not match")
         return RecordedBackend(recorded["backend"])
-    return cls(**(opts.web.model_dump(exclude_none=True) if name == "web" else {}))
+    return cls(**(opts.web_settings() if name == "web" else {}))
 
 
 def _recordable(agent: Any) -> dict[str, Any] | None:
@@ -167,7 +167,7 @@ def build_agent_job(options: AnswerOptions, *, kb: Any, roles: Mapping[str, Any]
             if agent is not None and hasattr(agent, "cassette"):  # every call, whatever the response cache does
                 agent.cassette = ModelCassette(folder / "models.sqlite")
             meta = {"backend": backend.describe(),
-                    "backend_options": opts.web.model_dump(exclude_none=True) if backend.name == "web" else None,
+                    "backend_options": opts.web_settings() if backend.name == "web" else None,
                     "today": today, "protocol": opts.episode.protocol, "agent": _recordable(agent)}
             (folder / CASSETTE_FILE).write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
         return res

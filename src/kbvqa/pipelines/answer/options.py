@@ -55,6 +55,10 @@ class AgentOptions(BaseModel):
     web: WebToolsConfig = Field(default_factory=WebToolsConfig)  # --tools web (unset fields: WebTools' own)
     episode: AgentConfig = Field(default_factory=AgentConfig)
 
+    def web_settings(self) -> dict[str, Any]:
+        """The WebTools keywords this run sets (unset fields keep WebTools' own defaults)."""
+        return self.web.model_dump(exclude_none=True)
+
     @field_validator("tools")
     @classmethod
     def _known_backend(cls, v: str) -> str:
@@ -149,10 +153,6 @@ class AnswerOptions(JobOptions):
         if web and self.agent.tools != "web":
             raise OptionsError(f"{', '.join(web)} configure the agent's web backend: add --pipeline agent "
                                f"--tools web (--tools is {self.agent.tools if self.given('agent.tools') else 'not set'})")
-
-    def web_options(self) -> dict[str, Any]:
-        """The WebTools keywords this run sets (unset fields keep WebTools' own defaults)."""
-        return self.agent.web.model_dump(exclude_none=True)
 
 
 def answer_options(config: Path | str | None = None, **flags: Any) -> AnswerOptions:
