@@ -14,28 +14,41 @@ os.environ["KBVQA_CACHE"] = "off"
 
 
 # One offline `kbvqa demo` run per session, copied for each module that needs its outputs (a demo run
-# takes ~13 s on 2 cores; five modules used to make their own). Copies, so a module may edit its own.
+# takes ~13 s on 2 cores; six modules used to make their own). Copies, so a module may edit its own;
+# test_demo reads the source itself, to check the relative --out run `make demo` does.
+import dataclasses  # noqa: E402
 import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def _demo_source(tmp_path_factory):
+def demo_source(tmp_path_factory):
+    """(folder, DemoResult) of the session's demo, run as `make demo` runs it: from its own folder with a
+    relative --out (`results/demo`), so the result's paths are relative to `folder`. Read it, never write
+    into it: every module's copy comes from it."""
     from kbvqa.demo.run import run_demo
 
-    out = tmp_path_factory.mktemp("demo-source") / "demo"
-    res = run_demo(out)
-    return out, res
+    base = tmp_path_factory.mktemp("demo-source")
+    old = os.getcwd()
+    os.chdir(base)
+    try:
+        res = run_demo(Path("results/demo"))
+    finally:
+        os.chdir(old)
+    return base, res
 
 
 @pytest.fixture(scope="session")
-def demo_copy(_demo_source):
-    """`demo_copy(dest)`: a copy of the session's demo outputs at `dest` (returns (dest, RunResult))."""
-    source, res = _demo_source
+def demo_copy(demo_source):
+    """`demo_copy(dest)`: a copy of the session's demo outputs at `dest` (returns (dest, DemoResult), the
+    result's paths made absolute: the source's)."""
+    base, res = demo_source
+    res = dataclasses.replace(res, out=base / res.out, report=base / res.report, manifest=base / res.manifest)
 
     def make(dest):
-        shutil.copytree(source, dest, symlinks=True)
+        shutil.copytree(res.out, dest, symlinks=True)
         return dest, res
 
     return make

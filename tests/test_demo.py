@@ -10,13 +10,12 @@ from typer.testing import CliRunner
 
 from fake_llm_server import FakeLLMServer, Reply
 from kbvqa.cli.app import app
-from kbvqa.demo.run import run_demo
 
 
-def test_demo_offline_chain(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # a relative --out, as `make demo` passes (results/demo)
-    res = run_demo(Path("results/demo"))
-    out = tmp_path / res.out
+def test_demo_offline_chain(tmp_path, monkeypatch, demo_source):
+    base, res = demo_source  # the session's demo, run with a relative --out as `make demo` passes (results/demo)
+    monkeypatch.chdir(base)
+    out = base / res.out
     for rel in ("bench/samples.jsonl", "bench/kb.sqlite", "audit/audited.jsonl", "audit/fixed.jsonl",
                 "answers/predictions_original.jsonl", "answers/predictions_fixed.jsonl", "scores.json",
                 "report.html", "manifest.json"):

@@ -142,7 +142,10 @@ def test_cli_run_as_a_user_runs_it(tmp_path, monkeypatch):
     rows = [json.loads(x) for x in (work / "audited.jsonl").read_text().splitlines()]
     assert {r["id"]: r["audit"]["answer_support"] for r in rows} == {"a": "supported", "b": "supported"}
     assert rows[0]["audit"]["stages"]["verify"]["verifiers"][1]["model"] == "tiny"  # asked: rules_settle off
-    options = json.loads((work / "audited.manifest.json").read_text())["run_config"]["options"]
+    run_config = json.loads((work / "audited.manifest.json").read_text())["run_config"]
+    options = run_config["options"]
+    # the input file the manifest names is absolute (the viewer reads a relative one against the manifest's folder)
+    assert run_config["input"] == str((work.parent / "data" / "in.jsonl").resolve())
     assert options["run"]["concurrency"] == 2 and options["models"]["model"] == "tiny"
     assert options["input"] == "../data/in.jsonl" and options["config"] == "../data/audit.toml"
     assert options["verify"]["rules_settle"] is False and options["llm_concurrency"] is None

@@ -131,7 +131,9 @@ def test_score_judge_as_a_user_runs_it(tmp_path, monkeypatch):
         s = json.loads(res.stdout)
         assert s["graded_text"] == "short" and s["scorer"] == "simpleqa-judge[short-answer]"
         assert s["n_correct"] == 1 and s["n_incorrect"] == 1 and s["judge"] == "judge-x"
-        options = json.loads(Path(s["manifest"]).read_text(encoding="utf-8"))["run_config"]["options"]
+        run_config = json.loads(Path(s["manifest"]).read_text(encoding="utf-8"))["run_config"]
+        options = run_config["options"]
+        assert run_config["predictions"] == str((work / "preds.jsonl").resolve())  # absolute, for the viewer
         assert options["concurrency"] == 2 and options["graded_text"] == "short"
         assert options["config"] == "work/kbvqa.toml" and options["stage"]["temperature"] == 0.0
         again = runner.invoke(app, args)  # resumed from the journal: nothing asked again

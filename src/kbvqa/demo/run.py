@@ -140,7 +140,8 @@ def _answer(image_root: Path, samples: Path, out: Path, index: ImageIndex, kb: K
     ctx = Context(kb=kb, roles=roles, resources={"image_index": index, "image_encoder": HistogramEncoder(),
                                                  "image_root": image_root})
     job = Job(stages, ctx, description=f"demo answers on {samples.name}",
-              run_config={"samples": str(samples), "answerer": stages[-1].name})
+              # absolute: the viewer finds the references from any folder (a relative --out, as `make demo`)
+              run_config={"samples": str(Path(samples).resolve()), "answerer": stages[-1].name})
     return job.run((s.dump() for s in read_samples(samples, "kbvqa")), out=out, concurrency=concurrency,
                    resume=False, progress=progress, close=False)
 

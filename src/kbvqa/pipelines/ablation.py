@@ -278,7 +278,7 @@ def image_ablation_study(references: str | Path, out: str | Path, models: Ablati
     per_kind = opts.generate.per_kind
     n_resamples = opts.resamples
     common = {"image_root": root, "resume": opts.resume, "concurrency": opts.concurrency, "progress": progress}
-    run_config = {"references": str(references), "probes_per_kind": per_kind, "options": opts.used()}
+    run_config = {"references": str(Path(references).resolve()), "probes_per_kind": per_kind, "options": opts.used()}
     runs: dict[str, Any] = {}
 
     # 1. probes

@@ -317,7 +317,7 @@ def audit_with(opts: AuditOptions, kb: Any, *, roles: dict[str, Any] | None = No
     records = SampleRecords(opts.input, opts.fmt, skip_invalid=opts.skip_invalid, allow_empty=opts.run.allow_empty)
     rs = audit_job(opts, kb=kb, roles=roles).run(
         records, out=out, close=close, concurrency=opts.run.concurrency, resume=opts.run.resume,
-        limit=opts.run.limit, progress=progress, run_config={"input": str(opts.input), "options": opts.used()})
+        limit=opts.run.limit, progress=progress, run_config={"input": str(Path(opts.input).resolve()), "options": opts.used()})
     summary = audit_summary(read_results(out))
     summary["run"] = {"total": rs.total, "ok": rs.ok, "error": rs.error, "invalid": rs.invalid,
                       "skipped": rs.skipped, "seconds": round(rs.seconds, 3), "out": str(rs.out),

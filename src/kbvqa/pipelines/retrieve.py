@@ -171,7 +171,7 @@ def run_retrieval(records: Iterable[dict] | AsyncIterable[dict], index: Any, enc
     t0 = time.perf_counter()
     job = build_retrieve_job(index, encoder, opts, image_root=image_root)
     summary = job.run(records, out=journal, concurrency=opts.concurrency(), resume=opts.run.resume,
-                      limit=opts.run.limit, progress=progress, run_config={"records": str(out), "options": opts.used()})
+                      limit=opts.run.limit, progress=progress, run_config={"records": str(Path(out).resolve()), "options": opts.used()})
     counts = write_records(journal, out, encoder.name)
     return RetrievalRun(out, journal, encoder.name, opts.retrieve.k, time.perf_counter() - t0, summary.skipped,
                         counts)

@@ -107,6 +107,11 @@ def judges_of(opts: IVR12Options) -> list[Any]:
                          replay=j.replay, concurrency=opts.concurrency, limits=j.limits())
 
 
+def _abs(path: str | Path) -> str:
+    """A file a manifest names, absolute: the viewer reads a relative one against the manifest's folder."""
+    return str(Path(path).resolve())
+
+
 def _write_items(path: Path | None, items: list[dict[str, Any]]) -> None:
     if path is not None:
         write_jsonl(path, items)
@@ -278,7 +283,7 @@ def judge_files(predictions: Path, references: Path, judge: Any, opts: JudgeOpti
     got = jd.run_judge(records, judge, out=out, resume=opts.resume, concurrency=opts.concurrency, progress=progress,
                        config=opts.stage,
                        run_config={"task": "simpleqa-judge", "scorer": scorer, "graded_text": graded_text,
-                                   "predictions": str(predictions), "references": str(references),
+                                   "predictions": _abs(predictions), "references": _abs(references),
                                    "options": opts.used()})
     prov = getattr(judge, "provenance", None)
     summary: dict[str, Any] = {"scorer": scorer, "graded_text": graded_text, "prompt_version": jd.PROMPT_VERSION,
@@ -386,8 +391,8 @@ def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: A
     job = Job([FailureCategory(opts.stage)], Context(roles={opts.stage.role: judge}),
               description="agent failure categories")
     summary = job.run(records, out=out, resume=opts.resume, concurrency=opts.concurrency, progress=progress,
-                      run_config={"task": "agent-failures", "predictions": str(predictions),
-                                  "references": str(references), "verdicts": str(verdicts), "options": opts.used()})
+                      run_config={"task": "agent-failures", "predictions": _abs(predictions),
+                                  "references": _abs(references), "verdicts": _abs(verdicts), "options": opts.used()})
     table = failure_table(read_results(out), outcomes, ids=[r["id"] for r in records])
     prov = getattr(judge, "provenance", None)
     return {"kind": "agent-failures", "predictions": str(predictions), "verdicts": str(verdicts), "out": str(out),
@@ -474,8 +479,7 @@ def ivr12_files(predictions: Path, samples: Path, judges: list[Any], opts: IVR12
     run_summary = iv.ivr12_job(judges, stage).run(
         inputs.records, out=out, resume=opts.resume, concurrency=opts.concurrency, progress=progress,
         # absolute, with the roots of the absolute image paths its records hold, so the viewer shows them
-        run_config={"task": "ivr12", "predictions": str(Path(predictions).resolve()),
-                    "samples": str(Path(samples).resolve()),
+        run_config={"task": "ivr12", "predictions": _abs(predictions), "samples": _abs(samples),
                     "query_image_root": str(Path(image_root or Path(samples).parent).resolve()),
                     "answer_image_root": str(Path(predictions).resolve().parent), "source": inputs.source,
                     "rubric": rb.describe(), "mode": mode, "judges": labels, "repeats": repeats,
