@@ -246,6 +246,7 @@ class Site:
         self._given: dict[str, RecordIndex] = {}
         self._articles: dict[str, Any] = {}
         self._recall: dict[str, Any] = {}
+        self._unit_checks: Counter[str] = Counter()  # pages of each template checked against the unit rule
         self.env = Environment(loader=PackageLoader("kbvqa.report.viewer", "templates"), autoescape=True,
                                undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, auto_reload=False)
         self.env.globals.update(FACET_TITLES=FACET_TITLES, pretty=pretty)
@@ -305,11 +306,18 @@ class Site:
         return self._recall[key]
 
     # -- pages -------------------------------------------------------------------------------
+    #: pages of one template checked against the unit rule per process: a template formats every record
+    #: alike, and parsing each page back took half of a static export's time (tests check every page)
+    UNIT_CHECKS_PER_TEMPLATE = 20
+
     def _render(self, template: str, links: LiveLinks, **ctx: Any) -> str:
-        """A page, its tables checked against the unit rule as the HTML report's are (a breach is logged)."""
+        """A page; the first pages of each template have their tables checked against the unit rule as
+        the HTML report's are (a breach is logged)."""
         page = self.env.get_template(template).render(links=links, catalog=self.catalog, **ctx)
-        for problem in page_unit_problems(page):
-            log.warning("%s: unit rule: %s", template, problem)
+        if self._unit_checks[template] < self.UNIT_CHECKS_PER_TEMPLATE:
+            self._unit_checks[template] += 1
+            for problem in page_unit_problems(page):
+                log.warning("%s: unit rule: %s", template, problem)
         return page
 
     def home(self, links: LiveLinks, *, wait: float = 0.0) -> str:
