@@ -189,10 +189,11 @@ def test_deadline_cuts_a_slow_attempt_and_a_long_retry_after():
 def test_model_limit_flags_reach_the_client():
     """--timeout / --connect-timeout / --deadline / --structured-output / --max-retries on a command
     build the judge with those settings (one builder, roles_from_flags)."""
-    from kbvqa.cli.common import model_limits
     from kbvqa.pipelines.score import judge_client
+    from kbvqa.runner.options import CallLimits
 
-    limits = model_limits(12.0, 3.0, 40.0, "off", 1)
+    limits = CallLimits(timeout=12.0, connect_timeout=3.0, deadline=40.0, structured_output="off",
+                        max_retries=1).limits()
     client = judge_client(base_url="http://127.0.0.1:9/v1", model="m", limits=limits)
     assert (client.timeout, client.max_retries) == (12.0, 1)
     assert client.structured_output == "off" and client.deadline == 40.0 and client.connect_timeout == 3.0

@@ -100,17 +100,6 @@ STRUCTURED_OUTPUT = typer.Option(None, "--structured-output",
 MAX_RETRIES = typer.Option(None, "--max-retries", min=0, help="Retries of a model request (429/5xx/timeouts).")
 
 
-def model_limits(timeout: float | None, connect_timeout: float | None, deadline: float | None,
-                 structured_output: str | None, max_retries: int | None) -> dict[str, Any]:
-    """The flags above as roles_from_flags keywords (unset ones left out)."""
-    if structured_output is not None and structured_output not in ("auto", "json_schema", "json_object", "off"):
-        raise typer.BadParameter(f"{structured_output!r} is not auto, json_schema, json_object or off",
-                                 param_hint="--structured-output")
-    values = {"timeout": timeout, "connect_timeout": connect_timeout, "deadline": deadline,
-              "structured_output": structured_output, "max_retries": max_retries}
-    return {k: v for k, v in values.items() if v is not None}
-
-
 def job_errors() -> tuple[type[BaseException], ...]:
     """What a retrieval or answer job reports as one `error:` line (bad input, files, config, options)."""
     from kbvqa.data.errors import DataError
