@@ -8,11 +8,19 @@ not refuse a corrupt line: it becomes an entry with status `corrupt` and its rea
 record, never skipped. Each entry keeps a few facet values (label, action, tag...) taken by the
 output's kind, so filtering never re-reads the file; memory grows with the number of records, not
 with their size.
+
+A file can change under the index between two looks at it (a run appending, or the end-of-run
+compaction rewriting it in place of the old one, possibly to the same size within the same second).
+So every read checks that the file is still the one indexed (its inode: a growing file still is) and
+that the line at the offset still holds the record asked for (its id); if not, the file is indexed
+again and the record looked up afresh: a page never shows another record than the one it names. The
+scan itself restarts when the size, mtime or inode changed (looked at every `recheck_s`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -45,6 +53,17 @@ class Entry:
     problem: str | None = None  # a corrupt line: why it could not be read
 
 
+class StaleRecord(LookupError):
+    """The file changed under the index and the record asked for is not in it any more (or the file
+    kept changing while it was read)."""
+
+
+def _stamp(st: Any) -> tuple[int, int, int, int]:
+    """What says a file is still the one indexed: size, mtime, and its identity (a replacement by
+    `os.replace`, as the compaction does, is a new inode even at the same size and mtime)."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+
+
 def record_id(obj: Any, line: int) -> str:
     """The record's id; a line without one is named by its line number (`#12`), never dropped."""
     if isinstance(obj, dict):
@@ -60,7 +79,8 @@ class RecordIndex:
 
     `page`, `get` and `filtered` are safe to call while the scan runs: they wait (on a condition)
     for as much of the file as they need, at most `wait` seconds, and report whether the answer is
-    complete. The index is rebuilt when the file's size or mtime changes (a run still writing)."""
+    complete. The index is rebuilt when the file's size, mtime or inode changes (a run still writing,
+    a compaction), and when a read finds another record than the one indexed at its offset."""
 
     def __init__(self, path: Path, facet_fn: FacetFn | None = None):
         self.path = Path(path)
@@ -74,29 +94,29 @@ class RecordIndex:
         self._error: str | None = None
         self._bytes = 0
         self._size = 0
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int, int] | None = None
         self._thread: threading.Thread | None = None
         self.truncated_tail = 0
         self._checked = 0.0
         self.recheck_s = 1.0
 
     # -- scanning ------------------------------------------------------------------------------
-    def start(self) -> RecordIndex:
+    def start(self, *, force: bool = False) -> RecordIndex:
         """Start (or restart, when the file changed) the background scan; returns self. The file
-        is looked at again at most every `recheck_s` seconds."""
+        is looked at again at most every `recheck_s` seconds; `force` rescans it now, changed or not
+        (a read found the index wrong)."""
         now = time.monotonic()
-        if self._thread is not None and now - self._checked < self.recheck_s:
+        if not force and self._thread is not None and now - self._checked < self.recheck_s:
             return self
         self._checked = now
         with self._cond:
             try:
-                st = self.path.stat()
-                stamp = (st.st_size, st.st_mtime_ns)
+                stamp = _stamp(self.path.stat())
             except OSError as exc:
                 self._error, self._complete = f"{type(exc).__name__}: {exc}", True
                 self._cond.notify_all()
                 return self
-            if self._thread is not None and stamp == self._stamp:
+            if not force and self._thread is not None and stamp == self._stamp:
                 return self
             self._stamp, self._size = stamp, stamp[0]
             self._entries, self._pos, self._complete, self._bytes, self._error = [], {}, False, 0, None
@@ -234,14 +254,52 @@ class RecordIndex:
         return self._pos.get(rid)
 
     def read(self, entry: Entry) -> dict[str, Any]:
-        """The record one entry points at (a corrupt line comes back as a record saying so)."""
-        with open(self.path, "rb") as f:
-            f.seek(entry.offset)
-            raw = f.read(entry.length)
+        """The record one entry points at (a corrupt line comes back as a record saying so), checked
+        to be that record: when the file changed under the index (the line there is another record,
+        or no record, or the file is not the one indexed) it is indexed again and the record read
+        where it now lies. StaleRecord when it is gone, or the file keeps changing."""
+        for _ in range(3):
+            rec = self._read_at(entry)
+            if rec is not None:
+                return rec
+            fresh = self._fresh(entry)
+            if fresh is None:
+                raise StaleRecord(f"record {entry.rid!r} is no longer in {self.path.name} (the file changed)")
+            entry = fresh
+        raise StaleRecord(f"{self.path.name} kept changing while record {entry.rid!r} was read: reload the page")
+
+    def _read_at(self, entry: Entry) -> dict[str, Any] | None:
+        """The record at the entry's offset if it is still the one indexed there, else None."""
+        try:
+            with open(self.path, "rb") as f:
+                if self._stamp is None or _stamp(os.fstat(f.fileno()))[2:] != self._stamp[2:]:
+                    return None  # another file now has this name (a growing one is still this file)
+                f.seek(entry.offset)
+                raw = f.read(entry.length)
+        except OSError:
+            return None
+        if len(raw) != entry.length:
+            return None
         if entry.problem:
             return {"id": entry.rid, "status": "corrupt", "reason": entry.problem,
                     "raw": raw.decode("utf-8", "replace")[:4000]}
-        return orjson.loads(raw)
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        return obj if isinstance(obj, dict) and record_id(obj, entry.line) == entry.rid else None
+
+    def _fresh(self, stale: Entry) -> Entry | None:
+        """The entry for `stale`'s id after the file is indexed again (by a rebuild already under way
+        or finished since `stale` was handed out, else one started now)."""
+        self.wait(None, timeout=60.0)
+        with self._cond:
+            at = self._pos.get(stale.rid)
+            current = self._entries[at] if at is not None else None
+        if current is not None and current != stale:
+            return current
+        self.start(force=True)
+        return self.find(stale.rid)
 
     def filtered(self, filters: dict[str, str], *, wait: float = 60.0) -> list[Entry]:
         """Entries whose facets hold every `facet=value` asked for (after the whole scan)."""

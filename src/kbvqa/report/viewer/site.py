@@ -27,7 +27,7 @@ from kbvqa.report.html import page_unit_problems
 from kbvqa.report.tables import fmt_value, percent
 from kbvqa.report.viewer.discovery import Catalog, Output, recorded_roots
 from kbvqa.report.viewer.images import ImageLink, ImageLinks
-from kbvqa.report.viewer.index import Entry, RecordIndex
+from kbvqa.report.viewer.index import Entry, RecordIndex, StaleRecord
 from kbvqa.report.viewer.views import FACET_TITLES, VIEWS, judge_figures, pretty
 
 log = logging.getLogger("kbvqa.viewer")
@@ -328,8 +328,12 @@ class Site:
             idx = self.index(o) if o.kind != "summary" else None
             if idx is not None and wait > 0:
                 idx.wait(timeout=wait)
+            info = _manifest_info(o)
+            held = held_counts(idx) if idx is not None else {}
+            last = {k: v for k, v in (info["counts"] or {}).items() if v}
             rows.append({"out": o, "n": len(idx) if idx is not None else None,
-                         "complete": idx.complete if idx is not None else True, "manifest": _manifest_info(o)})
+                         "complete": idx.complete if idx is not None else True, "manifest": info, "held": held,
+                         "last_run": last if last and last != held else None})
         return self._render("home.html", links, rows=rows, title="kbvqa runs")
 
     def listing(self, oid: str, links: LiveLinks, *, page: int = 1, filters: dict[str, str] | None = None,
@@ -389,7 +393,10 @@ class Site:
             note = "" if idx.complete else " (the file is still being indexed: try again in a moment)"
             return 404, self._render("error.html", links, title="not found",
                                      message=f"no record {rid!r} in {out.rel}{note}", out=out)
-        rec = idx.read(entry)
+        try:
+            rec = idx.read(entry)
+        except StaleRecord as exc:  # the file changed under the page: say so, never another record
+            return 404, self._render("error.html", links, title="not found", message=str(exc), out=out)
         view = VIEWS[out.kind]
         ctx = RecordContext(self, out, links)
         problem = None
@@ -444,6 +451,17 @@ class Site:
             charts.append(bar_chart(title, bars, source="summary file" if out.summary and out.kind == "audit"
                                     else ("all records" if idx.complete else "records indexed so far")))
         return charts
+
+
+def held_counts(idx: RecordIndex) -> dict[str, int]:
+    """Records by status as the file holds them (the last line per id), from the index: a manifest's
+    counts are its last invocation's only (a resumed run that had nothing left to do counts 0)."""
+    statuses = idx.facet_counts().get("status", Counter())
+    counts = dict(sorted(statuses.items(), key=lambda kv: (-kv[1], kv[0])))
+    unmarked = len(idx) - sum(counts.values())
+    if unmarked > 0:
+        counts["no status"] = unmarked
+    return counts
 
 
 def bar_chart(title: str, bars: list[dict[str, Any]], *, source: str = "", fmt: str = "{:d}",
