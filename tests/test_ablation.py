@@ -374,3 +374,141 @@ def test_demo_community_set(tmp_path):
                                                                                "text_answerable": 30}
     assert _acc(res, "image_critical", "text") == 0.0 and _acc(res, "image_critical", "full") == 100.0
     assert len({r["intent"] for r in res["by_intent"]}) == 7
+
+
+# ------------------------------------------------------------------------------- the full condition
+
+
+def test_reading_seeds_differ_between_control_and_conditions():
+    from kbvqa.evaluate.ablation import reading_seed
+
+    c, k = reading_seed(1, "r1::image_critical::1", "control"), reading_seed(1, "r1::image_critical::1", "conditions")
+    assert c != k and k == c + 1 and 0 <= c < 2 ** 31 and 0 <= k < 2 ** 31
+    assert c == reading_seed(1, "r1::image_critical::1", "control")  # stable: resume and replay send it again
+    assert c != reading_seed(1, "r1::image_critical::2", "control") != reading_seed(2, "r1::image_critical::1",
+                                                                                    "control")
+    assert reading_seed(None, "p", "control") is None
+    with pytest.raises(ValueError, match="unknown reading"):
+        reading_seed(1, "p", "full")
+
+
+class SecondReading:
+    """A sampling reader whose second reading of a passage may differ from its first: it answers every
+    image-critical probe right with the images the first time (the positive control keeps them all) and,
+    reading the same full passage and question again, only probe 1 of each reference but r7. It logs each reader
+    request's condition, temperature and seed per question."""
+
+    def __init__(self):
+        self.full_reads: dict[str, int] = {}
+        self.reads: dict[str, list[tuple[str, float, int | None]]] = {}
+        self.calls = 0
+
+    def __call__(self, req: dict) -> Reply:
+        self.calls += 1
+        system, user = _text(req["messages"][0]), req["messages"][-1]
+        if system.startswith("You write probe questions"):
+            return Reply(content=Script(False).probes(re.search(r"Passage of (r\d)", _text(user)).group(1)))
+        if system.startswith("You answer one question about a passage"):
+            q = re.search(r'Question: "(Q (r\d) (ic|ta) (\d)\?)"', _text(user))
+            question, rid, kind, i = q.groups()
+            cond = "full" if _has_image(user) else "placeholder" if "[image " in _text(user) else "text"
+            self.reads.setdefault(question, []).append((cond, req.get("temperature"), req.get("seed")))
+            if kind == "ta":
+                return Reply(content=f"A-{rid}-{kind}-{i}")
+            if cond != "full":
+                return Reply(content="I cannot tell from the passage.")
+            n = self.full_reads[question] = self.full_reads.get(question, 0) + 1
+            right = n == 1 or (i == "1" and rid != "r7")
+            return Reply(content=f"A-{rid}-{kind}-{i}" if right else "A different colour")
+        gold = re.search(r"Gold answer: (.*)", _text(user)).group(1)
+        pred = re.search(r"Answer to grade: (.*)", _text(user)).group(1)
+        label = "correct" if pred == gold else "not_attempted" if "cannot tell" in pred else "incorrect"
+        return Reply(content=json.dumps({"label": label, "rationale": "scripted"}))
+
+
+def _journal(path: Path) -> dict[str, dict]:
+    return {x["id"]: x for x in map(json.loads, path.read_text().splitlines())}
+
+
+def test_full_condition_is_a_reading_of_its_own(refs, tmp_path, monkeypatch):
+    """With the response cache on (the default), y_full is the second reading's accuracy, not the
+    control's again: the control and the full read of a probe send different seeds, so they are two
+    requests and two cache keys; a cached re-run and a replayed cassette give the same figures."""
+    monkeypatch.setenv("KBVQA_CACHE", str(tmp_path / "cache.sqlite"))
+    script, again = SecondReading(), SecondReading()
+
+    def study(out: str, *extra: str) -> dict:
+        res = runner.invoke(app, ["study", "image-ablation", "-r", str(refs), "--out", str(tmp_path / out), "--llm",
+                                  srv.base_url, "--model", "m", "--json", "--resamples", "500", *extra])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)
+
+    with FakeLLMServer(handler=script) as srv:  # one server: the cache key holds its URL
+        res = study("s")
+        srv.handler = again  # the same study into a new folder: every call is answered by the cache
+        res2 = study("s2", "--no-resume")
+    assert again.calls == 0 and res2["by_kind"] == res["by_kind"]
+    assert res["full_condition"]["independent"] is True and "not_independent" not in res["full_condition"]
+    assert res["counts"]["probes"]["image_critical"]["kept"] == 12  # every first full reading was right
+    full = res["by_kind"]["image_critical"]["full"]
+    assert full["correct"] == 5 and full["ci"]["low"] < full["ci"]["estimate"] < full["ci"]["high"]
+    assert full["ci"]["estimate"] == pytest.approx(500 / 12, abs=1e-3)  # 5 of 12 second readings
+    assert res["by_kind"]["image_critical"]["full-text"]["ci"]["estimate"] == pytest.approx(500 / 12, abs=1e-3)
+    assert _acc(res, "text_answerable", "full") == 100.0
+    # every image-critical question was read in full twice, with two seeds; the three conditions share one
+    for question, reads in script.reads.items():
+        fulls = [seed for cond, _, seed in reads if cond == "full"]
+        assert len(fulls) == 2 and fulls[0] != fulls[1], question
+        assert {seed for cond, _, seed in reads if cond != "full"} == {fulls[1]}
+        assert {t for _, t, _ in reads} == {0.7}
+    control, read = _journal(tmp_path / "s/control.read.jsonl"), _journal(tmp_path / "s/read.jsonl")
+    pid = "r1::image_critical::2"
+    assert control[pid]["seed"] == read[f"{pid}@full"]["seed"] - 1 and control[pid]["reading"] == "control"
+    assert read[f"{pid}@full"]["sampling"] == {"temperature": 0.7, "seed": read[f"{pid}@full"]["seed"]}
+    assert control[pid]["response"] != read[f"{pid}@full"]["response"]
+
+    # a recorded cassette replays the study exactly, the full reads included (the seeds are in the key)
+    monkeypatch.setenv("KBVQA_CACHE", "off")
+
+    def config(mode: str, base_url: str = "") -> Path:
+        path = tmp_path / f"{mode}.toml"
+        path.write_text("".join(f'[models.{role}]\nbackend = "replay"\nreplay_mode = "{mode}"\nmodel = "m"\n'
+                                f'cassette = "{role}.cassette.jsonl"\n' + (f'base_url = "{base_url}"\n' if base_url else "")
+                                for role in ("vision", "answerer", "judge")), encoding="utf-8")
+        return path
+
+    recorder = SecondReading()
+    with FakeLLMServer(handler=recorder) as srv:
+        rec = runner.invoke(app, ["study", "image-ablation", "-r", str(refs), "--out", str(tmp_path / "rec"),
+                                  "--config", str(config("record", srv.base_url)), "--json", "--resamples", "500"])
+    assert rec.exit_code == 0, rec.output
+    rep = runner.invoke(app, ["study", "image-ablation", "-r", str(refs), "--out", str(tmp_path / "rep"),
+                              "--config", str(config("replay")), "--json", "--resamples", "500"])
+    assert rep.exit_code == 0, rep.output
+    recorded, replayed = json.loads(rec.stdout), json.loads(rep.stdout)
+    assert recorded["by_kind"] == replayed["by_kind"] == res["by_kind"]
+    assert _journal(tmp_path / "rep/read.jsonl")[f"{pid}@full"]["response"] == "A different colour"
+
+
+def test_a_deterministic_reader_is_said_to_repeat_the_control(refs, tmp_path):
+    """--reader-temperature 0: the study runs, y_full and the differences with it carry the label and
+    no CI; the tables show the value with "repeats the control" where the CI would be."""
+    res = _study(refs, tmp_path / "s", Script(broken=False), "--reader-temperature", "0")
+    label = "repeats the control (deterministic reader): not an independent measurement"
+    fc = res["full_condition"]
+    assert fc["independent"] is False and fc["not_independent"] == label and fc["temperature"] == 0.0
+    for kind in ("image_critical", "text_answerable"):
+        cells = res["by_kind"][kind]
+        assert cells["full"]["ci"] is None and cells["full"]["not_independent"] == label
+        assert cells["full-text"]["ci"] is None and cells["full-placeholder"]["ci"] is None
+        assert cells["placeholder-text"]["ci"] is not None and cells["text"]["ci"] is not None
+    assert res["by_kind"]["image_critical"]["full"]["value"] == 100.0
+    assert res["by_kind"]["image_critical"]["full-text"]["value"] == 100.0  # the gain, labelled, no CI
+    assert all(r["full"]["ci"] is None and r["full-text"]["ci"] is None for r in res["by_intent"])
+    assert res["missing_information"]["corrected_by_full"]["not_independent"] == label
+    assert any(w.startswith(f"y_full {label}") for w in res["warnings"])
+    main, diffs, intents, _ = image_ablation_tables(res)
+    assert main.rows[0][7:9] == [100.0, "none: repeats the control"]
+    assert diffs.rows[0][1:4] == ["full - text", 100.0, "none: repeats the control"]
+    assert intents.rows[0][-1] == "none: repeats the control"
+    assert any(n.startswith("warning: y_full repeats the control") for n in main.notes)

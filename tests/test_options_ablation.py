@@ -67,6 +67,7 @@ def test_help_shows_the_class_defaults():
     text = " ".join(res.output.split())
     assert "Default vision." in text and "Default answerer." in text and "Default judge." in text
     assert "Default 2." in text and "Default 16." in text and f"Default {AblationOptions().resamples}." in text
+    assert "the control. Default 0.7." in text and "different ones. Default 1." in text
 
 
 def test_flag_over_file_over_default():
@@ -76,6 +77,11 @@ def test_flag_over_file_over_default():
     assert opts.roles() == {"generator": "vision2", "reader": "eye", "judge": "judge"}
     assert opts.generate.per_kind == 3 and opts.models.llm == "http://h"
     assert opts.resume is True and opts.judge.temperature == 0.0  # class defaults
+    # the reader samples by default (the full condition is a reading of its own); the flags set it
+    assert (opts.read.temperature, opts.read.sampling_seed) == (0.7, 1)
+    opts = AblationOptions.build({"read": {"temperature": 0.3}}, source="kbvqa.toml", reader_seed=7)
+    assert (opts.read.temperature, opts.read.sampling_seed) == (0.3, 7)
+    assert AblationOptions.build(reader_temperature=0).read.temperature == 0.0
     assert AblationOptions().roles() == {"generator": "vision", "reader": "answerer", "judge": "judge"}
 
 
@@ -86,6 +92,8 @@ def test_a_bad_flag_and_a_bad_file_value_name_their_source():
         AblationOptions.build(structured_output="sometimes")
     with pytest.raises(OptionsError, match=r"^kbvqa\.toml: generate\.per_kind: "):
         AblationOptions.build({"generate": {"per_kind": 0}}, source="kbvqa.toml")
+    with pytest.raises(OptionsError, match=r"^--reader-temperature: "):
+        AblationOptions.build(reader_temperature=-1)
     with pytest.raises(OptionsError, match=r"^kbvqa\.toml: resample: "):  # misspelt: refused, not ignored
         AblationOptions.build({"resample": 10}, source="kbvqa.toml")
 

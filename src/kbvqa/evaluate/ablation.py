@@ -12,7 +12,16 @@ probe's answer. The conditions differ only in what stands where the reference's
 * `full`: the image itself — the text is split at the tags and each image is sent as an image part
   in its tag's place, so the reader sees text, picture, text as a person reads the reference.
 
-The reader never sees the query image or the probe's answer. This module holds the renderings, the
+The reader never sees the query image or the probe's answer. The positive control reads every probe
+under `full` too, so the `full` condition is a second reading of the same passage and question: it is
+a measurement only if it is its own request. The reader therefore samples (`ReaderConfig.temperature`,
+0.7 by default) with a seed sent in each request (`reading_seed`): the control and the condition reads
+of a probe carry different seeds, so they are two samples and two cache keys, and a resumed or
+replayed run gets each back exactly. A deterministic reader (temperature 0, or no seed) makes `full`
+repeat the control; the study still runs and says so (`full_repeats_control`) instead of giving the
+full condition a CI. Those settings are kbvqa's (the paper does not give the reader's).
+
+This module holds the renderings, the
 two model stages (`ProbeGeneration`, `PassageReader`: strict replies, a failed call is a runner
 `error`, an unusable reply `invalid`, never a default) and the statistics: accuracy per probe kind
 and condition with cluster-bootstrap CIs (probes are nested in reference items, so whole items are
@@ -29,6 +38,7 @@ kbvqa.pipelines.ablation.
 from __future__ import annotations
 
 import re
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence, get_args
@@ -50,7 +60,8 @@ from kbvqa.stages import register_stage
 
 __all__ = ["KINDS", "CONDITIONS", "DIFFERENCES", "GRADED", "ReferenceTag", "reference_tags", "render_passage",
            "interleaved_messages", "Probe", "ProbeReply", "ProbeConfig", "ProbeGeneration", "ReaderConfig",
-           "PassageReader", "probe_id", "ablation_statistics", "missing_information", "reports_missing"]
+           "PassageReader", "READINGS", "reading_seed", "full_repeats_control", "probe_id", "ablation_statistics",
+           "missing_information", "reports_missing"]
 
 Kind = Literal["image_critical", "text_answerable"]
 KINDS: tuple[str, ...] = get_args(Kind)
@@ -205,17 +216,52 @@ class ProbeGeneration(Stage):
 # the reader
 
 
+#: The reader's two readings of a probe: the positive control, and the three conditions (which share a seed,
+#: so they differ only in the passage: common random numbers for the paired differences).
+READINGS = ("control", "conditions")
+#: What the output says of y_full when the reader cannot give the full condition its own sample.
+REPEATS_CONTROL = "repeats the control ({why}): not an independent measurement"
+
+
 class ReaderConfig(StageConfig):
-    role: str = "answerer"  # the model that reads; its temperature is the role's own
+    role: str = "answerer"  # the model that reads
+    #: sent with every read, over the role's own: > 0 so the full condition is a sample of its own (kbvqa's)
+    temperature: float = Field(0.7, ge=0)
+    #: the base of the per-request seeds (`reading_seed`); None: no seed sent, control and full are one request
+    sampling_seed: int | None = 1
+
+
+def reading_seed(sampling_seed: int | None, probe: str, reading: str) -> int | None:
+    """The sampling seed one read of `probe` sends (None: none). Different between the control and the
+    conditions of a probe (2h and 2h + 1), so they are separate requests and cache keys; different
+    between probes (h from the probe id), so probes do not share a random stream; below 2**31."""
+    if reading not in READINGS:
+        raise ValueError(f"unknown reading {reading!r} (known: {', '.join(READINGS)})")
+    if sampling_seed is None:
+        return None
+    h = zlib.crc32(f"{sampling_seed}/{probe}".encode("utf-8")) & 0x3FFFFFFF
+    return 2 * h + READINGS.index(reading)
+
+
+def full_repeats_control(config: ReaderConfig) -> str | None:
+    """None when the full condition is read as its own sample; otherwise the label the output gives
+    y_full and every difference built on it (no CI is computed for them)."""
+    if config.temperature == 0:
+        return REPEATS_CONTROL.format(why="deterministic reader")
+    if config.sampling_seed is None:
+        return REPEATS_CONTROL.format(why="no sampling seed: the control and full reads are one request, "
+                                          "which a cache or cassette answers once")
+    return None
 
 
 @register_stage
 class PassageReader(Stage):
-    """Records {id, condition, question, reference: {text, images}}; adds `response`, the reader's
-    answer from the reference rendered under `condition`. The probe's answer is not in the record."""
+    """Records {id, condition, question, reference: {text, images}, seed}; adds `response`, the reader's
+    answer from the reference rendered under `condition`, sampled at the config's temperature with the
+    record's seed (`reading_seed`; none sent when None). The probe's answer is not in the record."""
 
     name = "ablation-read"
-    version = "1"
+    version = "2"  # 2: temperature and a per-read seed sent (the full condition is its own request)
     config_model = ReaderConfig
     prompts = (READ_PASSAGE,)
 
@@ -224,13 +270,17 @@ class PassageReader(Stage):
         return _passage_messages(READ_PASSAGE, record, record["condition"], ctx, question=record["question"])
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        res = await ctx.role(self.config.role).chat(self.messages(record, ctx), prompt_version=READ_PASSAGE.id)
+        sampling: dict[str, Any] = {"temperature": self.config.temperature}
+        if record.get("seed") is not None:  # never seed=None: that would drop a seed the role itself sets
+            sampling["seed"] = record["seed"]
+        res = await ctx.role(self.config.role).chat(self.messages(record, ctx), prompt_version=READ_PASSAGE.id,
+                                                    **sampling)
         ctx.add_usage(res.usage)
         if res.status == "error":
             raise ModelCallError(f"reader ({self.config.role}) call failed: {res.reason}")
         if res.status != "ok" or not (res.text or "").strip():
             raise Invalid(f"reader ({self.config.role}) reply unusable: {res.reason or 'empty reply'}")
-        return {**record, "response": res.text.strip(),
+        return {**record, "response": res.text.strip(), "sampling": sampling,
                 "reader": res.provenance.model_dump(mode="json", exclude_none=True)}
 
 
@@ -242,21 +292,35 @@ def _ci_json(ci: CI) -> dict[str, float] | None:
     return None if ci.estimate != ci.estimate else ci.scaled(100.0).to_json()
 
 
-def _cells(probes: Sequence[Mapping[str, Any]], n_resamples: int, seed: int, name: str) -> dict[str, Any]:
-    """Accuracy per condition and the paired differences over `probes` (all complete, one kind)."""
+def _cells(probes: Sequence[Mapping[str, Any]], n_resamples: int, seed: int, name: str,
+           repeats: str | None = None) -> dict[str, Any]:
+    """Accuracy per condition and the paired differences over `probes` (all complete, one kind). With
+    `repeats` (full_repeats_control) the full cell and the differences with full get no CI: their
+    value is given with the label instead."""
     clusters = [p["ref_id"] for p in probes]
     x = {c: np.array([p["conditions"][c]["outcome"] == "correct" for p in probes], dtype=np.float64)
          for c in CONDITIONS}
     out: dict[str, Any] = {"n": len(probes), "n_references": len(set(clusters))}
     for c in CONDITIONS:
+        if repeats and c == "full":
+            out[c] = {"correct": int(x[c].sum()), "ci": None, **_unmeasured(x[c], repeats)}
+            continue
         ci = cluster_bootstrap_ci(x[c], clusters, n_resamples=n_resamples, seed=_sub_seed(seed, f"{name}/{c}"))
         out[c] = {"correct": int(x[c].sum()), "ci": _ci_json(ci)}
     for a, b in DIFFERENCES:
+        counts = {"gained": int(((x[a] == 1) & (x[b] == 0)).sum()), "lost": int(((x[a] == 0) & (x[b] == 1)).sum())}
+        if repeats and "full" in (a, b):
+            out[f"{a}-{b}"] = {"ci": None, **_unmeasured(x[a] - x[b], repeats), **counts}
+            continue
         ci = cluster_bootstrap_ci(x[a] - x[b], clusters, n_resamples=n_resamples,
                                   seed=_sub_seed(seed, f"{name}/{a}-{b}"))
-        out[f"{a}-{b}"] = {"ci": _ci_json(ci), "gained": int(((x[a] == 1) & (x[b] == 0)).sum()),
-                           "lost": int(((x[a] == 0) & (x[b] == 1)).sum())}
+        out[f"{a}-{b}"] = {"ci": _ci_json(ci), **counts}
     return out
+
+
+def _unmeasured(x: np.ndarray, repeats: str) -> dict[str, Any]:
+    """A cell that is not a measurement: its value (percent or points), said to be what it is."""
+    return {"value": round(100.0 * float(x.mean()), 4) if len(x) else None, "not_independent": repeats}
 
 
 def reports_missing(response: str | None) -> bool:
@@ -271,12 +335,13 @@ def _share(flags: Sequence[bool], clusters: Sequence[str], n_resamples: int, see
 
 
 def missing_information(probes: Sequence[Mapping[str, Any]], *, n_resamples: int = DEFAULT_RESAMPLES,
-                        seed: int = 0) -> dict[str, Any]:
+                        seed: int = 0, full_repeats: str | None = None) -> dict[str, Any]:
     """Over the complete probes (the accuracy tables' denominator): the share of reader replies that
     report missing information, per kind and condition and per intent; and, among image-critical
     probes the full condition corrected (text-only not correct, full correct), the share whose
     text-only reply reported it — seed 001 §4.3 says all 281 such replies did. Percent, cluster
-    bootstrap CIs over reference items."""
+    bootstrap CIs over reference items. With `full_repeats`, "corrected by full" is labelled: the
+    full reading there is the control's."""
     complete = [p for p in probes if _complete(p)]
 
     def table(sub: Sequence[Mapping[str, Any]], name: str) -> dict[str, Any]:
@@ -295,8 +360,11 @@ def missing_information(probes: Sequence[Mapping[str, Any]], *, n_resamples: int
                  and p["conditions"]["full"]["outcome"] == "correct" and p["conditions"]["text"]["outcome"] != "correct"]
     said = _share([reports_missing(p["conditions"]["text"].get("response")) for p in corrected],
                   [p["ref_id"] for p in corrected], n_resamples, seed, "missing/corrected")
+    corrected_by_full = {"probes": len(corrected), "text_reply_reports_missing": said}
+    if full_repeats:
+        corrected_by_full["not_independent"] = full_repeats
     return {"measured_by": MISSING_INFO_RULE, "by_kind": by_kind, "by_intent": by_intent,
-            "corrected_by_full": {"probes": len(corrected), "text_reply_reports_missing": said}}
+            "corrected_by_full": corrected_by_full}
 
 
 def _complete(p: Mapping[str, Any]) -> bool:
@@ -304,7 +372,7 @@ def _complete(p: Mapping[str, Any]) -> bool:
 
 
 def ablation_statistics(probes: Iterable[Mapping[str, Any]], *, n_resamples: int = DEFAULT_RESAMPLES,
-                        seed: int = 0) -> dict[str, Any]:
+                        seed: int = 0, full_repeats: str | None = None) -> dict[str, Any]:
     """Accuracy tables over the probes the positive control kept.
 
     Each probe is {ref_id, intent, kind, conditions: {text|placeholder|full: {outcome}}}, outcome a
@@ -312,7 +380,9 @@ def ablation_statistics(probes: Iterable[Mapping[str, Any]], *, n_resamples: int
     probes graded in all three conditions ("complete"), so every condition of a kind is measured on
     the same probes and the differences are paired; a probe with an error or invalid reply in any
     condition is left out of all three and counted (`incomplete`, by condition and outcome). CIs:
-    95% percentile, cluster bootstrap over reference items, seeded per cell (`_sub_seed`)."""
+    95% percentile, cluster bootstrap over reference items, seeded per cell (`_sub_seed`).
+    `full_repeats` (full_repeats_control's label): the full condition repeats the control, so it and
+    the differences with it get the label and no CI."""
     kept = list(probes)
     complete = [p for p in kept if _complete(p)]
     failures: dict[str, Counter[str]] = {c: Counter() for c in CONDITIONS}
@@ -320,19 +390,21 @@ def ablation_statistics(probes: Iterable[Mapping[str, Any]], *, n_resamples: int
         for c in CONDITIONS:
             if p["conditions"][c]["outcome"] not in GRADED:
                 failures[c][p["conditions"][c]["outcome"]] += 1
-    by_kind = {k: _cells([p for p in complete if p["kind"] == k], n_resamples, seed, k) for k in KINDS}
+    by_kind = {k: _cells([p for p in complete if p["kind"] == k], n_resamples, seed, k, full_repeats) for k in KINDS}
     intents = sorted({p.get("intent") or "(none)" for p in complete})
     by_intent = []
     for intent in intents:
         for k in KINDS:
             sub = [p for p in complete if p["kind"] == k and (p.get("intent") or "(none)") == intent]
             if sub:
-                by_intent.append({"intent": intent, "kind": k, **_cells(sub, n_resamples, seed, f"{intent}/{k}")})
+                by_intent.append({"intent": intent, "kind": k,
+                                  **_cells(sub, n_resamples, seed, f"{intent}/{k}", full_repeats)})
     return {
         "by_kind": by_kind, "by_intent": by_intent,
         "kept": {k: sum(p["kind"] == k for p in kept) for k in KINDS},
         "complete": {k: sum(p["kind"] == k for p in complete) for k in KINDS},
         "incomplete": {k: sum(p["kind"] == k and not _complete(p) for p in kept) for k in KINDS},
         "ungraded_by_condition": {c: dict(sorted(failures[c].items())) for c in CONDITIONS},
-        "missing_information": missing_information(complete, n_resamples=n_resamples, seed=seed),
+        "missing_information": missing_information(complete, n_resamples=n_resamples, seed=seed,
+                                                   full_repeats=full_repeats),
     }

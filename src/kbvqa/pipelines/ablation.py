@@ -6,8 +6,10 @@ Every model step is a runner job with its own journal and manifest in the output
 
     generate.jsonl        one line per reference with at least one image: its probes (ablation-probes)
     control.read.jsonl    one line per generated probe: the reader's answer with the full reference
+                          (the control reading's seed)
     control.judge.jsonl   the judge's verdict on it; a probe is kept when it is `correct`
-    read.jsonl            one line per kept probe and condition (`<probe id>@<condition>`)
+    read.jsonl            one line per kept probe and condition (`<probe id>@<condition>`; the
+                          conditions reading's seed, so `full` is a request of its own)
     judge.jsonl           the judge's verdict on each of those
 
 `probes.jsonl` then holds every generated probe with its control and its three outcomes, and the
@@ -33,7 +35,8 @@ from kbvqa.data.jsonl import read_jsonl, write_jsonl
 from kbvqa.data.notevqa import sample_from_notevqa
 from kbvqa.evaluate import judge as jd
 from kbvqa.evaluate.ablation import (CONDITIONS, DIFFERENCES, GRADED, KINDS, PassageReader, ProbeConfig,
-                                     ProbeGeneration, ReaderConfig, ablation_statistics, reference_tags)
+                                     ProbeGeneration, ReaderConfig, ablation_statistics, full_repeats_control,
+                                     reading_seed, reference_tags)
 from kbvqa.evaluate.studies import DEFAULT_RESAMPLES
 from kbvqa.models.config import ConfigError, one_role
 from kbvqa.runner import Context, RunSummary, read_results
@@ -66,11 +69,14 @@ class AblationOptions(JobOptions):
     configs are nested as they are: the probe generator, the reader and the judge receive exactly
     `opts.generate`, `opts.read` and `opts.judge`, and their `role` fields name the model roles the
     parts are filled from. Every step's manifest and the study result record `used()`. The paper
-    does not say how many probes per reference nor how the bootstrap is drawn: those are kbvqa's."""
+    does not say how many probes per reference, how the bootstrap is drawn, nor the reader's
+    temperature and seeds: those are kbvqa's (the reader samples by default, so that the full
+    condition is a reading of its own and not the positive control's answer again)."""
 
-    #: the role flags and --probes-per-kind set the stage configs' fields
+    #: the role flags, --probes-per-kind and the reader's sampling flags set the stage configs' fields
     ALIASES = {"generator_role": ("generate.role",), "reader_role": ("read.role",), "judge_role": ("judge.role",),
-               "probes_per_kind": ("generate.per_kind",)}
+               "probes_per_kind": ("generate.per_kind",), "reader_temperature": ("read.temperature",),
+               "reader_seed": ("read.sampling_seed",)}
 
     config: Path | None = None  # kbvqa.toml: the parts' [models.<role>] and this study's table
     generate: ProbeConfig = Field(default_factory=ProbeConfig)  # the multimodal model writing the probes
@@ -251,9 +257,13 @@ def _judge(reads: Mapping[str, Mapping[str, Any]], probes: Mapping[str, Mapping[
 
 
 def _read_records(probes: Iterable[Mapping[str, Any]], refs: Mapping[str, Mapping[str, Any]],
-                  conditions: Sequence[str], *, suffix: bool) -> list[dict[str, Any]]:
+                  conditions: Sequence[str], *, reading: str, sampling_seed: int | None) -> list[dict[str, Any]]:
+    """The reader's records for one reading (the control, or the conditions: ids `<probe>@<condition>`),
+    each with the seed its request sends (evaluate.ablation.reading_seed)."""
+    suffix = reading == "conditions"
     return [{"id": f"{p['id']}@{c}" if suffix else p["id"], "probe_id": p["id"], "ref_id": p["ref_id"],
-             "kind": p["kind"], "condition": c, "question": p["question"], "reference": refs[p["ref_id"]]["reference"]}
+             "kind": p["kind"], "condition": c, "question": p["question"], "reference": refs[p["ref_id"]]["reference"],
+             "reading": reading, "seed": reading_seed(sampling_seed, p["id"], reading)}
             for p in probes for c in conditions]
 
 
@@ -298,10 +308,12 @@ def image_ablation_study(references: str | Path, out: str | Path, models: Ablati
             probes[p["id"]] = {**p, "ref_id": r["id"], "intent": r.get("intent"), "category": r.get("category")}
 
     # 2. positive control: the reader with the full reference, graded by the judge
-    reader_fields = ("condition", "question", "reference")
+    reader_fields = ("condition", "question", "reference", "seed")
+    sampling_seed = opts.read.sampling_seed
     control, runs["control"] = _run_step(
         PassageReader(opts.read), opts.read.role, models.reader,
-        _read_records(probes.values(), by_ref, ("full",), suffix=False), out / JOURNALS["control"],
+        _read_records(probes.values(), by_ref, ("full",), reading="control", sampling_seed=sampling_seed),
+        out / JOURNALS["control"],
         fields=reader_fields, description="image ablation: positive control",
         run_config={**run_config, "task": "image-ablation/control"}, **common)
     verdicts, runs["control_judge"] = _judge(control, probes, models, out / JOURNALS["control_judge"], opts,
@@ -310,9 +322,10 @@ def image_ablation_study(references: str | Path, out: str | Path, models: Ablati
         p["control"] = _outcome(control[pid], verdicts.get(pid))
     kept = [p for p in probes.values() if p["control"]["outcome"] == "correct"]
 
-    # 3. the three conditions
+    # 3. the three conditions: full is read again, with the conditions' seed (its own request, not the control's)
     reads, runs["read"] = _run_step(
-        PassageReader(opts.read), opts.read.role, models.reader, _read_records(kept, by_ref, CONDITIONS, suffix=True),
+        PassageReader(opts.read), opts.read.role, models.reader,
+        _read_records(kept, by_ref, CONDITIONS, reading="conditions", sampling_seed=sampling_seed),
         out / JOURNALS["read"], fields=reader_fields, description="image ablation: reader, three conditions",
         run_config={**run_config, "task": "image-ablation/read"}, **common)
     verdicts, runs["judge"] = _judge(reads, probes, models, out / JOURNALS["judge"], opts, progress=progress,
@@ -320,7 +333,8 @@ def image_ablation_study(references: str | Path, out: str | Path, models: Ablati
     for p in kept:
         p["conditions"] = {c: _outcome(reads[f"{p['id']}@{c}"], verdicts.get(f"{p['id']}@{c}")) for c in CONDITIONS}
 
-    stats = ablation_statistics(kept, n_resamples=n_resamples, seed=opts.seed)
+    repeats = full_repeats_control(opts.read)
+    stats = ablation_statistics(kept, n_resamples=n_resamples, seed=opts.seed, full_repeats=repeats)
     probes_file = out / "probes.jsonl"
     write_jsonl(probes_file, ({**p, "kept": p["control"]["outcome"] == "correct"} for p in probes.values()))
     counts = _counts(ref_counts, gen, probes, stats, per_kind)
@@ -329,10 +343,11 @@ def image_ablation_study(references: str | Path, out: str | Path, models: Ablati
         "out": str(out), "probes_file": str(probes_file), "probes_per_kind": per_kind,
         "models": models.describe(), "kinds": list(KINDS), "conditions": list(CONDITIONS),
         "differences": [f"{a}-{b}" for a, b in DIFFERENCES], "counts": counts,
+        "full_condition": _full_condition(opts.read, repeats),
         **{k: stats[k] for k in ("by_kind", "by_intent", "ungraded_by_condition", "missing_information")},
         "generation_failures": [{"id": rid, "status": line["status"], "reason": line.get("reason", "")}
                                 for rid, line in gen.items() if line["status"] != "ok"],
-        "denominators": DENOMINATORS, "runs": runs, "warnings": _warnings(models, counts),
+        "denominators": DENOMINATORS, "runs": runs, "warnings": _warnings(models, counts, repeats),
         "bootstrap": {"method": "cluster percentile bootstrap, 95%", "cluster": "reference item",
                       "n_resamples": n_resamples, "seed": opts.seed, "unit": "accuracy in percent"},
         "options": opts.used(),
@@ -360,8 +375,20 @@ def _counts(ref_counts: Mapping[str, int], gen: Mapping[str, Mapping[str, Any]],
             "probes": funnel}
 
 
-def _warnings(models: AblationModels, counts: Mapping[str, Any]) -> list[str]:
+def _full_condition(read: ReaderConfig, repeats: str | None) -> dict[str, Any]:
+    """How the full condition was read: its own sample (seeds differ from the control's) or not."""
+    how = (f"reader at temperature {read.temperature:g}, seeds from sampling seed {read.sampling_seed}: each "
+           "probe's control and conditions reads send different seeds (the three conditions share one)"
+           if read.sampling_seed is not None else f"reader at temperature {read.temperature:g}, no seed sent")
+    return {"independent": repeats is None, "sampling": how, "temperature": read.temperature,
+            "sampling_seed": read.sampling_seed, **({"not_independent": repeats} if repeats else {})}
+
+
+def _warnings(models: AblationModels, counts: Mapping[str, Any], repeats: str | None = None) -> list[str]:
     out = []
+    if repeats:
+        out.append(f"y_full {repeats}; it has no CI, nor have the differences with full (set --reader-temperature "
+                   "above 0 and keep --reader-seed for a measurement)")
     rp, jp = getattr(models.reader, "provenance", None), getattr(models.judge, "provenance", None)
     if rp is not None and jp is not None and (rp.backend, rp.model, rp.base_url) == (jp.backend, jp.model, jp.base_url):
         out.append(f"the judge is the reader model ({jp.backend}:{jp.model}): it grades its own answers")
