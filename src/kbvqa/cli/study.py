@@ -314,6 +314,12 @@ def image_ablation(
                                                  help="Multimodal role that writes the probes."),
     reader_role: Optional[str] = typer.Option(None, "--reader-role", help="Multimodal role that answers them."),
     judge_role: Optional[str] = typer.Option(None, "--judge-role", help="Role that grades the answers (text only)."),
+    reader_temperature: Optional[float] = typer.Option(None, "--reader-temperature", min=0,
+                                                       help="The reader's sampling temperature (over the role's); "
+                                                            "0 makes the full condition repeat the control."),
+    reader_seed: Optional[int] = typer.Option(None, "--reader-seed",
+                                              help="Base of the reader's per-request seeds: the control and the "
+                                                   "conditions of a probe send different ones."),
     llm: Optional[str] = typer.Option(None, "--llm", help="OpenAI-compatible server for all three parts."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name on --llm."),
     probes_per_kind: Optional[int] = typer.Option(None, "--probes-per-kind", min=1,
@@ -333,7 +339,8 @@ def image_ablation(
 ) -> None:
     """Image ablation of interleaved references (seed 001 §4.3, Tables 6-7 shape): probes written from
     each reference, a positive control, the reader with image tags removed / replaced by "image N"
-    placeholders / images inline, a text-only judge; accuracy with cluster-bootstrap CIs and paired differences."""
+    placeholders / images inline (read again, with another seed than the control's), a text-only judge;
+    accuracy with cluster-bootstrap CIs and paired differences."""
     from kbvqa.cli.options import flags
     from kbvqa.data.errors import DataError
     from kbvqa.pipelines.ablation import AblationOptions, ablation_models, image_ablation_study

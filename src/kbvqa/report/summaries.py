@@ -299,9 +299,13 @@ def image_ablation_tables(res: Mapping[str, Any]) -> list[ResultTable]:
     """`kbvqa study image-ablation` (seed 001 Tables 6-7 shape): reader accuracy per probe kind and
     condition, the paired differences, accuracy by intent, and the probe funnel from generation to
     scoring. CIs are cluster-bootstrap intervals over reference items; the denominators and every
-    count of what failed are in the notes and the funnel table, never left out."""
+    count of what failed are in the notes and the funnel table, never left out. When the full
+    condition repeated the control (a deterministic reader), its cells and the differences with it
+    show their value with "repeats the control" where the CI would be, and a note says why."""
 
     def acc(cell: Mapping[str, Any]) -> list[Any]:
+        if cell.get("not_independent"):
+            return [cell.get("value"), "none: repeats the control"]
         ci = cell["ci"]
         return [ci["estimate"], _ci(ci["low"], ci["high"])] if ci else [None, "n/a"]
 
@@ -315,6 +319,7 @@ def image_ablation_tables(res: Mapping[str, Any]) -> list[ResultTable]:
                  f"{k} {f[k]['generated']} / {f[k]['kept']} / {f[k]['complete']}" for k in kinds),
              f"denominators: {res['denominators']}",
              f"{b['method']}, resampling {b['cluster']}s: {b['n_resamples']} resamples, seed {b['seed']}",
+             *([f"full condition: {fc['sampling']}"] if (fc := res.get("full_condition")) else []),
              *(f"warning: {w}" for w in res["warnings"])]
     main = ResultTable("image-ablation", "reader accuracy under image ablation (%)", scorer,
                        ["probe kind", "probes", "references", *(x for c in conds for x in (f"{c} %", f"{c} 95% CI"))],
