@@ -7,6 +7,7 @@ a string is refused by the data readers and the scorer alike, never read as char
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,75 @@ def test_image_ablation_all_generations_invalid_exits_3(case):
     assert res.exit_code == 3, res.output
     assert "3 probe generation(s) did not end ok: invalid 3" in res.output
     assert "most common reasons:" in res.output and "3 x " in res.output
+
+
+# --- the judges and the studies that call one (issue 34 item 2) ------------------------------------
+
+def _judge_inputs(n: int = 4) -> list[str]:
+    """n references and a prediction for each, in the current folder; the `score judge` arguments."""
+    Path("refs.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "question": f"Which city {i}?",
+                                                      "answers": [{"text": f"City{i}"}]}) + "\n" for i in range(n)),
+                                  encoding="utf-8")
+    Path("preds.jsonl").write_text("".join(json.dumps({"data_id": f"q{i}", "prediction": f"Town{i}"}) + "\n"
+                                           for i in range(n)), encoding="utf-8")
+    return ["score", "judge", "-p", "preds.jsonl", "-r", "refs.jsonl", "--judge-model", "j", "--max-retries", "1",
+            "--connect-timeout", "0.5", "--timeout", "5"]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_judge_against_a_closed_port_exits_3_with_reasons_and_counts_the_tries(case):
+    args = _judge_inputs(3)
+    res = _invoke(args + ["--judge-base-url", f"http://127.0.0.1:{_closed_port()}/v1", "--json"])
+    assert res.exit_code == 3, res.output
+    assert "3 verdict(s) did not end ok: error 3" in res.stderr, res.stderr
+    assert "most common reasons:" in res.stderr and "3 x JudgeCallError: connection error" in res.stderr, res.stderr
+    run = json.loads(res.stdout)["run"]
+    assert run["error"] == 3 and run["calls"] == 6  # two tries each, though none connected
+
+
+def test_judge_partial_failure_exits_4_under_fail_on_error_else_0(case):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fake_llm_server import FakeLLMServer, Reply, ok, server_error
+
+    def judge(req: dict) -> Reply:  # the judge fails every call about q1, grades the others
+        text = json.dumps(req["messages"])
+        if "Which city 1?" in text:
+            return server_error(500)
+        return ok(json.dumps({"label": "incorrect", "rationale": "scripted"}))
+
+    args = _judge_inputs(4)
+    with FakeLLMServer(handler=judge) as srv:
+        strict = _invoke(["--fail-on-error", *args, "--judge-base-url", srv.base_url])
+        assert strict.exit_code == 4, strict.output
+        assert "1 verdict(s) did not end ok: error 1" in strict.stderr and "HTTP 500" in strict.stderr
+        lenient = _invoke([*args, "--judge-base-url", srv.base_url])  # resumed: q1 asked again, fails again
+        assert lenient.exit_code == 0, lenient.output
+        assert "1 verdict(s) did not end ok: error 1" in lenient.stderr
+
+
+def test_agent_failures_with_nothing_categorised_exits_3(case):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fake_llm_server import FakeLLMServer, ok
+
+    Path("refs.jsonl").write_text("".join(json.dumps({"id": f"e{i}", "question": f"question {i}",
+                                                      "answers": [{"text": "Elmira"}]}) + "\n" for i in range(3)),
+                                  encoding="utf-8")
+    Path("agent.jsonl").write_text("".join(json.dumps({"id": f"e{i}", "sample_id": f"e{i}", "status": "ok",
+                                                       "answer": "Boston.", "trajectory": [],
+                                                       "meta": {"termination": "answer"}}) + "\n" for i in range(3)),
+                                   encoding="utf-8")
+    Path("verdicts.jsonl").write_text("".join(json.dumps({"id": f"e{i}", "status": "ok", "verdict": {
+        "label": "incorrect"}}) + "\n" for i in range(3)), encoding="utf-8")
+    with FakeLLMServer(default=ok("I think it is a tool problem.")) as srv:  # prose: no category in it
+        res = _invoke(["study", "agent-failures", "-p", "agent.jsonl", "-r", "refs.jsonl", "--verdicts",
+                       "verdicts.jsonl", "--judge-base-url", srv.base_url, "--judge-model", "j", "--json"])
+    assert res.exit_code == 3, res.output
+    assert json.loads(res.stdout)["categorised"] == 0
+    assert "3 episode(s) to categorise did not end ok: invalid 3" in res.stderr and "3 x " in res.stderr

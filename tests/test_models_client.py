@@ -130,7 +130,7 @@ def test_connection_refused_is_an_error():
             return await c.chat(MSG)
     r = run(go())
     assert r.status == "error" and "connection error" in r.reason and "after 2 attempts" in r.reason
-    assert r.usage.calls == 0  # both attempts were retried, but no request ever reached a server
+    assert r.usage.calls == 2  # both attempts are counted, though no request ever reached a server
 
 
 def test_malformed_body_is_retried_then_error():

@@ -89,6 +89,38 @@ def end_job(ok: int, failed: dict[str, int], *, skipped: int = 0, what: str = "r
         raise typer.Exit(code=EXIT_SOME_FAILED)
 
 
+def journal_outcome(journal: Any, ids: Iterable[str] | None = None) -> tuple[int, dict[str, int], int, list[str]]:
+    """What a runner journal holds (its last line per id; only `ids` when given): records ok, the
+    failures by status, records needing a model, and the failures' reasons — the whole output, so a
+    resumed run that re-sent only its failed records is judged by everything it now holds."""
+    from collections import Counter
+    from pathlib import Path
+
+    from kbvqa.runner import read_results
+
+    counts: Counter[str] = Counter()
+    reasons: list[str] = []
+    wanted = None if ids is None else set(ids)
+    if journal is not None and Path(journal).is_file():
+        for r in read_results(Path(journal)):
+            if wanted is not None and r.get("id") not in wanted:
+                continue
+            status = str(r.get("status") or "error")
+            counts[status] += 1
+            if status not in ("ok", "needs_model"):
+                reasons.append(str(r.get("reason", "")))
+    ok, needs_model = counts.pop("ok", 0), counts.pop("needs_model", 0)
+    failed = {"error": counts.pop("error", 0), "invalid": counts.pop("invalid", 0), **counts}
+    return ok, failed, needs_model, reasons
+
+
+def end_journal_job(journal: Any, *, what: str = "record(s)", ids: Iterable[str] | None = None) -> None:
+    """`end_job` for a job whose counts are its journal's (`journal_outcome`): the judges and the
+    studies that call one (`score judge`, `score ivr12`, `study agent-failures`)."""
+    ok, failed, needs_model, reasons = journal_outcome(journal, ids)
+    end_job(ok, failed, what=what, needs_model=needs_model, reasons=reasons)
+
+
 # The model-call limits every command that calls a model offers (kbvqa.models.config.RoleConfig); None
 # keeps what the role's config says (defaults: connect 10 s, read 60 s, no deadline, auto, 4 retries).
 TIMEOUT = typer.Option(None, "--timeout", min=0.1, help="Read timeout of one model request, seconds.")

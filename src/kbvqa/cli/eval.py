@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from kbvqa.cli import answer as answer_cmd
-from kbvqa.cli.common import emit_json, end_job, fail, journal_reasons, print_result
+from kbvqa.cli.common import emit_json, end_job, fail, journal_outcome, journal_reasons, print_result
 from kbvqa.cli.options import default_of, flags, option
 from kbvqa.cli.common import job_errors
 from kbvqa.cli.score import _GRADED_HELP, _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_URL, _ROLE, GradedText, TwoHop
@@ -120,5 +120,13 @@ def evaluate(
         fail(f"{len(res.metric_errors)} metric(s) could not be scored (recorded in {res.path}); the predictions are "
              f"kept: run again with --resume to score them without answering again")
     a = res.answer
-    end_job(a.ok, res.failed, skipped=a.skipped, what="record(s)",
-            reasons=journal_reasons(a.out) if a.error or a.invalid else None)
+    reasons = journal_reasons(a.out) if a.error or a.invalid else []
+    ok, skipped = a.ok, a.skipped
+    for entry in res.results["metrics"].values():  # a judge metric: its journal's failures count too
+        journal = (entry.get("files") or {}).get("journal") if isinstance(entry, dict) else None
+        if journal:
+            judged, _failed, _needs_model, why = journal_outcome(journal)
+            reasons += why
+            if judged == 0 and why:  # not one verdict: the run produced no score
+                ok = skipped = 0
+    end_job(ok, res.failed, skipped=skipped, what="record(s)", reasons=reasons)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Callable, Literal, Optional
 
 import typer
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, fail,
-                              print_result)
+from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json,
+                              end_journal_job, fail, print_result)
 from kbvqa.cli.options import with_defaults
 from kbvqa.evaluate import METRICS, infoseek_modes
 from kbvqa.evaluate.methods import DATASETS, DUPLICATE_POLICIES, METHODS, RULES
@@ -34,7 +34,7 @@ Rules = Literal[RULES]  # type: ignore[valid-type]
 _ERRORS = (ValueError, RuntimeError, OSError)
 
 
-def _show(make_report: Callable[[], ScoreReport], as_json: bool) -> None:
+def _show(make_report: Callable[[], ScoreReport], as_json: bool) -> ScoreReport:
     """Run the job; print its notes (stderr), then the JSON summary or the table and footer."""
     try:
         report = make_report()
@@ -44,12 +44,13 @@ def _show(make_report: Callable[[], ScoreReport], as_json: bool) -> None:
         typer.echo(line, err=True)
     if as_json:
         emit_json(report.summary)
-        return
+        return report
     from kbvqa.report.tables import ResultTable
 
     print_result(ResultTable("score", report.title, "", report.header, report.rows))
     for line in report.footer:
         typer.echo(line)
+    return report
 
 
 _PRED = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
@@ -143,7 +144,9 @@ def evqa(
         return score_evqa_files(predictions, references, opts, judge=judge_of(opts), out=out, per_item=per_item,
                                 progress=not as_json)
 
-    _show(job, as_json)
+    run = (_show(job, as_json).summary.get("judge") or {}).get("run") or {}
+    if run.get("out"):  # the LLM judge's calls (exact-match failures only) end by what its journal holds
+        end_journal_job(run["out"], what="judge verdict(s)")
 
 
 @app.command("judge", cls=with_defaults("kbvqa.pipelines.score_options:JudgeOptions"))
@@ -182,7 +185,7 @@ def judge(
         return judge_files(predictions, references, judge_of(opts), opts, out=out, per_item=per_item,
                            progress=not as_json)
 
-    _show(job, as_json)
+    end_journal_job(_show(job, as_json).summary["out"], what="verdict(s)")  # exit 3/4 by what the journal holds
 
 
 @app.command("retrieval")
@@ -300,6 +303,7 @@ def ivr12(
         st = summary["status"]
         fail(f"--require-complete: {st['invalid']} invalid and {st['error']} error items in {summary['out']} "
              "(run again to retry them)", code=1)
+    end_journal_job(summary["out"], what="item(s)")
 
 
 @app.command("ivr12-compare")

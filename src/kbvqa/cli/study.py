@@ -17,8 +17,8 @@ from typing import Any, Literal, Optional
 
 import typer
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job, fail,
-                              print_result)
+from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
+                              fail, journal_reasons, print_result)
 from kbvqa.cli.options import default_from, with_defaults
 from kbvqa.evaluate.scorers import SCORERS
 
@@ -297,6 +297,9 @@ def agent_failures(
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
+    # the table's counts (its episodes only: a journal line of an episode since graded correct is not one)
+    end_job(res["categorised"], {"error": res["error"], "invalid": res["invalid"]}, what="episode(s) to categorise",
+            reasons=journal_reasons(res["out"]) if res["error"] or res["invalid"] else None)
 
 
 @app.command("image-ablation", cls=with_defaults("kbvqa.pipelines.ablation:AblationOptions"))

@@ -220,8 +220,9 @@ class OpenAIChatClient:
 
     `max_retries` counts retries after the first attempt (max_retries=4 → at most 5 requests; one
     more when `auto` structured output falls back, which happens once per client that needs it).
-    `usage.calls` counts HTTP requests sent, refused and timed-out ones included; `usage.seconds`
-    is the call's wall time."""
+    `usage.calls` counts every attempt — refused, timed-out and ones that never connected included
+    (a job against a closed port reports its tries, not "0 requests"); `usage.seconds` is the call's
+    wall time."""
 
     backend = "openai"
 
@@ -418,8 +419,7 @@ class OpenAIChatClient:
                     params: dict[str, Any], prov: Provenance, t0: float) -> ChatResult:
         pools, sem = self._ensure_loop_state()
         url = f"{self.base_url}/chat/completions"
-        requests_sent = 0
-        not_delivered = 0  # attempts the server never received (no connection, request not written)
+        requests_sent = 0  # every attempt, one that could not connect included (a closed port is 5 tries, not 0)
         attempt = 0
         fallback_used = False
         deadline_at: float | None = None  # the clock starts when the first attempt gets a slot
@@ -427,7 +427,7 @@ class OpenAIChatClient:
         def usage(pt: int = 0, ct: int = 0) -> Usage:
             cost = pt * self.price_in_per_mtok / 1e6 + ct * self.price_out_per_mtok / 1e6
             return Usage(prompt_tokens=pt, completion_tokens=ct, cost=cost,
-                         seconds=time.perf_counter() - t0, calls=requests_sent - not_delivered)
+                         seconds=time.perf_counter() - t0, calls=requests_sent)
 
         def error(reason: str) -> ChatResult:
             return ChatResult(status="error", reason=reason, usage=usage(), provenance=prov)
@@ -458,11 +458,9 @@ class OpenAIChatClient:
                                      f"({requests_sent} requests sent)")
                     except httpx.TimeoutException as e:
                         which = "connect" if isinstance(e, httpx.ConnectTimeout) else "read"
-                        not_delivered += which == "connect"
                         limit = self.connect_timeout if which == "connect" else self.timeout
                         raise _Retryable(f"{which} timeout after {limit:g}s ({type(e).__name__})") from None
                     except httpx.TransportError as e:
-                        not_delivered += isinstance(e, httpx.ConnectError)
                         raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
                     except BodyTooLarge as e:  # not retried: the server would send it again
                         return error(f"reply refused: {e} (max_reply_bytes = {self.max_reply_bytes})")

@@ -270,6 +270,9 @@ def load_model_config(path: Path | str | None, overrides: dict[str, Any] | None 
             raw = tomllib.loads(p.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{p}: not valid TOML: {e}") from None
+        from kbvqa.runner.config import check_tables  # a misspelt [modles.judge] is named, not "not configured"
+
+        check_tables(raw, p, ConfigError)
         base_dir = p.resolve().parent
     models = raw.get("models", {})
     if not isinstance(models, dict):
