@@ -225,10 +225,22 @@ class Script:
         return Reply(content=json.dumps({"label": label, "rationale": "scripted"}))
 
 
-def _study(refs: Path, out: Path, script: Script, *extra: str):
-    with FakeLLMServer(handler=script) as srv:
-        res = runner.invoke(app, ["study", "image-ablation", "-r", str(refs), "--out", str(out), "--llm",
-                                  srv.base_url, "--model", "m", "--json", "--resamples", "500", *extra])
+@pytest.fixture
+def srv():
+    """One scripted server for a test's runs (handlers swapped per run)."""
+    with FakeLLMServer() as server:
+        yield server
+
+
+def _study(refs: Path, out: Path, script: Script, *extra: str, srv: FakeLLMServer | None = None):
+    """One study run against `script`, on `srv` when given (a resumed run talks to the same server: its URL
+    is part of the run's settings), else on a server of its own."""
+    if srv is None:
+        with FakeLLMServer(handler=script) as own:
+            return _study(refs, out, script, *extra, srv=own)
+    srv.handler = script
+    res = runner.invoke(app, ["study", "image-ablation", "-r", str(refs), "--out", str(out), "--llm",
+                              srv.base_url, "--model", "m", "--json", "--resamples", "500", *extra])
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout)
 
@@ -238,10 +250,10 @@ def _acc(res: dict, kind: str, cond: str) -> float | None:
     return None if ci is None else ci["estimate"]
 
 
-def test_whole_study_counts_accuracy_and_resume(refs, tmp_path):
+def test_whole_study_counts_accuracy_and_resume(refs, tmp_path, srv):
     out = tmp_path / "study"
     first = Script(broken=True)
-    res = _study(refs, out, first)
+    res = _study(refs, out, first, srv=srv)
     c = res["counts"]
     assert c["references"] == {"rows": 8, "with_reference": 7, "with_images": 6, "without_images": 1}
     assert c["generation"] == {"ok": 3, "invalid": 2, "error": 1}
@@ -291,7 +303,7 @@ def test_whole_study_counts_accuracy_and_resume(refs, tmp_path):
 
     # resume: only what failed (and what it unblocks) is sent again
     second = Script(broken=False)
-    res = _study(refs, out, second)
+    res = _study(refs, out, second, srv=srv)
     gen = [x for x in second.calls if x.startswith("generate")]
     assert sorted(gen) == ["generate r6", "generate r7", "generate r8"]
     control_reads = [x for x in second.calls if x.startswith("read") and x.endswith("full")
@@ -306,7 +318,7 @@ def test_whole_study_counts_accuracy_and_resume(refs, tmp_path):
     assert [w for w in res["warnings"] if "resume" in w] == []
     # a third run has nothing to do
     third = Script(broken=False)
-    _study(refs, out, third)
+    _study(refs, out, third, srv=srv)
     assert third.calls == []
 
 
