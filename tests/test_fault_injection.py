@@ -303,9 +303,10 @@ def test_agent_episodes(bench):
 
 # -------------------------------------------------------------------------------------------- IVR-12
 
-_IVR12_DIMS = {"content": ["accuracy", "completeness", "intent_understanding", "source_fidelity"],
-               "presentation": ["formatting", "clarity", "coherence_structure", "conciseness"],
-               "image": ["relevance", "necessity_placement", "visual_quality", "non_redundancy"],
+_IVR12_DIMS = {"content": ["accuracy", "completeness", "intent_understanding", "source_fidelity",
+                           "conciseness", "usefulness"],
+               "presentation": ["formatting", "clarity", "coherence_structure"],
+               "image": ["relevance_necessity_placement", "visual_quality", "non_redundancy"],
                "gate": ["addresses_subject"]}
 
 

@@ -10,6 +10,7 @@ import shutil
 import re
 import sys
 import threading
+import tomllib
 from collections import Counter
 from pathlib import Path
 
@@ -27,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer, Reply, ok  # noqa: E402
 
 runner = CliRunner()
-DIMS = {"content": ["accuracy", "completeness", "intent_understanding", "source_fidelity"],
-        "presentation": ["formatting", "clarity", "coherence_structure", "conciseness"],
-        "image": ["relevance", "necessity_placement", "visual_quality", "non_redundancy"],
+DIMS = {"content": ["accuracy", "completeness", "intent_understanding", "source_fidelity", "conciseness",
+                    "usefulness"],
+        "presentation": ["formatting", "clarity", "coherence_structure"],
+        "image": ["relevance_necessity_placement", "visual_quality", "non_redundancy"],
         "gate": ["addresses_subject"]}
 
 
@@ -98,7 +100,7 @@ def test_bad_rubric_names_the_field(tmp_path):
     with pytest.raises(iv.RubricError, match=r"bad.toml: dimensions\[0\].anchors"):
         iv.load_rubric(bad)
     bad.write_text(text.replace('group = "image"', 'group = "images"', 1), encoding="utf-8")
-    with pytest.raises(iv.RubricError, match=r"dimensions\[8\].group"):
+    with pytest.raises(iv.RubricError, match=r"dimensions\[9\].group"):
         iv.load_rubric(bad)
 
 
@@ -123,7 +125,8 @@ def test_parse_verdict_strict():
         _group_reply("content", 3.5): "score 3.5 is not an integer",
         _group_reply("content", True): "score True is not an integer",
         _group_reply("content", "4"): "score '4' is not an integer",
-        json.dumps({k: {"score": 3, "rationale": "x"} for k in keys[:3]}): "missing dimension(s) ['source_fidelity']",
+        json.dumps({k: {"score": 3, "rationale": "x"} for k in keys[:3]}):
+            "missing dimension(s) ['source_fidelity', 'conciseness', 'usefulness']",
         _group_reply("content", overall={"score": 3, "rationale": "x"}): "unexpected key(s) ['overall']",
         _group_reply("content", accuracy={"score": 3}): "'accuracy' must be",
         _group_reply("content", accuracy={"score": 3, "rationale": "  "}): "'accuracy' has no rationale",
@@ -248,7 +251,7 @@ def test_judge_verdicts_na_gates_invalid_error_and_resume(tmp_path):
             ("q1", "presentation"): ok(_group_reply("presentation", 5)),
             ("q3", "content"): ok("Overall a solid answer, 4/5."),  # prose: invalid
             ("q4", "presentation"): ok(_group_reply("presentation", 7)),  # out of range: invalid
-            ("q5", "image"): ok(json.dumps({k: {"score": 3, "rationale": "r"} for k in DIMS["image"][:3]})),  # missing
+            ("q5", "image"): ok(json.dumps({k: {"score": 3, "rationale": "r"} for k in DIMS["image"][:2]})),  # missing
             ("q6", "content"): Reply(status=500, headers={"Retry-After": "0"}, error="upstream down"),
             ("q7", "gate"): ok(json.dumps({"addresses_subject": {"pass": False, "rationale": "talks about a dog"}}))}
     script = Script(plan, {"q1": 3, "q7": 5})
@@ -276,16 +279,17 @@ def test_judge_verdicts_na_gates_invalid_error_and_resume(tmp_path):
     assert "thing q1" in content_q1["messages"][-1]["content"] and "[Image 1]" in content_q1["messages"][-1]["content"]
     # n/a handling: q2 has no images, q8 no answer
     q2 = lines["q2"]["ivr12"]["dimensions"]
-    assert q2["relevance"] == {"group": "image", "label": "n/a", "score": None, "na": "no_images", "gated": None}
+    assert q2["relevance_necessity_placement"] == {"group": "image", "label": "n/a", "score": None, "na": "no_images", "gated": None}
     assert q2["accuracy"]["score"] == 2 and q2["accuracy"]["label"] == "judge" and q2["accuracy"]["rationale"]
     assert lines["q8"]["ivr12"]["gates"]["addresses_subject"]["pass"] is False  # no answer fails the gate by rule
     d = s["dimensions"]
     # ungated: q1 4, q2 2, q7 5; gated: q7 failed its gate and q8 has no answer -> the floor (1)
     assert d["accuracy"]["mean"] == pytest.approx(11 / 3, abs=1e-4) and d["accuracy"]["n"] == 3
     assert d["accuracy"]["gated_mean"] == pytest.approx((4 + 2 + 1 + 1) / 4) and d["accuracy"]["gated_n"] == 4
-    assert d["relevance"]["mean"] == pytest.approx(4.0) and d["relevance"]["n"] == 2
-    assert d["relevance"]["n_na"] == {"no_images": 1, "no_answer": 1}
-    assert d["relevance"]["gated_mean"] == pytest.approx(2.0) and d["relevance"]["gated_n"] == 2  # no image dims for q8
+    rel = d["relevance_necessity_placement"]
+    assert rel["mean"] == pytest.approx(4.0) and rel["n"] == 2
+    assert rel["n_na"] == {"no_images": 1, "no_answer": 1}
+    assert rel["gated_mean"] == pytest.approx(2.0) and rel["gated_n"] == 2  # no image dims for q8
     gate = s["gates"]["addresses_subject"]
     assert (gate["judged_by"], gate["pass"], gate["fail"], gate["n_a"], gate["source"]) == ("model", 2, 2, 0, "kbvqa")
     # q8's failure was decided by rule (no answer), not by a model: counted apart, with the reason
@@ -298,20 +302,25 @@ def test_judge_verdicts_na_gates_invalid_error_and_resume(tmp_path):
     assert all(v["measured_by"] == "judge" for v in d.values())
     # per item: an overall only with all twelve judged (q1); q2 has no images: its text groups only
     q1, q2i = lines["q1"]["ivr12"], lines["q2"]["ivr12"]
-    assert q1["mean"] == pytest.approx((4 * 4 + 5 * 4 + 3 * 4) / 12) and "mean_reason" not in q1
+    assert q1["mean"] == pytest.approx((4 * 6 + 5 * 3 + 3 * 3) / 12) and "mean_reason" not in q1
     assert q1["groups"]["content"]["mean"] == 4 and q1["groups"]["image"]["mean"] == 3
     assert q2i["mean"] is None and q2i["groups"]["content"]["mean"] == 2 and q2i["groups"]["image"]["mean"] is None
-    assert "4 of 12 without a judged score (n/a (no images))" in q2i["mean_reason"]
+    assert "3 of 12 without a judged score (n/a (no images))" in q2i["mean_reason"]
     assert lines["q8"]["ivr12"]["mean"] is None and lines["q8"]["ivr12"]["mean_reason"].startswith("no answer: ")
     # the run is incomplete (q3-q5 invalid, q6's content call failed): no group or overall mean over
     # whichever items happened to get a verdict
-    assert s["groups"]["content"]["n_dimensions"] == 4 and s["groups"]["content"]["mean"] is None
+    assert s["groups"]["content"]["n_dimensions"] == 6 and s["groups"]["content"]["mean"] is None
     assert s["overall"]["mean"] is None and s["overall"]["gated_mean"] is None
     assert s["overall"]["reason"].startswith("incomplete run: 3 invalid and 1 error items have no verdict")
     prov = lines["q1"]["ivr12"]["judges"][0]
     assert prov["model"] == "judge-m" and prov["prompt_versions"]["content"].endswith(iv.load_rubric().tag)
     manifest = json.loads(Path(s["manifest"]).read_text())
     assert manifest["run_config"]["rubric"]["sha256"] == iv.load_rubric().sha256
+    # the rubric's grouping is named wherever the rubric is: manifest, result lines, summary
+    assert manifest["run_config"]["rubric"]["grouping"]["sizes"] == "6/3/3"
+    assert lines["q1"]["ivr12"]["rubric"]["grouping"]["groups"] == {g: DIMS[g] for g in ("content", "presentation",
+                                                                                         "image")}
+    assert s["rubric"]["grouping"]["source"] == "kbvqa" and "1.128" in s["rubric"]["grouping"]["note"]
     assert any(k.startswith("ivr12.rubric@") for k in manifest["stages"][0]["prompt_hashes"])
     assert Path(s["summary"]).is_file() and s["warnings"] == []
     # resume: only the invalid and the errored items are sent again
@@ -381,7 +390,7 @@ def test_changed_rubric_refuses_resume(tmp_path):
     res = _run(["-p", str(preds), "-s", str(samples), "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     mine = tmp_path / "mine.toml"
-    mine.write_text(_packaged().read_text(encoding="utf-8").replace('version = "1-reconstructed"',
+    mine.write_text(_packaged().read_text(encoding="utf-8").replace('version = "2-reconstructed"',
                                                                     'version = "1-mine"'), encoding="utf-8")
     res = _run(["-p", str(preds), "-s", str(samples), "--out", str(out), "--rubric", str(mine)])
     assert res.exit_code == 2 and "ivr12_input" in res.stderr and "--no-resume" in res.stderr
@@ -443,7 +452,7 @@ def test_rules_mode_on_demo_answers_and_references(demo, tmp_path):
     for key in ("visual_quality", "non_redundancy", "conciseness"):  # rule measures, labelled as such
         assert d[key]["label"] == "rules" and d[key]["measured_by"] == "rule" and d[key]["n"] == 15, key
         assert d[key]["mean"] is not None and "rule measure" in d[key]["note"]
-    for key in ("accuracy", "clarity", "relevance", "necessity_placement"):
+    for key in ("accuracy", "clarity", "usefulness", "relevance_necessity_placement"):
         assert d[key]["label"] == "n/a" and d[key]["n"] == 0 and d[key]["n_na"] == {"needs_judge": 15}, key
         assert d[key]["measured_by"] is None and d[key]["mean"] is None
     # no group mean and no overall from three stand-ins: null, with the reason
@@ -455,10 +464,11 @@ def test_rules_mode_on_demo_answers_and_references(demo, tmp_path):
                for g in s["groups"].values())
     assert "no group mean" in s["groups"]["presentation"]["reason"] and s["groups"]["presentation"]["n_judged_dimensions"] == 0
     assert s["length_score"]["n"] == 0 and s["length_score"]["pearson"] is None
-    # where each dimension comes from: 9 names are the paper's (with the section), 3 are kbvqa's
-    assert {k for k, v in d.items() if v["source"] == "kbvqa"} == {"clarity", "coherence_structure", "conciseness"}
-    assert d["accuracy"]["paper_ref"].startswith("§4.1") and d["relevance"]["paper_ref"].startswith("§5")
-    assert s["provenance"]["dimension_names_from_paper"] == "9 of 12" and s["gating"]["source"] == "kbvqa"
+    # where each dimension comes from: 8 names are the paper's (with the section), 4 are kbvqa's
+    assert {k for k, v in d.items() if v["source"] == "kbvqa"} == {"clarity", "coherence_structure", "conciseness",
+                                                                  "usefulness"}
+    assert d["accuracy"]["paper_ref"].startswith("§4.1") and d["relevance_necessity_placement"]["paper_ref"].startswith("§5")
+    assert s["provenance"]["dimension_names_from_paper"] == "8 of 12" and s["gating"]["source"] == "kbvqa"
     assert s["gates"]["tags_resolve"]["source"] == "kbvqa" and s["gates"]["addresses_subject"]["decided_by"] == {}
     assert s["gates"]["tags_resolve"]["pass"] == 15 and s["gates"]["addresses_subject"]["n_a"] == 15
     lines = {x["id"]: x for x in read_results(tmp_path / "agent.ivr12.jsonl")}
@@ -638,3 +648,48 @@ def test_a_refused_image_reference_fails_its_item_not_the_file(demo, tmp_path):
     lines = {x["id"]: x for x in map(json.loads, (tmp_path / "hostile.ivr12.jsonl").read_text().splitlines())}
     bad = lines[preds[0]["id"]]
     assert bad["status"] == "error" and "image reference refused" in bad["reason"]
+
+
+# ------------------------------------------------------------------------------ grouping vs Table 3
+
+TABLE3 = {"overall_gap": 1.13, "group_gaps": {"content": 1.87, "presentation": 0.37, "image": 0.40}}  # §4.1
+
+
+def _overall_from_groups(sizes: dict[str, int]) -> float:
+    """The overall gap the paper's group gaps imply under a grouping: the overall is the mean of the
+    twelve dimensions, so the group gaps weigh by group size."""
+    return sum(TABLE3["group_gaps"][g] * n for g, n in sizes.items()) / sum(sizes.values())
+
+
+def test_packaged_grouping_reproduces_table3_overall_gap(tmp_path):
+    rb = iv.load_rubric()
+    sizes = {g: len(rb.dims(g)) for g, _ in rb.groups}
+    assert sizes == {"content": 6, "presentation": 3, "image": 3}
+    assert abs(_overall_from_groups(sizes) - TABLE3["overall_gap"]) <= 0.01  # 1.1275
+    assert abs(_overall_from_groups({"content": 4, "presentation": 4, "image": 4}) - 1.13) > 0.2  # the old 4/4/4: 0.88
+    # the file's own copy of the figures and its stated sizes agree with the test and the dimensions
+    doc = tomllib.loads(_packaged().read_text(encoding="utf-8"))
+    assert doc["grouping"]["table3"]["overall_gap"] == TABLE3["overall_gap"]
+    assert doc["grouping"]["table3"]["group_gaps"] == TABLE3["group_gaps"]
+    assert rb.grouping()["sizes"] == "6/3/3" and rb.grouping()["source"] == "kbvqa"
+    # the four named content gaps leave two positive gaps below the fourth for the other two content dimensions
+    named = doc["grouping"]["table3"]["named_content_gaps"]
+    rest = 6 * TABLE3["group_gaps"]["content"] - sum(named.values())
+    assert set(named) <= set(rb.keys("content")) and 0 < rest / 2 < min(named.values())
+    # every dimension kbvqa placed says so
+    assert {d.key for d in rb.dimensions if d.group_origin and d.group_origin.source == "kbvqa"} == {
+        "conciseness", "usefulness", "formatting", "relevance_necessity_placement"}
+    # a stated size that the dimensions do not have is refused; a user's grouping is named as it is
+    text = _packaged().read_text(encoding="utf-8")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("sizes = { content = 6, presentation = 3, image = 3 }",
+                                "sizes = { content = 4, presentation = 4, image = 4 }"), encoding="utf-8")
+    with pytest.raises(iv.RubricError, match=r"grouping\.sizes: says"):
+        iv.load_rubric(bad)
+    mine = tmp_path / "mine.toml"
+    start = text.index("\n[grouping]\n")
+    mine_text = text[:start] + text[text.index("# Gates are hard pass/fail."):]  # no [grouping]: the user's own
+    mine.write_text(mine_text.replace('key = "usefulness"\ngroup = "content"', 'key = "usefulness"\ngroup = "presentation"'),
+                    encoding="utf-8")
+    g = iv.load_rubric(mine).describe()["grouping"]
+    assert g["sizes"] == "5/4/3" and "usefulness" in g["groups"]["presentation"] and "source" not in g

@@ -156,8 +156,9 @@ def test_rubric_entries_say_where_they_come_from(tmp_path):
     rb = iv.load_rubric()
     src = {d.key: d.origin.source for d in rb.dimensions}
     assert sorted(k for k, v in src.items() if v == "paper") == sorted(
-        ["accuracy", "completeness", "intent_understanding", "source_fidelity", "formatting", "relevance",
-         "necessity_placement", "visual_quality", "non_redundancy"])  # the nine names our copy gives
+        ["accuracy", "completeness", "intent_understanding", "source_fidelity", "formatting",
+         "relevance_necessity_placement", "visual_quality", "non_redundancy"])  # the names our copy gives (§5's
+    # relevance and necessity-and-placement joined in one: Table 3 leaves the image group three dimensions)
     assert all(d.origin.paper_ref for d in rb.dimensions if d.origin.source == "paper")
     assert [g.origin.source for g in rb.gates] == ["kbvqa", "kbvqa"] and rb.gating_origin.source == "kbvqa"
     assert {g: o.source for g, o in rb.group_origins.items()} == dict.fromkeys(DIMS.keys() - {"gate"}, "paper")
@@ -166,14 +167,14 @@ def test_rubric_entries_say_where_they_come_from(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace('key = "clarity"\ngroup = "presentation"\ntitle = "Clarity"\nsource = "kbvqa"\n',
                                 'key = "clarity"\ngroup = "presentation"\ntitle = "Clarity"\n'), encoding="utf-8")
-    with pytest.raises(iv.RubricError, match=r"dimensions\[5\]\.source: say where this entry comes from"):
+    with pytest.raises(iv.RubricError, match=r"dimensions\[7\]\.source: say where this entry comes from"):
         iv.load_rubric(bad)
-    bad.write_text(text.replace('source = "kbvqa"\nnote = "not named in our copy: one of the three presentation '
-                                'dimensions the paper leaves unnamed (§5', 'source = "paper"\nnote = "x (', 1),
+    bad.write_text(text.replace('source = "kbvqa"\nnote = "not named in our copy: one of the two presentation '
+                                'dimensions besides formatting the paper leaves unnamed (§5', 'source = "paper"\nnote = "x (', 1),
                    encoding="utf-8")
-    with pytest.raises(iv.RubricError, match=r"dimensions\[5\]\.paper_ref: an entry from the paper names"):
+    with pytest.raises(iv.RubricError, match=r"dimensions\[7\]\.paper_ref: an entry from the paper names"):
         iv.load_rubric(bad)
     mine = tmp_path / "mine.toml"
     mine.write_text(text.replace('title = "Clarity"\nsource = "kbvqa"', 'title = "Clarity"\nsource = "user"'),
                     encoding="utf-8")
-    assert iv.load_rubric(mine).dimensions[5].origin.source == "user"
+    assert iv.load_rubric(mine).dimensions[7].origin.source == "user"

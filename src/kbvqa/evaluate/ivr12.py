@@ -5,10 +5,12 @@ reference), presentation (the text), image (the query image, every embedded imag
 and two hard gates: the answer addresses the pictured subject (a model call with the query image and
 the text) and every image tag resolves (rules). The rubric is a versioned data file
 (`rubrics/ivr12.toml`, a reconstruction: the paper's Appendix E is not in our copy) that marks, entry
-by entry, what is the paper's (`source = "paper"`, with the section naming it: nine of the twelve
-dimension names, the groups) and what is kbvqa's (three dimension names, both gates, the `floor`
-policy, every criterion); its sha256 goes into every verdict's judge provenance, the manifest and
-the summary, and the summary carries each entry's source.
+by entry, what is the paper's (`source = "paper"`, with the section naming it: eight of the twelve
+dimensions' names, the groups) and what is kbvqa's (four dimension names, both gates, the `floor`
+policy, every criterion, and the group sizes: content 6, presentation 3, image 3, kbvqa's reading of
+Table 3, whose group gaps give its overall gap only with six content dimensions — the arithmetic is
+in the file's [grouping]); its sha256 and grouping (`Rubric.describe`) go into every verdict's
+result line, the manifest and the summary, and the summary carries each entry's source.
 
 How it fails, deliberately unlike the rubric judges users complain about (MMDR-Bench's mid-range
 defaults, MM-Vet's 0, WildVision's tie): one strict-JSON call per group (and one for the gate) per
@@ -118,6 +120,7 @@ class Dimension:
     criterion: str
     anchors: tuple[tuple[int, str], ...]  # ((1, text), (3, text), (5, text))
     origin: Origin = Origin("kbvqa")
+    group_origin: Origin | None = None  # who put it in its group, where the paper does not say (`group_source`)
 
 
 @dataclass(frozen=True)
@@ -147,15 +150,25 @@ class Rubric:
     group_origins: Mapping[str, Origin] = field(default_factory=dict)
     gating_origin: Origin = Origin("kbvqa")
     file_origins: Mapping[str, Origin] = field(default_factory=dict)  # [provenance]: scale, criteria, rules
+    grouping_origin: Origin | None = None  # [grouping]: why the groups have the sizes they have
 
     @property
     def tag(self) -> str:
         """`name@version:sha12`, what provenance records next to the prompt id."""
         return f"{self.name}@{self.version}:{self.sha256[:12]}"
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> dict[str, Any]:
+        """What results lines, summaries and manifests name: the file and its grouping."""
         return {"name": self.name, "version": self.version, "sha256": self.sha256, "path": self.path,
-                **({"reconstruction": self.reconstruction} if self.reconstruction else {})}
+                **({"reconstruction": self.reconstruction} if self.reconstruction else {}),
+                "grouping": self.grouping()}
+
+    def grouping(self) -> dict[str, Any]:
+        """Which dimensions each group holds (a user's rubric may group differently), the sizes as
+        `n/n/n` and, where the file says, where that grouping comes from ([grouping])."""
+        keys = {g: self.keys(g) for g, _ in self.groups}
+        return {"sizes": "/".join(str(len(v)) for v in keys.values()), "groups": keys,
+                **(self.grouping_origin.describe() if self.grouping_origin is not None else {})}
 
     def dims(self, group: str) -> list[Dimension]:
         return [d for d in self.dimensions if d.group == group]
@@ -269,11 +282,16 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
         if sorted(anchors) != ["1", "3", "5"] or not all(isinstance(v, str) and v.strip() for v in anchors.values()):
             raise RubricError(f"{where}: {at}anchors: needs non-empty texts for exactly 1, 3 and 5; got keys "
                               f"{sorted(anchors)}")
+        placed = None
+        if "group_source" in d:
+            placed = _origin({"source": d["group_source"], "note": d.get("group_note", "")}, f"{at}group_", where)
         dims.append(Dimension(key, group, str(d.get("title") or key), _need(d, "criterion", str, at, where),
-                              tuple((int(k), anchors[k].strip()) for k in ("1", "3", "5")), _origin(d, at, where)))
+                              tuple((int(k), anchors[k].strip()) for k in ("1", "3", "5")), _origin(d, at, where),
+                              placed))
     for g in GROUPS:
         if not any(d.group == g for d in dims):
             raise RubricError(f"{where}: dimensions: group {g!r} has no dimension")
+    grouping_origin = _grouping(doc, dims, where)
     gates: list[GateSpec] = []
     for i, g in enumerate(doc.get("gates") or []):
         at = f"gates[{i}]."
@@ -303,7 +321,24 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
                               "dimension must be in the rubric)")
     _check_rules(rules, where)
     return Rubric(name, version, hashlib.sha256(raw).hexdigest(), where, groups, tuple(dims), tuple(gates), floor,
-                  (1, 5), rules, str(doc.get("reconstruction") or ""), group_origins, gating_origin, file_origins)
+                  (1, 5), rules, str(doc.get("reconstruction") or ""), group_origins, gating_origin, file_origins,
+                  grouping_origin)
+
+
+def _grouping(doc: Mapping[str, Any], dims: Sequence[Dimension], where: str) -> Origin | None:
+    """The optional [grouping] table: where the group sizes come from; its `sizes`, when given, must
+    be the sizes the dimensions have (so a note's arithmetic cannot drift from the file)."""
+    gdoc = doc.get("grouping")
+    if gdoc is None:
+        return None
+    if not isinstance(gdoc, dict):
+        raise RubricError(f"{where}: grouping: must be a table")
+    sizes = gdoc.get("sizes")
+    if sizes is not None:
+        have = {g: sum(1 for d in dims if d.group == g) for g in GROUPS}
+        if not isinstance(sizes, dict) or {g: sizes.get(g) for g in GROUPS} != have:
+            raise RubricError(f"{where}: grouping.sizes: says {sizes!r} but the dimensions give {have}")
+    return _origin(gdoc, "grouping.", where)
 
 
 def _check_rules(rules: Mapping[str, Any], where: str) -> None:
@@ -727,7 +762,7 @@ def tags_gate(record: Mapping[str, Any]) -> dict[str, Any]:
     kinds = Counter(v.get("kind") for v in t.get("violations") or [])
     return {"label": "rules", "decided_by": "rule", "pass": ok,
             "reason": f"{t.get('valid', 0)} of {t.get('tags', 0)} tags resolve ({t.get('checked_by')})"
-                      + (f"; violations: {dict(kinds)}" if kinds else "")}
+                      + ("; violations: " + ", ".join(f"{k} {n}" for k, n in kinds.items()) if kinds else "")}
 
 
 # ------------------------------------------------------------------------------------------ stage
@@ -1130,7 +1165,9 @@ def summarize(lines: Iterable[Mapping[str, Any]], rubric: Rubric, *, judges: Seq
         by = _measured_by(labels)
         mixed = by == "mixed"  # judge and rule scores in one journal: never averaged together
         origin = {("source_note" if k == "note" else k): v for k, v in d.origin.describe().items()}
-        dims[d.key] = {"group": d.group, "title": d.title, **origin,
+        placed = {} if d.group_origin is None else {
+            "group_source": d.group_origin.source, **({"group_note": d.group_origin.note} if d.group_origin.note else {})}
+        dims[d.key] = {"group": d.group, "title": d.title, **origin, **placed,
                        "label": ("judge" if labels.get("judge") else "rules" if labels.get("rules") else "n/a"),
                        "measured_by": by,
                        "mean": None if mixed else _r(_mean(scores)), "n": len(scores),

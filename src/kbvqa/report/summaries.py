@@ -435,9 +435,11 @@ def ivr12_tables(s: Mapping[str, Any]) -> list[ResultTable]:
              f"gated = policy {s['gating']['policy']}: an item failing an evaluated gate "
              f"({', '.join(s['gating']['gates_evaluated']) or 'none evaluated'}) scores {s['gating']['floor']} on "
              f"every dimension that applies to it; {s['n_gate_failed']} items failed a gate",
-             f"length-score: Pearson {ls['pearson']}, Spearman {ls['spearman']} (n={ls['n']})"
+             f"length-score: Pearson {prose(ls['pearson'])}, Spearman {prose(ls['spearman'])} (n={ls['n']})"
              + (f"; {ls['note']}" if ls.get("note") else ""),
              f"rubric {s['rubric']['name']} {s['rubric']['version']}, sha256 {s['rubric']['sha256'][:12]}"
+             + (f", grouping {prose(s['rubric']['grouping']['sizes'])} ({s['rubric']['grouping'].get('source', 'the file')})"
+                if s["rubric"].get("grouping") else "")
              + (f": {s['rubric']['reconstruction']}" if s["rubric"].get("reconstruction") else ""),
              "items scored = items the dimension has a score for; source = where the dimension's name comes from "
              f"(paper: {(s.get('provenance') or {}).get('dimension_names_from_paper', '?')} names, sections in the "
