@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from kbvqa.cli.app import app
 from kbvqa.data.formats import write_samples
 from kbvqa.data.schema import Answer, Sample
-from kbvqa.evaluate.agent import episode_outcome, tool_usage
+from kbvqa.evaluate.agent import THOUGHT_CHARS, episode_outcome, tool_usage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer, ok  # noqa: E402
@@ -22,7 +22,8 @@ runner = CliRunner()
 
 
 def _step(turn: int, query: str, notices: list | None = None) -> dict:
-    return {"turn": turn, "tool": "search", "arguments": {"query": [query]}, "status": "ok",
+    return {"turn": turn, "thought": f"My guess is {query}; searching to confirm it. " + "padding " * 200,
+            "tool": "search", "arguments": {"query": [query]}, "status": "ok",
             "observation": f"results for {query}", **({"notices": notices} if notices else {})}
 
 
@@ -112,6 +113,14 @@ def test_failure_categories_cover_every_non_correct_episode(tmp_path, monkeypatc
     assert "(turn_budget)" in silent and "with the tools closed" in silent
     assert "harness notice (forced_answer): The tools are now closed" in silent
     assert "An episode without an answer (null)" in silent
+    # the judge reads the agent's reasoning, each thought within THOUGHT_CHARS, and what each category means
+    wrong = asked["wrong"]
+    assert "1. thought: My guess is wrong query 0; searching to confirm it." in wrong
+    assert "2. thought: My guess is wrong query 1" in wrong and "[...]" in wrong
+    thought_line = next(line for line in wrong.splitlines() if line.startswith("1. thought: "))
+    assert len(thought_line) <= len("1. thought: ") + THOUGHT_CHARS + len(" [...]")
+    assert "T3 (tool-related; seed 001's definition): a confirmation or anchoring loop" in wrong
+    assert "N2 (non-tool; kbvqa's definition)" in wrong and "T1 (tool-related; kbvqa's definition)" in wrong
     # which definitions are the paper's
     cats = obj["definitions"]["categories"]
     assert cats["T3"]["source"].startswith("seed 001") and all("kbvqa" in cats[c]["source"] for c in
@@ -120,6 +129,35 @@ def test_failure_categories_cover_every_non_correct_episode(tmp_path, monkeypatc
     assert "T1, T2, T4, N1, N2 wordings are kbvqa's reconstruction" in out and "T3 is named by seed 001" in out
     assert "went in, of 8 episodes: incorrect 1, not attempted 1, no answer 1" in out
     assert "judge invalid 1, judge error 1, unjudged 1, episode error 1" in out
+
+
+def test_table5_shares_are_over_every_non_correct_episode(tmp_path, monkeypatch):
+    """Seed 001's shares are of all 157 non-correct runs: an episode the failure judge could not
+    categorise (here an off-list reply) is the row "not categorised", and stays in the denominator."""
+    refs, preds, ver = _files(tmp_path)
+    monkeypatch.setenv("KBVQA_CACHE", str(tmp_path / "cache.sqlite"))
+
+    def judge(req: dict):
+        text = req["messages"][-1]["content"]
+        if '"question silent"' in text:
+            return ok('{"category": "T9", "rationale": "not a category"}')  # off the list: invalid
+        return ok('{"category": "T3", "rationale": "kept confirming"}')
+
+    args = ["study", "agent-failures", "-p", str(preds), "-r", str(refs), "--verdicts", str(ver), "--judge-model",
+            "judge-x", "--max-retries", "0"]
+    with FakeLLMServer(handler=judge) as srv:
+        res = runner.invoke(app, args + ["--judge-base-url", srv.base_url, "--json"])
+        table = runner.invoke(app, args + ["--judge-base-url", srv.base_url], env={"COLUMNS": "200"})
+    obj = json.loads(res.stdout)
+    rows = {r["category"]: r for r in obj["rows"]}
+    assert obj["n"] == 3 and obj["categorised"] == 2 and obj["not_categorised"] == 1 and obj["invalid"] == 1
+    assert rows["T3"]["n"] == 2 and rows["T3"]["share"] == round(2 / 3, 6) and rows["T3"]["share_of_categorised"] == 1.0
+    assert rows["not categorised"]["n"] == 1 and rows["not categorised"]["share"] == round(1 / 3, 6)
+    assert rows["not categorised"]["by_outcome"]["no_answer"] == 1
+    assert obj["tool_related_share"] == round(2 / 3, 6)
+    assert sum(r["n"] for r in obj["rows"]) == obj["n"]
+    out = " ".join(table.output.split())
+    assert "% of non-correct" in out and "not categorised" in out and "66.67" in out and "33.33" in out
 
 
 def test_a_new_verdict_takes_an_episode_out_of_the_table(tmp_path):

@@ -223,7 +223,7 @@ def augmentation_recall(
         typer.echo(to_markdown(recall_by_variant_table(rows, stage=stage)), nl=False)
 
 
-@app.command("agent-tools")
+@app.command("agent-tools", cls=with_defaults("kbvqa.pipelines.score_options:AgentToolsOptions"))
 def agent_tools(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                                      help="Agent predictions (`kbvqa answer --pipeline agent`)."),
@@ -237,17 +237,42 @@ def agent_tools(
         help="`kbvqa score judge` output for a single-pass run of the same model (`--pipeline direct`): tool use "
              "per with/without-retrieval group (both correct, search helps, search hurts, both wrong; needs "
              "--verdicts)."),
+    config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
+                                          help="kbvqa.toml: the evidence judge is its [models.<role>]; "
+                                               "[study.agent-tools] sets this command's options (flags win)."),
+    judge_role: Optional[str] = typer.Option(None, "--judge-role", help="Role that judges useful evidence."),
+    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model"),
+    judge_replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False),
+    evidence_chars: Optional[int] = typer.Option(None, "--evidence-chars", min=1,
+                                                 help="Characters of each observation checked for evidence."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Judge requests in flight."),
+    journal: Optional[Path] = typer.Option(None, "--journal", dir_okay=False,
+                                           help="Per-call evidence verdicts (default PREDICTIONS.evidence.jsonl)."),
+    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep the journal's verdicts; "
+                                          "re-send failed and unusable calls (--no-resume moves it aside)."),
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
+    timeout: Optional[float] = TIMEOUT,
+    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
+    deadline: Optional[float] = DEADLINE,
+    structured_output: Optional[str] = STRUCTURED_OUTPUT,
+    max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
-    """Search-agent tool usage (seed 001 Table 4 shape): calls per tool — per outcome group of the
-    with/without-retrieval 2x2 given --baseline-verdicts — useful-evidence hit rates, terminations,
-    image-tag validity, leakage flags."""
-    from kbvqa.evaluate.agent import agent_tools_study
+    """Search-agent tool usage (seed 001 Table 4 shape): calls per tool (repeated and over-quota calls
+    counted and shown) — per outcome group of the with/without-retrieval 2x2 given --baseline-verdicts —
+    useful-evidence hit rates over every call and over ok calls (a judge's with --judge-*, else the
+    offline verbatim rule, which says "needs a model" on paragraph references), how many episodes each
+    termination ended, image-tag validity, leakage flags."""
+    from kbvqa.cli.options import flags
+    from kbvqa.pipelines.score import agent_tools as run_tools
+    from kbvqa.pipelines.score import judge_of
+    from kbvqa.pipelines.score_options import AgentToolsOptions, from_config
 
     try:
-        res = agent_tools_study(predictions, references, verdicts, baseline_verdicts)
+        opts = from_config(AgentToolsOptions, **flags(AgentToolsOptions, locals()))
+        res = run_tools(predictions, references, verdicts, baseline_verdicts, judge_of(opts), opts, out=journal)
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)

@@ -425,9 +425,8 @@ def _agent_blocks(out: Path, stats: dict[str, Any], preds: list[dict[str, Any]])
                         caption="how episodes ended (forced answers: "
                                 f"{sum(bool((p.get('meta') or {}).get('forced_answer')) for p in preds)})")),
         ("table", Table([{"tool": t, "calls per episode": v,
-                          "useful-evidence hit rate, calls (%)": percent(stats["hit_rate"].get(t, {}).get("call_rate",
-                                                                                                          "-"),
-                                                                         fraction=True)}
+                          "useful-evidence hit rate, all calls (%) [verbatim rule]": percent(
+                              (stats["useful_evidence"]["tools"].get(t) or {}).get("rate", "-"), fraction=True)}
                          for t, v in stats["calls_per_episode"].items()])),
         ("p", f"Image tags: {stats['tags']['valid']} of {stats['tags']['total']} valid "
               f"(violations: {stats['tags']['violations'] or 'none'})."),

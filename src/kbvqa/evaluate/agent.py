@@ -10,15 +10,19 @@ incorrect runs" are all 252 items less the 95 correct ones, so the non-correct o
 its population.
 
 `tool_usage` reads agent predictions (with trajectories) and, when given, the judge's verdicts: calls
-per tool per episode, overall, for correct and non-correct episodes and — given a single-pass run's
-verdicts of the same model — for the four groups of the with/without-retrieval 2x2 (Table 4); the
-useful-evidence hit rate (the share of search / visit calls — and of their results — whose text states
-a reference answer or alias); how episodes ended; image-tag validity; leakage flags.
+per tool per episode — every call the model made, repeated and over-quota ones included — overall, for
+correct and non-correct episodes and — given a single-pass run's verdicts of the same model — for the
+four groups of the with/without-retrieval 2x2 (Table 4); the useful-evidence hit rates over every call
+and over ok calls (kbvqa.evaluate.agent_evidence: a judge's, or the offline verbatim rule); how many
+episodes each termination ended, forced answers included (`termination_counts`); image-tag validity;
+leakage flags.
 
 `FailureCategory` is a judge stage run by the runner over the non-correct episodes: one strict-JSON
-call per episode assigns T1-T4 (tool-related) or N1-N2 (non-tool). An unparseable or off-list reply is
-`invalid` and counted, never a category. The paper names only T3; the other wordings are kbvqa's and
-every result says so (`DEFINITIONS`).
+call per episode assigns T1-T4 (tool-related) or N1-N2 (non-tool), reading each step's thought, call,
+result and notices. An unparseable or off-list reply is `invalid` and counted, never a category;
+`failure_table` gives shares over every non-correct episode with "not categorised" as a row. The paper
+defines only T3; the other wordings are kbvqa's and every result (and the prompt) says so
+(`DEFINITIONS`).
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from kbvqa.data.formats import read_samples
 from kbvqa.data.jsonl import read_jsonl
-from kbvqa.data.matching import answers_in_text
+from kbvqa.evaluate.agent_evidence import EVIDENCE_CHARS, evidence_calls, useful_evidence
 from kbvqa.models.prompts.agent import FAILURE_CATEGORIES, FAILURE_CATEGORY
 from kbvqa.models.replies import Reply
 from kbvqa.runner.sinks import read_results
@@ -41,7 +45,7 @@ from kbvqa.stages import register_stage
 SCORER = "kbvqa-agent-tools-v1"
 TOOLS = ("search", "visit", "image_search", "text_to_image_search")
 CATEGORIES = tuple(FAILURE_CATEGORIES)
-EVIDENCE_TOOLS = ("search", "visit")
+NOT_CATEGORISED = "not categorised"  # Table 5's own row: the failure judge's reply was invalid or failed
 
 #: The non-correct outcomes: seed 001 Table 5's population, and the "wrong" side of the 2x2.
 NON_CORRECT = ("incorrect", "not_attempted", "no_answer")
@@ -76,8 +80,9 @@ DEFINITIONS: dict[str, Any] = {
                        "source": "seed 001 (names it: confirmation or anchoring loops)" if c == "T3"
                        else "kbvqa's reconstruction (seed 001 names only the T1-T4 / N1-N2 split and T3)"}
                    for c, text in FAILURE_CATEGORIES.items()},
-    "share": "a category's share is of the episodes the failure judge categorised; its invalid and error replies "
-             "are counted beside",
+    "share": "a category's share is of every non-correct episode (seed 001's denominator: 136 of 157, 111 of "
+             "157); episodes the failure judge did not categorise (invalid reply, failed call) are the row 'not "
+             "categorised'; share_of_categorised is beside",
     "paired_groups": "with tools = the agent run, without tools = a single-pass run of the same model (e.g. "
                      "`--pipeline direct`); correct = the judge's label correct, wrong = any non-correct outcome; "
                      "Search helps / Search hurts / Both wrong are seed 001's names, Both correct is kbvqa's. An "
@@ -133,25 +138,73 @@ def _baseline_side(label: str | None, known: bool) -> bool | str:
     return label == "correct"
 
 
+#: How an episode ended (meta.termination), by who ended it: the model (an answer), a budget, or a guard.
+#: A budget or guard stop is followed by a forced answer turn (AgentConfig.forced_answer).
+ENDINGS = {"answer": "answered", "turn_budget": "budget", "token_budget": "budget", "cost_budget": "budget",
+           "wall_time": "budget", "repeated_behaviour": "guard", "format_error": "guard",
+           "tool_unavailable": "guard"}
+#: Calls the harness answered without running the tool: counted as calls (the model made them), shown apart.
+NOT_RUN = ("repeated", "quota")
+
+
+def _termination_of(prediction: Mapping[str, Any]) -> str:
+    """The termination an episode is counted under: meta.termination, or the record's failure."""
+    status = str(prediction.get("status", "ok"))
+    if status != "ok":
+        return f"episode_{status}"
+    return str((prediction.get("meta") or {}).get("termination") or "unknown")
+
+
+def termination_counts(predictions: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """How many episodes each termination ended, with the forced answers it led to and the episodes left
+    without an answer, and the same grouped by who ended them (answered / budget / guard / error), so a
+    reader sees whether budgets shaped the tables."""
+    rows: dict[str, Counter[str]] = {}
+    for p in predictions:
+        end = _termination_of(p)
+        row = rows.setdefault(end, Counter())
+        row["episodes"] += 1
+        row["forced_answer"] += bool((p.get("meta") or {}).get("forced_answer")) and bool(
+            str(p.get("answer") or "").strip())
+        row["no_answer"] += not str(p.get("answer") or "").strip()
+    by: Counter[str] = Counter()
+    for end, row in rows.items():
+        by[ENDINGS.get(end, "error" if end.startswith("episode_") else "other")] += row["episodes"]
+    ordered = sorted(rows.items(), key=lambda kv: (-kv[1]["episodes"], kv[0]))
+    return {"rows": [{"termination": end, "ended_by": ENDINGS.get(end, "error" if end.startswith("episode_")
+                                                                   else "other"),
+                      **{k: row[k] for k in ("episodes", "forced_answer", "no_answer")}} for end, row in ordered],
+            "by": {k: by[k] for k in ("answered", "budget", "guard", "error", "other") if by[k] or k != "other"},
+            "forced_answers": sum(r["forced_answer"] for r in rows.values())}
+
+
 def tool_usage(predictions: Iterable[Mapping[str, Any]], answers: Mapping[str, list[str]],
                verdicts: Mapping[str, str | None] | None = None,
-               baseline: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+               baseline: Mapping[str, str | None] | None = None, *, base: Path | None = None,
+               evidence: Mapping[str, str] | None = None, evidence_judge: str | None = None,
+               evidence_chars: int = EVIDENCE_CHARS) -> dict[str, Any]:
     """Table 4-shaped statistics over agent predictions (runner lines with `trajectory`).
 
     `answers` maps a sample id to its reference answer and aliases; `verdicts` maps it to the
     judge's label of the agent's answer (correct / incorrect / not_attempted / invalid / None for an
     error); `baseline` (with `verdicts`) the judge's label of a single-pass answer of the same model
-    ("missing" where that run had no prediction), which splits the episodes into the 2x2 groups."""
+    ("missing" where that run had no prediction), which splits the episodes into the 2x2 groups.
+    Every call the model made counts, repeated and over-quota ones too (the harness answered them
+    without running the tool: `not_run`). Useful evidence (kbvqa.evaluate.agent_evidence): `base` is
+    the predictions file's folder (observation artifacts), `evidence` the evidence judge's verdicts by
+    call id (`evidence_judge` names it); without them, the offline rule measure."""
     if baseline is not None and verdicts is None:
         raise ValueError("the with/without-tools groups need the agent run's verdicts too (--verdicts)")
+    predictions = list(predictions)
     per_tool: dict[str, list[int]] = {t: [] for t in TOOLS}
+    statuses_by_tool: dict[str, Counter[str]] = {t: Counter() for t in TOOLS}
+    other_tools: Counter[str] = Counter()
     by_group: dict[str, dict[str, list[int]]] = {g: {t: [] for t in TOOLS} for g in ("correct", "not_correct")}
     paired: dict[str, dict[str, list[int]]] = {g: {t: [] for t in TOOLS} for g in PAIRED_GROUPS}
     outcomes: Counter[str] = Counter()
     paired_apart: Counter[str] = Counter()
     terminations: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
-    hits = {t: {"calls": 0, "call_hits": 0, "items": 0, "item_hits": 0} for t in EVIDENCE_TOOLS}
     tags = {"total": 0, "valid": 0}
     violations: Counter[str] = Counter()
     leak_steps = leak_episodes = n = 0
@@ -160,9 +213,14 @@ def tool_usage(predictions: Iterable[Mapping[str, Any]], answers: Mapping[str, l
         statuses[str(p.get("status", "ok"))] += 1
         pid = _pid(p)
         meta = p.get("meta") or {}
-        terminations[str(meta.get("termination"))] += 1
+        terminations[_termination_of(p)] += 1
         steps = p.get("trajectory") or []
         counts = Counter(s.get("tool") for s in steps if s.get("tool"))
+        for s in steps:
+            if s.get("tool") in statuses_by_tool:
+                statuses_by_tool[s["tool"]][str(s.get("status") or "unknown")] += 1
+            elif s.get("tool"):
+                other_tools[str(s["tool"])] += 1
         for t in TOOLS:
             per_tool[t].append(counts.get(t, 0))
         if verdicts is not None:
@@ -183,16 +241,6 @@ def tool_usage(predictions: Iterable[Mapping[str, Any]], answers: Mapping[str, l
                                 if d["with_tools"] == (group == "correct") and d["without_tools"] == side)
                     for t in TOOLS:
                         paired[cell][t].append(counts.get(t, 0))
-        refs = answers.get(pid, [])
-        for s in steps:
-            tool = s.get("tool")
-            if tool in hits and s.get("status") in ("ok", "empty"):
-                item_texts = [it.get("text", "") for it in s.get("items") or []]
-                found = answers_in_text(s.get("observation", "") + "\n" + "\n".join(item_texts), refs)
-                hits[tool]["calls"] += 1
-                hits[tool]["call_hits"] += bool(found)
-                hits[tool]["items"] += len(item_texts)
-                hits[tool]["item_hits"] += sum(1 for t in item_texts if answers_in_text(t, refs))
         prov = meta.get("provenance") or {}
         tags["total"] += int(prov.get("tags") or 0)
         tags["valid"] += int(prov.get("valid") or 0)
@@ -200,14 +248,20 @@ def tool_usage(predictions: Iterable[Mapping[str, Any]], answers: Mapping[str, l
         leaks = sum(1 for s in steps if s.get("leak"))
         leak_steps += leaks
         leak_episodes += bool(leaks)
+    calls = {t: {"calls": sum(per_tool[t]), "ok": statuses_by_tool[t]["ok"],
+                 "not_run": {k: statuses_by_tool[t][k] for k in NOT_RUN},
+                 "by_status": dict(statuses_by_tool[t].most_common())} for t in TOOLS}
     out: dict[str, Any] = {
         "scorer": SCORER, "n": n, "status": dict(statuses), "terminations": dict(terminations.most_common()),
+        "ending": termination_counts(predictions),
         "calls_per_episode": {t: _mean(v) for t, v in per_tool.items()},
-        "hit_rate": {t: {**h, "call_rate": _rate(h["call_hits"], h["calls"]),
-                         "item_rate": _rate(h["item_hits"], h["items"])} for t, h in hits.items()},
+        "calls": calls, "other_tool_calls": dict(other_tools),
+        "useful_evidence": useful_evidence(evidence_calls(predictions, base, evidence_chars), answers, evidence,
+                                           evidence_judge, evidence_chars),
         "tags": {**tags, "valid_rate": _rate(tags["valid"], tags["total"]), "violations": dict(violations)},
         "leak": {"steps": leak_steps, "episodes": leak_episodes},
-        "note": "hit rates read each step's stored observation (capped) and item snippets",
+        "note": "calls count every call the model made: repeated and over-quota calls too, which the harness "
+                "answered without running the tool (not run); calls / episode x episodes = calls",
     }
     if verdicts is not None:
         out["outcomes"] = {k: outcomes[k] for k in ("correct", *NON_CORRECT, *APART)}
@@ -240,25 +294,43 @@ class FailureReply(Reply):
     rationale: str
 
 
+#: Characters of each step's thought the failure judge reads. T3 is about the hypotheses the agent holds,
+#: which its thoughts state; 800 keeps a typical thought whole (the agent stores up to 2,000) while a
+#: 30-turn episode stays near 8k tokens for the judge. kbvqa's value.
+THOUGHT_CHARS = 800
+
+
 class FailureConfig(StageConfig):
     role: str = "judge"
     observation_chars: int = 300  # of each step's observation shown to the judge
+    thought_chars: int = Field(THOUGHT_CHARS, ge=0)  # of each step's thought shown to the judge (0: none)
 
 
-def trajectory_summary(steps: list[dict[str, Any]], observation_chars: int = 300) -> str:
-    """The episode as the failure judge reads it: each tool call and its status, unusable replies,
-    and the harness's notices (repetition, budget, forced answer) on the step they came with."""
+def _clip(text: Any, chars: int) -> str:
+    flat = " ".join(str(text or "").split())
+    return flat if len(flat) <= chars else flat[:chars].rstrip() + " [...]"
+
+
+def trajectory_summary(steps: list[dict[str, Any]], observation_chars: int = 300,
+                       thought_chars: int = THOUGHT_CHARS) -> str:
+    """The episode as the failure judge reads it: each step's thought (the agent's reasoning, up to
+    `thought_chars`), its tool call and status, unusable replies, and the harness's notices
+    (repetition, budget, forced answer) on the step they came with."""
     lines = []
     for s in steps:
         for notice in s.get("notices") or []:
             text = " ".join(str(notice.get("text", "")).split())[:observation_chars]
             lines.append(f"{s.get('turn')}. harness notice ({notice.get('kind')}): {text}")
+        if thought_chars and str(s.get("thought") or "").strip():
+            lines.append(f"{s.get('turn')}. thought: {_clip(s['thought'], thought_chars)}")
+        if s.get("answer") and not s.get("tool"):
+            lines.append(f"{s.get('turn')}. the agent answered{' (forced turn)' if s.get('forced') else ''}")
         if s.get("tool"):
             obs = " ".join(str(s.get("observation", "")).split())[:observation_chars]
             lines.append(f"{s['turn']}. {s['tool']}({s.get('arguments')}) -> {s.get('status')}: {obs}")
         elif s.get("problem"):
             lines.append(f"{s['turn']}. unusable reply: {s['problem']}")
-    return "\n".join(lines) or "(no tool calls)"
+    return "\n".join(lines) or "(no steps)"
 
 
 _OUTCOME_TEXT = {
@@ -282,7 +354,7 @@ class FailureCategory(Stage):
     adds `failure` {category, rationale, judge}."""
 
     name = "agent-failure"
-    version = "2"
+    version = "3"
     config_model = FailureConfig
     prompts = (FAILURE_CATEGORY,)
 
@@ -293,7 +365,8 @@ class FailureCategory(Stage):
             question=record.get("question", ""), reference=record.get("reference", ""),
             outcome_raw=_OUTCOME_TEXT.get(outcome, outcome), ending_raw=_ending(record),
             answer=record.get("answer") or None,
-            trajectory_raw=trajectory_summary(record.get("trajectory") or [], self.config.observation_chars)),
+            trajectory_raw=trajectory_summary(record.get("trajectory") or [], self.config.observation_chars,
+                                              self.config.thought_chars)),
             schema=FailureReply, prompt_version=FAILURE_CATEGORY.id)
         ctx.add_usage(res.usage)
         if res.status == "error":
@@ -330,28 +403,42 @@ def failure_records(predictions: Iterable[Mapping[str, Any]], references: Mappin
 
 def failure_table(lines: Iterable[Mapping[str, Any]], outcomes: Mapping[str, int] | None = None,
                   ids: Iterable[str] | None = None) -> dict[str, Any]:
-    """Counts per category (Table 5 shape), overall and per outcome, with the failure judge's invalid
-    and error lines counted, never dropped. `outcomes`: every episode's outcome count (what went in
-    and what was set apart); `ids`: the episodes of this population (older journal lines of episodes
-    no longer in it, e.g. after new verdicts, are left out)."""
+    """Counts per category (Table 5 shape), overall and per outcome. Shares are over every non-correct
+    episode (seed 001: 136 of 157, 111 of 157), and the episodes the failure judge did not categorise —
+    an invalid reply, a failed call, or no journal line yet — are a row of their own ("not categorised"),
+    never dropped; `share_of_categorised` is beside. `outcomes`: every episode's outcome count (what went
+    in and what was set apart); `ids`: the episodes of this population (older journal lines of episodes
+    no longer in it, e.g. after new verdicts, are left out; an id without a line is not categorised)."""
     keep = set(ids) if ids is not None else None
     counts: Counter[str] = Counter()
-    by_outcome: dict[str, Counter[str]] = {c: Counter() for c in CATEGORIES}
+    seen: set[str] = set()
+    by_outcome: dict[str, Counter[str]] = {c: Counter() for c in (*CATEGORIES, NOT_CATEGORISED)}
     for line in lines:
-        if keep is not None and str(line.get("id")) not in keep:
+        rid = str(line.get("id"))
+        if keep is not None and rid not in keep:
             continue
+        seen.add(rid)
         status = line.get("status", "ok")
         cat = (line.get("failure") or {}).get("category") if status == "ok" else status
         counts[cat] += 1
-        if cat in by_outcome:
-            by_outcome[cat][str(line.get("outcome", "incorrect"))] += 1
-    n = sum(counts.values())
+        row = cat if cat in CATEGORIES else NOT_CATEGORISED
+        by_outcome[row][str(line.get("outcome", "incorrect"))] += 1
+    missing = len(keep - seen) if keep is not None else 0
+    n = sum(counts.values()) + missing
     categorised = sum(counts[c] for c in CATEGORIES)
-    rows = [{"category": c, "n": counts[c], "share": _rate(counts[c], categorised),
+    not_categorised = n - categorised
+    rows = [{"category": c, "n": counts[c], "share": _rate(counts[c], n),
+             "share_of_categorised": _rate(counts[c], categorised),
              "by_outcome": {o: by_outcome[c][o] for o in NON_CORRECT}} for c in CATEGORIES]
+    rows.append({"category": NOT_CATEGORISED, "n": not_categorised, "share": _rate(not_categorised, n),
+                 "share_of_categorised": None, "by_outcome": {o: by_outcome[NOT_CATEGORISED][o] for o in NON_CORRECT},
+                 "invalid": counts["invalid"], "error": counts["error"], "no_line": missing})
     tool = sum(counts[c] for c in CATEGORIES if c.startswith("T"))
-    out: dict[str, Any] = {"n": n, "categorised": categorised, "invalid": counts["invalid"], "error": counts["error"],
-                           "tool_related": tool, "non_tool": categorised - tool, "rows": rows}
+    out: dict[str, Any] = {"n": n, "categorised": categorised, "not_categorised": not_categorised,
+                           "invalid": counts["invalid"], "error": counts["error"], "no_line": missing,
+                           "tool_related": tool, "non_tool": categorised - tool,
+                           "tool_related_share": _rate(tool, n), "non_tool_share": _rate(categorised - tool, n),
+                           "rows": rows}
     if outcomes is not None:
         out["episodes"] = sum(outcomes.values())
         out["outcomes"] = {k: int(outcomes.get(k, 0)) for k in ("correct", *NON_CORRECT)}
@@ -387,16 +474,20 @@ def sample_answers(path: str | Path) -> dict[str, tuple[str, list[str]]]:
 
 
 def agent_tools_study(predictions: str | Path, references: str | Path, verdicts: str | Path | None = None,
-                      baseline_verdicts: str | Path | None = None) -> dict[str, Any]:
+                      baseline_verdicts: str | Path | None = None, *, evidence: Mapping[str, str] | None = None,
+                      evidence_judge: str | None = None, evidence_chars: int = EVIDENCE_CHARS) -> dict[str, Any]:
     """`kbvqa study agent-tools`: tool usage over an agent run (see `tool_usage`), as a study result;
     with `baseline_verdicts` (the judge's output for a single-pass run of the same model) also per
-    group of the with/without-retrieval 2x2."""
+    group of the with/without-retrieval 2x2; with `evidence` (the useful-evidence judge's verdicts,
+    kbvqa.pipelines.score.agent_tools) the judge's hit rates, else the rule's."""
     if baseline_verdicts is not None and verdicts is None:
         raise ValueError("--baseline-verdicts needs --verdicts (the agent run's verdicts) to form the 2x2")
     refs = sample_answers(references)
     res = tool_usage(read_results(predictions), {k: v[1] for k, v in refs.items()},
                      read_verdicts(verdicts) if verdicts is not None else None,
-                     read_verdicts(baseline_verdicts, mark_missing=True) if baseline_verdicts is not None else None)
+                     read_verdicts(baseline_verdicts, mark_missing=True) if baseline_verdicts is not None else None,
+                     base=Path(predictions).parent, evidence=evidence, evidence_judge=evidence_judge,
+                     evidence_chars=evidence_chars)
     return {"kind": "agent-tools", "predictions": str(predictions), "references": str(references),
             "verdicts": str(verdicts) if verdicts is not None else None,
             "baseline_verdicts": str(baseline_verdicts) if baseline_verdicts is not None else None, **res}

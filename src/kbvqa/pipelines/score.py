@@ -20,14 +20,15 @@ from kbvqa.evaluate.io import (last_prediction_per_id, load_infoseek_references,
                                prediction_status_counts)
 
 if TYPE_CHECKING:
-    from kbvqa.pipelines.score_options import AgentFailureOptions, EvqaOptions, IVR12Options, JudgeOptions
+    from kbvqa.pipelines.score_options import (AgentFailureOptions, AgentToolsOptions, EvqaOptions, IVR12Options,
+                                               JudgeOptions)
     from kbvqa.runner.options import JobOptions
 
-__all__ = ["ScoreReport", "agent_failures", "judge_client", "judge_of", "judges_of", "score_infoseek_files",
+__all__ = ["ScoreReport", "agent_failures", "agent_tools", "judge_client", "judge_of", "judges_of", "score_infoseek_files",
            "score_evqa_files", "judge_files", "score_retrieval_files", "convert_predictions", "ivr12_files",
-           "JudgeOptions", "EvqaOptions", "IVR12Options", "AgentFailureOptions"]
+           "JudgeOptions", "EvqaOptions", "IVR12Options", "AgentFailureOptions", "AgentToolsOptions"]
 
-_OPTIONS = ("JudgeOptions", "EvqaOptions", "IVR12Options", "AgentFailureOptions")
+_OPTIONS = ("JudgeOptions", "EvqaOptions", "IVR12Options", "AgentFailureOptions", "AgentToolsOptions")
 O = TypeVar("O", bound="JobOptions")
 
 
@@ -92,7 +93,7 @@ def judge_client(*, config: Path | None = None, role: str | None = None, base_ur
     return one_role(roles, "judge")
 
 
-def judge_of(opts: JudgeOptions | EvqaOptions | AgentFailureOptions) -> Any:
+def judge_of(opts: JudgeOptions | EvqaOptions | AgentFailureOptions | AgentToolsOptions) -> Any:
     """The judge a judge job's options name (`judge_client`; None when they name none): its
     concurrency reaches the server, its call limits apply."""
     m = opts.models
@@ -398,6 +399,39 @@ def agent_failures(predictions: Path, references: Path, verdicts: Path, judge: A
     return {"kind": "agent-failures", "predictions": str(predictions), "verdicts": str(verdicts), "out": str(out),
             "manifest": str(summary.manifest),
             "judge": f"{prov.backend}:{prov.model}" if prov is not None else type(judge).__name__, **table}
+
+
+def agent_tools(predictions: Path, references: Path, verdicts: Path | None = None,
+                baseline_verdicts: Path | None = None, judge: Any = None, opts: AgentToolsOptions | None = None, *,
+                out: Path | None = None, progress: bool = False, **settings: Any) -> dict[str, Any]:
+    """`kbvqa study agent-tools`: tool usage (kbvqa.evaluate.agent.agent_tools_study); with a `judge`, the
+    useful-evidence judge first reads every search / visit call that returned text, as a runner job with
+    a journal (`out`, default PREDICTIONS.evidence.jsonl), resume and a manifest, and the hit rates are
+    its verdicts. Without one, the offline rule measure."""
+    from kbvqa.pipelines.score_options import AgentToolsOptions
+
+    from kbvqa.evaluate.agent import agent_tools_study, sample_answers
+    from kbvqa.evaluate.agent_evidence import EvidenceJudge, evidence_calls, judge_records, read_evidence_verdicts
+    from kbvqa.runner import read_results
+    from kbvqa.runner.job import Job
+    from kbvqa.runner.stage import Context
+
+    opts = _options(AgentToolsOptions, opts, settings)
+    chars = opts.stage.evidence_chars
+    if judge is None:
+        return agent_tools_study(predictions, references, verdicts, baseline_verdicts, evidence_chars=chars)
+    refs = {k: (q, " | ".join(a)) for k, (q, a) in sample_answers(references).items()}
+    out = out or _beside(predictions, "evidence")
+    records = judge_records(evidence_calls(read_results(predictions), Path(predictions).parent, chars), refs)
+    job = Job([EvidenceJudge(opts.stage)], Context(roles={opts.stage.role: judge}), description="useful evidence")
+    summary = job.run(records, out=out, resume=opts.resume, concurrency=opts.concurrency, progress=progress,
+                      run_config={"task": "agent-evidence", "predictions": _abs(predictions),
+                                  "references": _abs(references), "options": opts.used()})
+    wanted = {r["id"] for r in records}
+    found = read_evidence_verdicts(line for line in read_results(out) if str(line.get("id")) in wanted)
+    res = agent_tools_study(predictions, references, verdicts, baseline_verdicts, evidence=found,
+                            evidence_judge=_client_label(judge), evidence_chars=chars)
+    return {**res, "evidence_journal": str(out), "evidence_manifest": str(summary.manifest)}
 
 
 # --------------------------------------------------------------------------------------------------

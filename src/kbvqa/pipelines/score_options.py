@@ -26,12 +26,13 @@ from typing import Any, ClassVar, Literal, Mapping, TypeVar
 from pydantic import Field, model_validator
 
 from kbvqa.evaluate.agent import FailureConfig
+from kbvqa.evaluate.agent_evidence import EvidenceConfig
 from kbvqa.evaluate.ivr12 import SOURCES, IVR12Config
 from kbvqa.evaluate.judge import JUDGE_CONCURRENCY, JudgeConfig
 from kbvqa.runner.options import CallLimits, JobOptions, read_table
 
-__all__ = ["AgentFailureOptions", "EvqaOptions", "GradedText", "IVR12Judges", "IVR12Options", "JudgeModel",
-           "JudgeOptions", "from_config"]
+__all__ = ["AgentFailureOptions", "AgentToolsOptions", "EvqaOptions", "GradedText", "IVR12Judges", "IVR12Options",
+           "JudgeModel", "JudgeOptions", "from_config"]
 
 O = TypeVar("O", bound=JobOptions)
 
@@ -102,6 +103,14 @@ class AgentFailureOptions(_JudgeJob):
 
     SECTION: ClassVar[str] = "study.agent-failures"
     stage: FailureConfig = Field(default_factory=FailureConfig)
+
+
+class AgentToolsOptions(_JudgeJob):
+    """`kbvqa study agent-tools`: the useful-evidence judge of every search / visit call that returned text
+    (kbvqa.evaluate.agent_evidence); naming no judge is the offline rule measure."""
+
+    SECTION: ClassVar[str] = "study.agent-tools"
+    stage: EvidenceConfig = Field(default_factory=EvidenceConfig)
 
 
 class IVR12Judges(CallLimits):

@@ -123,36 +123,90 @@ def agent_tools_tables(res: Mapping[str, Any]) -> list[ResultTable]:
              "group names Search helps / Search hurts / Both wrong are seed 001's, Both correct is kbvqa's; wrong = "
              "incorrect, not attempted or no answer"]))
     by = res.get("calls_by_outcome") or {}
-    hit = res["hit_rate"]
+    ev = res.get("useful_evidence") or {}
+    ev_tools = ev.get("tools") or {}
+    judged = ev.get("measure") == "judge"
+
+    def rate(t: str, key: str) -> Any:
+        row = ev_tools.get(t)
+        if row is None:
+            return "-"
+        if not judged and not row.get("checkable") and row.get("calls"):
+            return "needs a model"
+        return "n/a" if row.get(key) is None else percent(row[key], fraction=True)
+
+    calls = res.get("calls") or {}
     cols = ["tool", "calls / episode", *(f"calls / episode, {g.replace('_', '-')} (n={by[g]['n']})" for g in by),
-            f"hit rate, calls {PCT}", "calls", f"hit rate, results {PCT}", "results"]
-    rows = [[t, v, *(by[g][t] for g in by), percent(hit.get(t, {}).get("call_rate", "-"), fraction=True),
-             hit.get(t, {}).get("calls", "-"), percent(hit.get(t, {}).get("item_rate", "-"), fraction=True),
-             hit.get(t, {}).get("items", "-")]
-            for t, v in res["calls_per_episode"].items()]
+            "calls", "ok", "repeated (not run)", "over quota (not run)",
+            f"useful evidence, all calls {PCT}", f"useful evidence, ok calls {PCT}"]
+    rows = []
+    for t, v in res["calls_per_episode"].items():
+        c = calls.get(t) or {}
+        rows.append([t, v, *(by[g][t] for g in by), c.get("calls", "-"), c.get("ok", "-"),
+                     (c.get("not_run") or {}).get("repeated", "-"), (c.get("not_run") or {}).get("quota", "-"),
+                     rate(t, "rate"), rate(t, "ok_rate")])
     tags = res["tags"]
-    notes = [f"image tags: {tags['valid']} of {tags['total']} valid; violations {tags['violations'] or 'none'}",
+    notes = [f"image tags: {tags['valid']} of {tags['total']} valid; violations "
+             f"{_count_line(tags['violations']) if tags['violations'] else 'none'}",
              f"leakage: {res['leak']['steps']} steps in {res['leak']['episodes']} episodes showed a reference answer",
              res.get("note", "")]
+    if ev:
+        notes.append(_evidence_note(ev))
+    end = res.get("ending")
+    if end:
+        notes.append(f"how the episodes ended: {_count_line(end['by'])}; forced answers {end['forced_answers']} "
+                     "(budget and guard stops are followed by one answer-only turn)")
+    if res.get("other_tool_calls"):
+        notes.append(f"calls to unknown tools (not in the rows): {_count_line(res['other_tool_calls'])}")
     if res.get("outcomes"):
         notes.insert(0, f"episode outcomes: {_count_line(res['outcomes'])} (non-correct = incorrect + not attempted + "
                         "no answer; the others are in neither column)")
     tables.append(ResultTable("agent-tools", f"agent tool usage ({res['n']} episodes)", res["scorer"], cols, rows,
                               [n for n in notes if n]))
-    tables.append(ResultTable("agent-terminations", "how the episodes ended", res["scorer"],
-                              ["termination", "episodes"], [[k, v] for k, v in res["terminations"].items()]))
+    if end:
+        tables.append(ResultTable("agent-terminations", "how the episodes ended", res["scorer"],
+                                  ["termination", "ended by", "episodes", "forced answers", "no answer"],
+                                  [[r["termination"], r["ended_by"], r["episodes"], r["forced_answer"],
+                                    r["no_answer"]] for r in end["rows"]]))
+    else:  # a study file written before the ending counts
+        tables.append(ResultTable("agent-terminations", "how the episodes ended", res["scorer"],
+                                  ["termination", "episodes"], [[k, v] for k, v in res["terminations"].items()]))
     return tables
+
+
+def _evidence_note(ev: Mapping[str, Any]) -> str:
+    """Which useful-evidence measure the table shows, and its counts (kbvqa.evaluate.agent_evidence)."""
+    parts = []
+    for t, row in (ev.get("tools") or {}).items():
+        if ev.get("measure") == "judge":
+            parts.append(f"{t} {row['hits']} of {row['calls']} calls ({row['ok_calls']} ok; judge invalid "
+                         f"{row['invalid']}, error {row['error']})")
+        else:
+            parts.append(f"{t} {row['hits']} of {row['checkable']} calls with a key answer ({row['needs_model']} "
+                         "need a model)")
+    what = (f"useful evidence judged by {ev['scorer']}" if ev.get("measure") == "judge"
+            else f"useful evidence by the offline rule ({ev['scorer']}: a key answer of at most "
+                 f"{ev.get('key_answer_words')} words verbatim; paragraph references need a model, --judge-*)")
+    return (f"{what}; observations checked up to {ev.get('evidence_chars')} characters; {'; '.join(parts)}; "
+            "all calls = seed 001's denominator (every call of the tool)")
 
 
 def agent_failures_table(res: Mapping[str, Any]) -> ResultTable:
     """`kbvqa study agent-failures` (seed 001 Table 5 shape): judge-assigned categories of every
-    non-correct episode, per outcome; the failure judge's invalid and error replies, and the episodes
-    set apart (invalid or failed verdicts, failed records), are counted, not dropped."""
+    non-correct episode, per outcome, as shares of every non-correct episode (the paper's denominator)
+    with "not categorised" (the failure judge's invalid and failed replies) a row of its own; the
+    episodes set apart (invalid or failed verdicts, failed records) are counted in the notes."""
     outcomes = ("incorrect", "not_attempted", "no_answer")
-    rows = [[r["category"], r["n"], 100.0 * r["share"], *((r.get("by_outcome") or {}).get(o, "") for o in outcomes)]
-            for r in res["rows"]]
-    notes = [f"{res['categorised']} of {res['n']} non-correct episodes categorised; failure judge invalid "
-             f"{res['invalid']}, error {res['error']}; tool-related {res['tool_related']}, non-tool {res['non_tool']}"]
+
+    def share(r: Mapping[str, Any], key: str) -> Any:
+        return "-" if r.get(key) is None else 100.0 * r[key]
+
+    rows = [[r["category"], r["n"], share(r, "share"), share(r, "share_of_categorised"),
+             *((r.get("by_outcome") or {}).get(o, "") for o in outcomes)] for r in res["rows"]]
+    notes = [f"{res['categorised']} of {res['n']} non-correct episodes categorised; not categorised "
+             f"{res.get('not_categorised', res['n'] - res['categorised'])} (failure judge invalid {res['invalid']}, "
+             f"error {res['error']}, no verdict yet {res.get('no_line', 0)}); tool-related {res['tool_related']}, "
+             f"non-tool {res['non_tool']} (of all {res['n']})"]
     if "outcomes" in res:
         went = {k: v for k, v in res["outcomes"].items() if k != "correct"}
         notes.append(f"went in, of {res['episodes']} episodes: {_count_line(went)} (correct "
@@ -161,8 +215,8 @@ def agent_failures_table(res: Mapping[str, Any]) -> ResultTable:
     return ResultTable("agent-failures", "failure categories of every non-correct agent episode (T3 is named by seed "
                                          "001; the T1, T2, T4, N1, N2 wordings are kbvqa's reconstruction)",
                        res.get("judge", "judge"),
-                       ["category", "episodes", "% of categorised", "incorrect", "not attempted", "no answer"], rows,
-                       notes)
+                       ["category", "episodes", "% of non-correct", "% of categorised", "incorrect",
+                        "not attempted", "no answer"], rows, notes)
 
 
 def recall_by_variant_table(rows: Sequence[dict[str, Any]], *, stage: str = "initial") -> ResultTable:

@@ -1,7 +1,9 @@
 """The search agent's prompts (seed 001 §3.3, App. D): the ReAct system prompt with the Subject /
 Background image protocol and the image-tag grammar, the harness's own messages (format errors,
 "answer now" near a budget, the notice that a call added nothing new, the forced last turn after the
-harness stops the tool phase), and the visit extractor."""
+harness stops the tool phase), the visit extractor, and the two study judges: the failure judge
+(seed 001 Table 5's categories, each marked as the paper's or kbvqa's) and the useful-evidence judge
+(the hit rates beside Table 4; kbvqa.evaluate.agent_evidence)."""
 
 from __future__ import annotations
 
@@ -95,7 +97,10 @@ VISIT_EXTRACT = register(Prompt(
 ))
 
 #: Seed 001 Table 5's categories. The paper splits failures into tool-related (T1-T4) and non-tool
-#: (N1-N2) and names only T3 ("confirmation or anchoring loops"); every other wording here is kbvqa's.
+#: (N1-N2) and defines only T3 (§4.2: "confirmation or anchoring loops": the agent adopts a wrong hypothesis
+#: early and uses later searches to reinforce it, never seeking evidence against it); every other wording
+#: here is kbvqa's reconstruction, guided by the two obstacles the paper names (finding evidence in niche
+#: communities; revising a hypothesis once search is under way). `FAILURE_SOURCES` says which is which.
 FAILURE_CATEGORIES = {
     "T1": "the searches never surfaced the evidence the answer needed",
     "T2": "the evidence was in a tool result, but the agent misread, overlooked or discarded it",
@@ -106,22 +111,48 @@ FAILURE_CATEGORIES = {
     "N1": "a knowledge or reasoning error that the tool use did not cause",
     "N2": "the question or the image was misunderstood",
 }
+FAILURE_SOURCES = {c: "seed 001" if c == "T3" else "kbvqa" for c in FAILURE_CATEGORIES}
+
+
+def _category_lines() -> str:
+    group = {"T": "tool-related", "N": "non-tool"}
+    whose = {"seed 001": "seed 001's definition", "kbvqa": "kbvqa's definition"}
+    return "".join(f"- {k} ({group[k[0]]}; {whose[FAILURE_SOURCES[k]]}): {v}.\n" for k, v in FAILURE_CATEGORIES.items())
+
 
 FAILURE_CATEGORY = register(Prompt(
-    name="agent.failure_category", version="2",
+    name="agent.failure_category", version="3",
     system=("You analyse why a search agent did not answer a question correctly. You read the question, the "
-            "correct answer, how the episode went (its outcome, how it ended, its tool calls and the harness's "
-            "notices) and the agent's final answer, and pick the one category that best explains the failure. "
-            + JSON_ONLY),
+            "correct answer, how the episode went — for each step the agent's reasoning (its thoughts, which show "
+            "the hypotheses it held and when it formed them), its tool call and what came back, and the "
+            "harness's notices — and the agent's final answer, and pick the one category that best explains "
+            "the failure. The six categories split into tool-related failures (T1-T4) and non-tool failures "
+            "(N1-N2); each says whose definition it is. " + JSON_ONLY),
     user=("Question: {question}\nCorrect answer: {reference}\nOutcome: {outcome_raw}\n"
           "How the episode ended: {ending_raw}\nAgent's answer: {answer}\n"
-          "Tool calls, in order:\n{trajectory_raw}\n\n"
-          "Categories:\n" + "".join(f"- {k}: {v}.\n" for k, v in FAILURE_CATEGORIES.items()) +
-          "\nAn episode without an answer (null), or whose answer declines to answer, still gets a category: ask "
-          "why the agent never reached the correct answer. A stop for budget or repetition, failing tools or "
-          "malformed calls point to T4; searches that never turned up the needed facts to T1; evidence it had but "
-          "did not use to T2; a wrong guess it kept trying to confirm to T3. Choose N1 or N2 only when the "
-          "trajectory shows that error.\n"
+          "The episode, step by step (thoughts may be shortened):\n{trajectory_raw}\n\n"
+          "Categories:\n" + _category_lines() +
+          "\nRead the thoughts: T3 is about the hypotheses, so look for a guess formed early that later searches "
+          "only tried to confirm. An episode without an answer (null), or whose answer declines to answer, still "
+          "gets a category: ask why the agent never reached the correct answer. A stop for budget or repetition, "
+          "failing tools or malformed calls point to T4; searches that never turned up the needed facts to T1; "
+          "evidence it had but did not use to T2; a wrong guess it kept trying to confirm to T3. Choose N1 or N2 "
+          "only when the episode shows that error.\n"
           'Return {{"category": "T1" | "T2" | "T3" | "T4" | "N1" | "N2", "rationale": "<one sentence>"}}'),
     fields=("question", "reference", "outcome_raw", "ending_raw", "answer", "trajectory_raw"),
+))
+
+USEFUL_EVIDENCE = register(Prompt(
+    name="agent.useful_evidence", version="1",
+    system=("You check whether one piece of retrieved text helps answer a question. You read the question, its "
+            "reference answer and the text that one search or page visit returned, and decide whether the text "
+            "holds information that supports the reference's answer: it states that answer, or facts from which "
+            "it follows. When the reference is a paragraph, what counts is its central claim — the "
+            "identification, decision or recommendation the question asks for — not its side details. Text on "
+            "the right topic that does not bear on the answer does not support it, and neither does text that "
+            "contradicts it. " + JSON_ONLY),
+    user=("Question: {question}\nReference answer: {reference}\nRetrieved by the agent's {tool_raw} call:\n"
+          "{observation}\n\n"
+          'Return {{"supports": true | false, "rationale": "<one sentence: which part of the text, or why none>"}}'),
+    fields=("question", "reference", "tool_raw", "observation"),
 ))

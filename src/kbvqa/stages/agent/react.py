@@ -4,8 +4,8 @@ Each turn the policy (the `agent` role, or the embedded baseline) writes `<think
 or an answer; the harness runs the call through the Toolbox and answers with `<tool_response>`. The
 harness — not the model — enforces the rules users of such agents asked for:
 
-- budgets on turns (default 12), tokens, cost and wall time; one turn before a cap the model is told
-  to answer now;
+- budgets on turns (default 30, `DEFAULT_MAX_TURNS`: a safety limit, not the paper's ending), tokens,
+  cost and wall time; one turn before a cap the model is told to answer now;
 - one image_search per episode (a second is answered `quota`, not run);
 - a loop guard: an identical call (same tool, same canonical arguments) is answered "not run:
   repeated"; an identical or near-identical call (word-set Jaccard ≥ `repeat_similarity` with one of
@@ -58,6 +58,14 @@ from kbvqa.stages.agent.tags import short_answer, validate_tags
 from kbvqa.tools.base import EpisodeInfo, ToolResult, file_sha256, locale_for, tools_block
 from kbvqa.tools.toolbox import Toolbox
 
+#: The default turn cap, a safety limit. Seed 001's loop ends on an answer or repeated behaviour, with no
+#: turn cap; its agent averages about 8 search / visit / reverse-image calls an episode (Table 4: 6.19-6.59
+#: searches, 1.31-1.34 visits, 0.60-0.66 image searches) plus one forward image search per SUBJECT entity,
+#: so ~10-12 turns with the answer turn: the old default of 12 would have ended a real share of its
+#: episodes. 30 is about three times that mean, so only runaway episodes reach it; `kbvqa study agent-tools`
+#: counts the episodes each termination ended (kbvqa's value; the paper gives none).
+DEFAULT_MAX_TURNS = 30
+
 Termination = Literal["answer", "turn_budget", "token_budget", "cost_budget", "wall_time", "repeated_behaviour",
                       "format_error", "tool_unavailable"]
 
@@ -65,7 +73,7 @@ Termination = Literal["answer", "turn_budget", "token_budget", "cost_budget", "w
 class AgentConfig(StageConfig):
     role: str = "agent"  # the model role that drives the loop; the baseline policy when not configured
     protocol: Literal["text", "tools"] = "text"
-    max_turns: int = Field(12, ge=1)
+    max_turns: int = Field(DEFAULT_MAX_TURNS, ge=1)  # a safety limit: see DEFAULT_MAX_TURNS
     max_tokens: int | None = Field(None, ge=1)  # prompt + completion tokens over the episode
     max_cost: float | None = Field(None, gt=0)
     max_seconds: float | None = Field(None, gt=0)
