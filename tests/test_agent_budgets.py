@@ -133,3 +133,23 @@ def test_time_stops_replay_exactly(bench, monkeypatch):
     replayed = {r["id"]: r for r in read_results(root / "timed.replay.jsonl")}
     from test_agent import _stable
     assert {k: _stable(v) for k, v in replayed.items()} == {k: _stable(v) for k, v in live.items()}
+
+
+def test_the_default_turn_cap_is_a_safety_limit(bench):
+    """An episode of 14 distinct searches before its answer (the old default of 12 turns would have
+    forced it) ends on its own answer: the default cap does not shape ordinary episodes."""
+    from kbvqa.evaluate.agent import termination_counts
+    from kbvqa.stages.agent.react import DEFAULT_MAX_TURNS, AgentConfig
+
+    assert AgentConfig().max_turns == DEFAULT_MAX_TURNS >= 2 * 12
+
+    def handler(req):
+        turn = sum(1 for m in req["messages"] if m["role"] == "assistant")
+        if turn >= 14:
+            return Reply(content=answer("Elmira."))
+        return Reply(content=call("search", query=[f"subject{turn} detail{turn}"]))
+
+    s, line, _, requests = _run(bench, handler, "long")
+    assert line["meta"]["termination"] == "answer" and not line["meta"]["forced_answer"]
+    assert line["meta"]["tool_calls"] == {"search": 14} and len(requests) == 15
+    assert termination_counts([line])["by"] == {"answered": 1, "budget": 0, "guard": 0, "error": 0}
