@@ -52,7 +52,7 @@ def _handler(req: dict) -> Reply:
 def _answer_cli(*args: str) -> dict:
     res = runner.invoke(app, ["answer", "--pipeline", "agent", "--samples", "bench/episodes.jsonl",
                               "--kb", "bench/kb.sqlite", "--index", "idx/images", "--kb-images", "bench",
-                              "--today", "2026-12-01", *args])
+                              "--today", "2026-12-01", "--json", *args])
     assert res.exit_code == 0, res.output
     return json.loads(res.stdout.strip().splitlines()[-1])
 

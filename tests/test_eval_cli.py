@@ -173,7 +173,7 @@ def test_exit_codes_follow_the_convention(bench, tmp_path):
 
 def test_eval_takes_every_answer_flag():
     """The answer flags are `kbvqa answer`'s own (shared, not copied) and each is a setting of AnswerOptions."""
-    answer = {n for n in inspect.signature(answer_cmd.answer).parameters if n != "out"}
+    answer = {n for n in inspect.signature(answer_cmd.answer).parameters if n not in eval_cmd._NOT_SHARED}
     mine = set(inspect.signature(eval_cmd.evaluate).parameters)
     assert answer <= mine
     assert answer <= set(AnswerOptions.flag_paths())

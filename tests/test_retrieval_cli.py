@@ -62,7 +62,7 @@ def test_index_retrieve_answer_round_trip(bench):
     pred = root / "P.jsonl"
     # --images defaults to the samples file's folder (where the demo's relative image paths start)
     info = _ok(runner.invoke(app, ["answer", "--samples", str(b.samples), "--kb", str(b.kb), "--index", str(idx),
-                                   "--pipeline", "extractive", "--out", str(pred)]))
+                                   "--pipeline", "extractive", "--out", str(pred), "--json"]))
     assert info["ok"] == b.n_samples and info["stages"][-1] == "answer-extractive"
     rr, _ = load_retrieval_records(pred.with_suffix(".retrieval.jsonl"))
     assert set(rr) == {"initial", "post"} and len(rr["post"]) == b.n_samples

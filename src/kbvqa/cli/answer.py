@@ -2,22 +2,24 @@
 
 Writes predictions (runner output, one line per sample with status) and `OUT.retrieval.jsonl` with
 every retrieval stage's ranking; the agent also writes `OUT.cassette/` (its tool and model caches,
-for exact offline replays) and `OUT.artifacts/` (long observations). `--pipeline` offers the PIPELINES registry's answer presets and
+for exact offline replays) and `OUT.artifacts/` (long observations). It ends with a short summary
+(records by status, and for the agent how episodes ended, forced answers, image-tag validity);
+`--json` prints the full summary as one JSON object instead. `--pipeline` offers the PIPELINES registry's answer presets and
 `--reranker` the RERANKERS registry, so a new preset or reranker shows up here without an edit
 (typer offers a Literal's values as the choices, in --help and when checking the flag).
 """
 
 from __future__ import annotations
 
-import json
+from collections import Counter
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, end_job, fail,
-                              journal_reasons)
+from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
+                              fail, journal_reasons)
 from kbvqa.cli.options import flags, option
 from kbvqa.cli.common import job_errors
 from kbvqa.models.rerank import RERANKERS
@@ -98,6 +100,8 @@ def answer(
                                          help="Run on an input with no samples (otherwise an error)."),
     guided: Optional[bool] = option(O, "guided", "--guided", help="agent: tell it the short reference "
                                                                   "(trajectories for `kbvqa reference build`, seed 001 §3.2)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the full summary as one JSON object (instead of "
+                                                       "the short one)."),
 ) -> None:
     """Answer a benchmark with a registered pipeline (an MM-RAG preset or the search agent); predictions
     carry retrieval, evidence, trajectories and usage. Every setting is one AnswerOptions: the defaults,
@@ -113,8 +117,62 @@ def answer(
         summary, rr = run_answer(prepared, opts, out, progress=console.is_terminal)
     except job_errors() as e:
         fail(e)
-    typer.echo(json.dumps({"out": str(out), "retrieval_records": str(rr), "ok": summary.ok, "error": summary.error,
-                           "invalid": summary.invalid, "pipeline": opts.pipeline, "stages": prepared.job.stage_names,
-                           "usage": summary.usage.model_dump(), "seconds": round(summary.seconds, 3)}))
+    doc = {"out": str(out), "retrieval_records": str(rr), "ok": summary.ok, "error": summary.error,
+           "invalid": summary.invalid, "needs_model": summary.needs_model, "skipped": summary.skipped,
+           "in_file": dict(summary.output_counts), "pipeline": opts.pipeline, "stages": prepared.job.stage_names,
+           "usage": summary.usage.model_dump(), "seconds": round(summary.seconds, 3)}
+    if opts.pipeline == "agent":
+        doc["episodes"] = episode_summary(out)
+    if as_json:
+        emit_json(doc)
+    else:
+        for line in summary_lines(doc):
+            typer.echo(line)
     end_job(summary.ok, {"error": summary.error, "invalid": summary.invalid}, skipped=summary.skipped, what="sample(s)",
             needs_model=summary.needs_model, reasons=journal_reasons(out) if summary.error or summary.invalid else None)
+
+
+def episode_summary(out: Path) -> dict[str, Any]:
+    """How the agent's episodes in the output ended (kbvqa.evaluate.agent.termination_counts), forced
+    answers among them, and image-tag validity as the answers' provenance records it."""
+    from kbvqa.evaluate.agent import termination_counts
+    from kbvqa.runner import read_results
+
+    preds = [p for p in read_results(out) if p.get("status") == "ok"] if out.is_file() else []
+    tags: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    for p in preds:
+        prov = (p.get("meta") or {}).get("provenance") or {}
+        tags["tags"] += int(prov.get("tags") or 0)
+        tags["valid"] += int(prov.get("valid") or 0)
+        tags["episodes with violations"] += bool(prov.get("violations"))
+        kinds.update(str(v.get("kind")) for v in prov.get("violations") or [] if isinstance(v, dict))
+    ending = termination_counts(preds)
+    return {"n": len(preds), "terminations": {r["termination"]: r["episodes"] for r in ending["rows"]},
+            "forced_answers": ending["forced_answers"],
+            "no_answer": sum(r["no_answer"] for r in ending["rows"]),
+            "tags": {"valid": tags["valid"], "total": tags["tags"],
+                     "episodes_with_violations": tags["episodes with violations"], "violations": dict(kinds)}}
+
+
+def summary_lines(doc: dict[str, Any]) -> list[str]:
+    """The short terminal summary of an answer run (the full one is `--json`)."""
+    from kbvqa.report.tables import prose, wrap_text
+
+    this_run = {k: doc[k] for k in ("ok", "error", "invalid", "needs_model") if doc[k] or k == "ok"}
+    lines = [f"answer --pipeline {doc['pipeline']}: {prose(this_run)} this run"
+             + (f" ({doc['skipped']} already ok, kept)" if doc["skipped"] else "")
+             + f"; {doc['out']} holds {prose(doc['in_file']) if doc['in_file'] else 'nothing'}"]
+    ep = doc.get("episodes")
+    if ep:
+        t = ep["tags"]
+        lines.append(f"episodes ok in the file: {ep['n']}, ended by {prose(ep['terminations'])}; forced answers "
+                     f"{ep['forced_answers']}" + (f"; no answer {ep['no_answer']}" if ep["no_answer"] else ""))
+        lines.append(f"image tags: {t['valid']} of {t['total']} valid"
+                     + (f"; violations {prose(t['violations'])} in {t['episodes_with_violations']} episode(s)"
+                        if t["violations"] else ""))
+    u = doc["usage"]
+    lines.append(f"model calls {u.get('calls', 0)}, tokens {u.get('prompt_tokens', 0)} in / "
+                 f"{u.get('completion_tokens', 0)} out, {doc['seconds']:.2f} s; retrieval records "
+                 f"{doc['retrieval_records']}; the full summary: --json")
+    return [wrap_text(line) for line in lines]

@@ -220,7 +220,10 @@ def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]
 
 def print_result(table: "ResultTable") -> None:
     """A report table (kbvqa.report.tables.ResultTable) by `print_table`, its cells formatted the
-    table's way, then its notes one per line."""
+    table's way, then its notes one per line, each wrapped at 80 columns between words."""
+    from kbvqa.report.tables import wrap_text
+
     print_table(table.caption, table.columns, [[table.fmt(v) for v in r] for r in table.rows])
     for note in table.notes:
-        typer.echo(note)
+        if note:
+            typer.echo(wrap_text(note))

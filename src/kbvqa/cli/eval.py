@@ -23,8 +23,9 @@ from kbvqa.cli.score import _GRADED_HELP, _JUDGE_MODEL, _JUDGE_REPLAY, _JUDGE_UR
 from kbvqa.evaluate.retrieval import DEFAULT_KS
 from kbvqa.pipelines.evaluation import EvalOptions, JudgeOptions
 
-#: `kbvqa answer`'s flags that eval takes as they are (its --out is the predictions file; eval's is a folder)
-_NOT_SHARED = ("out",)
+#: `kbvqa answer`'s flags that eval takes as they are (its --out is the predictions file; eval's is a folder;
+#: its --json prints the answer summary, eval's own the results document)
+_NOT_SHARED = ("out", "as_json")
 
 
 def answer_parameters() -> list[inspect.Parameter]:

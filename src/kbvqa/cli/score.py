@@ -45,11 +45,11 @@ def _show(make_report: Callable[[], ScoreReport], as_json: bool) -> ScoreReport:
     if as_json:
         emit_json(report.summary)
         return report
-    from kbvqa.report.tables import ResultTable
+    from kbvqa.report.tables import ResultTable, wrap_text
 
     print_result(ResultTable("score", report.title, "", report.header, report.rows))
     for line in report.footer:
-        typer.echo(line)
+        typer.echo(wrap_text(line))
     return report
 
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from kbvqa.report.tables import PCT, ResultTable, footnoted, percent
+from kbvqa.report.tables import PCT, ResultTable, footnoted, percent, prose
 
 __all__ = ["ivr12_terminal_tables", "ivr12_compare_terminal_table", "study_table", "recall_by_variant_table", "audit_summary_table", "audit_diff_table",
            "human_eval_table", "augment_stats_tables", "dataset_stats_table", "kb_stats_table", "kb_hits_table"]
@@ -259,7 +259,8 @@ def audit_diff_table(d: Mapping[str, Any]) -> ResultTable:
     rows = [row("all", d), *(row(f"– {k}", v) for k, v in d["by_question_type"].items()),
             *(row(f"tag {k}", v) for k, v in d["by_tag"].items())]
     notes = [f"only in A: {d['only_in_a']['count']}  only in B: {d['only_in_b']['count']}"]
-    notes += [f"[{cat}] {r['id']}: {r['question_a']!r} → {r['question_b']!r}; {r['answers_a']} → {r['answers_b']}"
+    notes += [f"[{cat}] {r['id']}: “{r['question_a']}” → “{r['question_b']}”; {prose(r['answers_a'])} → "
+              f"{prose(r['answers_b'])}"
               for cat, rs in d["examples"].items() for r in rs]
     a, b = Path(d["a"]).name, Path(d["b"]).name
     return ResultTable("audit-diff", f"{a} → {b}: {d['joined']} joined on id (% of rows)", "",
@@ -274,9 +275,9 @@ def human_eval_table(res: Mapping[str, Any]) -> ResultTable:
     acc = res["accuracy"]
     if acc["mean"] is not None:
         notes.append(f"accuracy {100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}")
-    notes += [f"{p}: agreement {v['agreement']}, Cohen's kappa {v['cohen_kappa']} ({v['items']} items)"
+    notes += [f"{p}: agreement {prose(v['agreement'])}, Cohen's kappa {prose(v['cohen_kappa'])} ({v['items']} items)"
               for p, v in res["pairwise"].items()]
-    notes.append(f"Fleiss' kappa {res['fleiss_kappa']} over {res['items_rated_by_all']} items")
+    notes.append(f"Fleiss' kappa {prose(res['fleiss_kappa'])} over {res['items_rated_by_all']} items")
     return ResultTable("human-eval", f"human evaluation ({res['items_in_key']} items)", "",
                        ["annotator", "annotated", "accuracy", "judged valid", "answer accuracy"], rows, notes,
                        float_digits=None)

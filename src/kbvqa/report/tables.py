@@ -11,14 +11,19 @@ from __future__ import annotations
 import csv
 import io
 import re
+import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from kbvqa.units import PCT, percent
 
-__all__ = ["PCT", "ResultTable", "fmt_value", "footnoted", "latex_escape", "md_escape", "percent", "to_markdown",
-           "to_csv", "to_latex", "unit_problems", "write_table"]
+__all__ = ["LEGEND_WIDTH", "PCT", "ResultTable", "fmt_value", "footnoted", "latex_escape", "md_escape", "percent",
+           "prose", "to_markdown", "to_csv", "to_latex", "unit_problems", "wrap_text", "write_table"]
+
+#: The width a terminal legend, footnote or summary line is wrapped at (between words).
+LEGEND_WIDTH = 80
 
 #: The unit rule every table follows: kbvqa.units (PCT, percent), checked here by `unit_problems`.
 _RATE_WORDS = re.compile(r"accuracy|recall|R@\d+|rate|share|precision|coverage|\bcorrect\b|incorrect|"
@@ -54,6 +59,35 @@ def fmt_value(v: Any, digits: int | None = 2) -> str:
             return "n/a"
         return str(v) if digits is None else f"{v:.{digits}f}"
     return str(v)
+
+
+def prose(v: Any) -> str:
+    """A value inside a sentence (a legend, a note, a summary line), never a Python repr: None is
+    "n/a", a mapping "key n, key n" (underscores as spaces), a list "a, b", a float two decimals."""
+    if v is None:
+        return "n/a"
+    if isinstance(v, Mapping):
+        return ", ".join(f"{str(k).replace('_', ' ')} {prose(x)}" for k, x in v.items()) or "none"
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return ", ".join(prose(x) for x in v) or "none"
+    return fmt_value(v)
+
+
+def wrap_text(text: str, width: int = LEGEND_WIDTH) -> str:
+    """A legend or footnote as a terminal shows it: each of its lines wrapped at `width` columns between
+    words, the continuation indented under its start ("[2] ", "- ", a leading indent); a word longer
+    than the line (a path, a URL) stands whole on a line of its own, never cut."""
+    out = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip())
+        mark = re.match(r"\s*(?:\[\d+\]\s+|[-*•]\s+)?", line)
+        indent = " " * min(max(lead, len(mark.group(0)) if mark else 0), width // 3)
+        out.append(textwrap.fill(line, width=width, subsequent_indent=indent, break_long_words=False,
+                                 break_on_hyphens=False))
+    return "\n".join(out)
 
 
 def unit_problems(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:

@@ -169,6 +169,9 @@ class JobOptions(BaseModel):
                 where = cls.flag_for(path) if path else cls.__name__
             else:
                 where = f"{source}: {path}"
+            if err.get("type") == "value_error":  # a validator's own sentence, naming what it was given
+                lines.append(f"{where}: {str(err.get('msg')).removeprefix('Value error, ')}")
+                continue
             shown = "" if err.get("type") in ("missing", "extra_forbidden") else f" (got {err.get('input')!r})"
             lines.append(f"{where}: {err.get('msg')}{shown}")
         return "; ".join(lines)

@@ -59,6 +59,14 @@ class AgentOptions(BaseModel):
         """The WebTools keywords this run sets (unset fields keep WebTools' own defaults)."""
         return self.web.model_dump(exclude_none=True)
 
+    @field_validator("kb_images")
+    @classmethod
+    def _existing_folder(cls, v: Path | None) -> Path | None:
+        """A misspelt folder would make every image result `empty`, a run that looks fine: refused."""
+        if v is not None and not Path(v).is_dir():
+            raise ValueError(f"{v}: no such folder (the folder the KB's image paths start from)")
+        return v
+
     @field_validator("tools")
     @classmethod
     def _known_backend(cls, v: str) -> str:
@@ -130,6 +138,20 @@ class AnswerOptions(JobOptions):
             data["generate"] = generate
         return data
 
+    @field_validator("index")
+    @classmethod
+    def _index_stem(cls, v: Path | None) -> Path | None:
+        """`kbvqa index images --out idx/images` writes `idx/images.json` and `.npy`; `--index` takes
+        that stem, or the folder holding exactly one such index (`idx/`)."""
+        if v is None or not Path(v).is_dir():
+            return v
+        stems = sorted(j.with_suffix("") for j in Path(v).glob("*.json") if j.with_suffix(".npy").is_file())
+        if len(stems) != 1:
+            found = ", ".join(str(s) for s in stems) or "none"
+            raise ValueError(f"{v} is a folder: name the index by its stem (the path `kbvqa index images "
+                             f"--out` was given; image indexes in this folder: {found})")
+        return stems[0]
+
     @field_validator("pipeline")
     @classmethod
     def _known_pipeline(cls, v: str) -> str:
@@ -149,6 +171,8 @@ class AnswerOptions(JobOptions):
         stray = [f for g in GROUPS if g not in takes for f in self.flags_under(g)]
         if stray:
             raise OptionsError(f"--pipeline {self.pipeline} does not take {', '.join(stray)}")
+        if self.pipeline == "direct" and self.flags_under("kb"):
+            raise OptionsError("--pipeline direct answers without retrieval and never reads a KB: drop --kb")
         web = self.flags_under("agent.web")
         if web and self.agent.tools != "web":
             raise OptionsError(f"{', '.join(web)} configure the agent's web backend: add --pipeline agent "
