@@ -192,3 +192,70 @@ def test_rules_client_contract():
 def test_chatresult_roundtrip():
     r = ChatResult(status="ok", text="t", data={"a": [1]}, provenance={"backend": "openai", "model": "m"})
     assert ChatResult.model_validate_json(r.model_dump_json()) == r
+
+
+# -- a reply a stage refuses after parsing is not remembered -------------------------------------
+
+def test_a_rejected_reply_is_forgotten_by_the_cache_and_asked_again(tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    with FakeLLMServer() as srv:
+        srv.push(ok('{"label": "no"}'), ok('{"label": "yes"}'), ok('{"label": "never asked"}'))
+
+        async def go():
+            async with OpenAIChatClient(srv.base_url, "m", cache=cache, **FAST) as c:
+                first = await c.chat(MSG, schema=Label)  # parses: the stage refuses it
+                exc = first.reject("the stage wanted yes")
+                again = await c.chat(MSG, schema=Label)  # not served from the cache: asked anew
+                third = await c.chat(MSG, schema=Label)  # the accepted reply is cached as usual
+                return first, exc, again, third
+        first, exc, again, third = run(go())
+    assert isinstance(exc, Invalid) and str(exc) == "the stage wanted yes"
+    assert first.data == {"label": "no"} and again.data == {"label": "yes"} and not again.cached
+    assert third.cached and third.data == {"label": "yes"} and srv.count == 2
+    assert cache.stats()["forgotten"] == 1 and len(cache) == 1
+    first.reject("twice")  # the hooks ran once: nothing more happens
+    assert cache.stats()["forgotten"] == 1
+
+
+def test_reply_that_does_not_fit_the_stage_model_is_rejected(tmp_path):
+    class Strict(BaseModel):
+        label: Literal["yes"]
+
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    with FakeLLMServer() as srv:
+        srv.push(ok('{"label": "no"}'), ok('{"label": "yes"}'))
+
+        async def go():
+            async with OpenAIChatClient(srv.base_url, "m", cache=cache, **FAST) as c:
+                res = await c.chat(MSG, schema=Label)
+                with pytest.raises(Invalid, match="does not fit Strict"):
+                    res.reply(Strict)
+                return await c.chat(MSG, schema=Label)
+        assert run(go()).data == {"label": "yes"} and srv.count == 2
+
+
+def test_record_mode_asks_again_after_a_rejection_and_replay_stays_exact(tmp_path):
+    cas, before = tmp_path / "run.jsonl", tmp_path / "before-resume.jsonl"
+    with FakeLLMServer() as srv:
+        srv.push(ok('{"label": "no"}'), ok("not json"), ok('{"label": "yes"}'), ok('{"label": "yes"}'))
+
+        async def record(path):
+            rc = ReplayClient(path, mode="record", inner=OpenAIChatClient(srv.base_url, "m", max_retries=0, **FAST))
+            res = await rc.chat(MSG, schema=Label)
+            other = await rc.chat([{"role": "user", "content": "free"}], schema=Label)
+            await rc.aclose()
+            return res, other
+        res, other = run(record(cas))
+        assert res.data == {"label": "no"} and other.status == "invalid"
+        res.reject("wanted yes")
+        before.write_bytes(cas.read_bytes())  # the cassette of the run that saw the refused reply
+        lines = [json.loads(x) for x in cas.read_text().splitlines()]
+        assert [("response" in ln, ln.get("rejected")) for ln in lines] == [(True, None), (True, None),
+                                                                            (False, "wanted yes")]
+        again, other2 = run(record(cas))  # a resumed run (a new process reads the file): both asked anew
+        assert again.data == {"label": "yes"} and not again.cached and other2.data == {"label": "yes"}
+        assert srv.count == 4
+    old = run(ReplayClient(before).chat(MSG, schema=Label))
+    new = run(ReplayClient(cas).chat(MSG, schema=Label))
+    assert old.data == {"label": "no"} and new.data == {"label": "yes"}  # each replays what its run saw
+    assert run(ReplayClient(before).chat([{"role": "user", "content": "free"}], schema=Label)).status == "invalid"

@@ -528,7 +528,7 @@ def test_entity_search_finds_a_picture_for_an_entity_missing_from_the_pool(tmp_p
     # the synthesis is shown the addition after the scored top-k
     from kbvqa.pipelines.reference.common import synthesis_pool
 
-    assert [x["pool"] for x in synthesis_pool({**line, "entities": line["entities"]}, "after_synthesis")] == [
+    assert [x["pool"] for x in synthesis_pool({**line, "entities": line["entities"]}, "after_synthesis")[0]] == [
         "best_link", "entity_search"]
     # a listing that cites a candidate that does not exist is invalid; offline the item stops
     entity_reply = ok_json({"entities": [{"name": "X", "shown_in": [3], "query": "x"}]})
@@ -744,11 +744,12 @@ def synthesis_record(rid: str, cands: list[dict], qimg, question: str = Q) -> di
 GOOD = 'Eileen Collins.\n<image>{"candidate_images": 3}</image>\nShe flew.\n<image>{"candidate_images": 1}</image>'
 
 
-def test_synthesis_validates_indices_and_drops_unused(tmp_path, qimg):
+def test_synthesis_keeps_the_tags_it_can_resolve_and_counts_the_rest(tmp_path, qimg):
     store = ImageStore(tmp_path / "images")
     cands = [store_image(store, photo(n).resize((300, 200))) for n in ("rocket", "coffee", "chelsea")]
     answers = {"good": GOOD, "range": 'X.\n<image>{"candidate_images": 4}</image>',
-               "bad": "X.\n<image>Image 2</image>", "twice": GOOD + '\n<image>{"candidate_images": 3}</image>'}
+               "bad": GOOD + "\n<image>Image 2</image>", "twice": GOOD + '\n<image>{"candidate_images": 3}</image>',
+               "stray": "Lead </image> text.\n" + tag_line(2), "nothing": '\n<image>{"candidate_images": 9}</image>\n'}
 
     def handler(req):
         t = text_of(req)
@@ -762,12 +763,81 @@ def test_synthesis_validates_indices_and_drops_unused(tmp_path, qimg):
                                                   journal="synthesis.jsonl")}
     good = lines["good"]
     assert good["status"] == "ok", good["reason"]
-    assert good["draft"]["text"] == renumber(GOOD, [3, 1])
+    assert good["draft"]["text"] == renumber(GOOD, [3, 1]) and "dropped_tags" not in good["draft"]
     assert [im["sha256"] for im in good["draft"]["images"]] == [cands[2]["sha256"], cands[0]["sha256"]]
     assert good["draft"]["unused"] == [cands[1]["sha256"]] and good["funnel"]["draft"]["dropped"] == {"unused": 1}
-    assert lines["range"]["status"] == "invalid" and "idx_out_of_range" in lines["range"]["reason"]
-    assert lines["bad"]["status"] == "invalid" and "malformed_tag" in lines["bad"]["reason"]
-    assert lines["twice"]["status"] == "invalid" and "duplicate_image" in lines["twice"]["reason"]
+    for k, kind in (("bad", "malformed_tag"), ("twice", "duplicate_image")):  # one bad tag: the others stay
+        ln = lines[k]
+        assert ln["status"] == "ok", ln["reason"]
+        assert ln["draft"]["text"] == renumber(GOOD, [3, 1])  # the bad tag (and its line) left the text
+        assert [im["sha256"] for im in ln["draft"]["images"]] == [cands[2]["sha256"], cands[0]["sha256"]]
+        assert ln["funnel"]["draft"]["dropped_tags"] == {kind: 1} and ln["funnel"]["draft"]["used"] == 2
+        assert [v["kind"] for v in ln["draft"]["dropped_tags"]] == [kind]
+    rng = lines["range"]
+    assert rng["status"] == "ok" and rng["draft"]["text"] == "X." and rng["draft"]["images"] == []
+    assert rng["funnel"]["draft"]["dropped_tags"] == {"idx_out_of_range": 1}
+    assert rng["funnel"]["draft"]["drafts_all_tags_dropped"] == 1
+    stray = lines["stray"]
+    assert stray["draft"]["text"] == f"Lead  text.\n{tag_line(1)}" and stray["draft"]["images"][0]["sha256"] == \
+        cands[1]["sha256"] and stray["funnel"]["draft"]["dropped_tags"] == {"malformed_tag": 1}
+    assert lines["nothing"]["status"] == "invalid" and "nothing usable remains" in lines["nothing"]["reason"]
+    assert "idx_out_of_range" in lines["nothing"]["reason"]
+
+
+def test_synthesis_shows_at_most_ten_candidates_entity_images_included(tmp_path, qimg):
+    store = ImageStore(tmp_path / "images")
+    base = photo("rocket").resize((400, 300))
+    imgs = [store_image(store, base.rotate(7 * i, expand=False)) for i in range(13)]
+    rec = synthesis_record("ten", imgs[:10], qimg)
+    rec["entities"] = {"added": [{**x, "pool": "entity_search", "entity": f"E{i}", "overall": 3, "scores": dims(3)}
+                                 for i, x in enumerate(imgs[10:])]}
+    with FakeLLMServer(handler=lambda req: Reply(content="Text.\n" + tag_line(len(images_of(req)) - 1))) as srv:
+        (line,) = run_stage("synthesis", [rec], tmp_path, roles={"vision": client(srv)})
+        shown = len(images_of(srv.requests[0]["json"])) - 1
+    assert line["status"] == "ok", line["reason"]
+    assert shown == 10  # the three entity-search images fill the ten: the 8th-10th scored make room
+    units = line["funnel"]["draft"]
+    assert units["candidates_shown"] == 10 and units["shown_by_pool"] == {"best_link": 7, "entity_search": 3}
+    assert units["not_shown_over_cap"] == {"best_link": 3}
+    assert [x["sha256"] for x in line["draft"]["not_shown"]] == [x["sha256"] for x in imgs[7:10]]
+    assert line["draft"]["images"][0]["sha256"] == imgs[12]["sha256"]  # Image 10 is the last entity image
+
+
+def test_a_refused_draft_recovers_on_resume_with_the_default_cache_and_replays_exactly(tmp_path, qimg, monkeypatch):
+    from kbvqa.models.config import ModelsConfig, RoleConfig, build_roles, cache_path
+
+    monkeypatch.delenv("KBVQA_CACHE", raising=False)  # the cache a user gets without any flag or file
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_path(ModelsConfig()) == tmp_path / "xdg" / "kbvqa" / "responses.sqlite"
+    store = ImageStore(tmp_path / "images")
+    cands = [store_image(store, photo(n).resize((300, 200))) for n in ("rocket", "coffee", "chelsea")]
+    recs = [synthesis_record("r1", cands, qimg)]
+    cassette = tmp_path / "vision.jsonl"
+
+    def roles(srv=None, mode="record"):
+        rc = RoleConfig(backend="replay", cassette=str(cassette if mode == "record" else srv), replay_mode=mode,
+                        **({"base_url": srv.base_url, "model": "vlm-x", "max_retries": 0} if mode == "record" else {}))
+        return build_roles(ModelsConfig(roles={"vision": rc}))
+
+    with FakeLLMServer() as srv:  # an imperfect model: nothing usable first, a good draft when asked again
+        srv.push(Reply(content='<image>{"candidate_images": 7}</image>'), Reply(content=GOOD))
+        (first,) = run_stage("synthesis", recs, tmp_path, roles=roles(srv), journal="synthesis.jsonl")
+        assert first["status"] == "invalid" and "nothing usable remains" in first["reason"]
+        from kbvqa.models.cache import ResponseCache
+
+        user_cache = ResponseCache(cache_path(ModelsConfig()))
+        assert user_cache.store.labels() == {"rejected": 1}  # the refused reply was cached, then forgotten
+        seen = tmp_path / "seen.jsonl"
+        seen.write_bytes(cassette.read_bytes())  # the cassette of the run that saw the refused reply
+        (again,) = run_stage("synthesis", recs, tmp_path, roles=roles(srv), journal="synthesis.jsonl")  # --resume
+        assert srv.count == 2  # asked anew: neither the response cache nor the cassette served the refusal
+    assert again["status"] == "ok" and again["attempts"] == 2 and again["draft"]["text"] == renumber(GOOD, [3, 1])
+    assert user_cache.store.labels() == {"openai:vlm-x": 1}  # the accepted reply took the refused one's place
+    replay_old = run_stage("synthesis", recs, tmp_path, roles=roles(seen, "replay"), journal="replay-old.jsonl")
+    replay_new = run_stage("synthesis", recs, tmp_path, roles=roles(cassette, "replay"), journal="replay-new.jsonl")
+    assert (replay_old[0]["status"], replay_old[0]["reason"]) == (first["status"], first["reason"])
+    assert replay_new[0]["draft"]["text"] == again["draft"]["text"] and replay_new[0]["draft"]["images"] == \
+        again["draft"]["images"]
 
 
 # -------------------------------------------------------------------------- stage 6: the audit

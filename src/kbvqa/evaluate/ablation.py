@@ -199,11 +199,11 @@ class ProbeGeneration(Stage):
         try:  # strict JSON: the whole reply is the object, no prose or second block around it
             extract_json(res.text, strict=True)
         except ValueError as exc:
-            raise Invalid(f"{who} reply unusable: {exc}") from None
+            raise res.reject(f"{who} reply unusable: {exc}") from None
         got = Counter(p.kind for p in reply.probes)
         if any(got[k] != n for k in KINDS):
-            raise Invalid(f"{who} reply unusable: expected {n} probes of each kind, got "
-                          + ", ".join(f"{got[k]} {k}" for k in KINDS))
+            raise res.reject(f"{who} reply unusable: expected {n} probes of each kind, got "
+                             + ", ".join(f"{got[k]} {k}" for k in KINDS))
         seen: Counter[str] = Counter()
         probes = []
         for p in reply.probes:

@@ -1,8 +1,11 @@
 """The one response cache every model call goes through (SQLite, WAL), and a run's model cassette.
 
 Only deterministic calls are cached (temperature 0 or an explicit seed) and only `ok` results are
-stored: errors and invalid replies are never cached, so resuming a run retries them. The key is a
-sha256 over canonical JSON of everything that decides the reply; the API key is never part of it.
+stored: errors and invalid replies are never cached, so resuming a run retries them. A reply a stage
+refuses after parsing (`ChatResult.reject`) is forgotten the same way: its entry is replaced by a
+marker that reads as a miss (`forget`), so a resumed run asks again and the next `ok` reply takes its
+place. The key is a sha256 over canonical JSON of everything that decides the reply; the API key is
+never part of it.
 
 A `ModelCassette` is the other use of the same key: the record of one run. It keeps every call the
 run made, whatever its status and whether or not the call was deterministic or answered by the
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import functools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +82,11 @@ def is_deterministic(params: dict[str, Any]) -> bool:
     return t is not None and float(t) == 0.0
 
 
+#: what a forgotten entry holds: a marker, not a ChatResult (its first key tells it apart)
+_REJECTED_KEY = "kbvqa_rejected"
+_REJECTED_PREFIX = '{"' + _REJECTED_KEY + '"'
+
+
 class ResponseCache:
     """`ok` ChatResults by request key, in a kbvqa.data.kvstore.KVStore (SQLite, WAL): safe to share
     between the tasks of an event loop and between threads; pickles as its path (Ray actors reopen
@@ -89,6 +98,7 @@ class ResponseCache:
         self.hits = 0
         self.misses = 0
         self.writes = 0
+        self.forgotten = 0
 
     @property
     def path(self) -> Path:
@@ -102,12 +112,12 @@ class ResponseCache:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.store = state["store"]
-        self.hits = self.misses = self.writes = 0
+        self.hits = self.misses = self.writes = self.forgotten = 0
 
     def get(self, key: str) -> ChatResult | None:
         """The stored result (as it was stored; callers mark it cached), or None."""
         raw = self.store.get(key)
-        if raw is None:
+        if raw is None or raw.startswith(_REJECTED_PREFIX):  # never stored, or a stage refused it
             self.misses += 1
             return None
         self.hits += 1
@@ -121,13 +131,22 @@ class ResponseCache:
         self.writes += 1
         return True
 
+    def forget(self, key: str, reason: str = "") -> None:
+        """A stage refused the reply stored under `key` (`ChatResult.reject`): replace it by a marker
+        that reads as a miss. Through the store's outbox like any write, so inside a record it lands
+        after the entry the same record wrote, and a resumed run asks the model again."""
+        marker = json.dumps({_REJECTED_KEY: reason[:500], "at": round(time.time(), 3)}, ensure_ascii=False)
+        self.store.put(key, marker, label="rejected")
+        self.forgotten += 1
+
     def __len__(self) -> int:
         return len(self.store)
 
     def stats(self) -> dict[str, Any]:
-        """Counts for the run report: entries, this process's hits/misses/writes, per model."""
+        """Counts for the run report: entries (forgotten ones under the label "rejected"), this
+        process's hits/misses/writes/forgotten, per model."""
         return {"path": str(self.path), "entries": len(self.store), "hits": self.hits, "misses": self.misses,
-                "writes": self.writes, "by_model": self.store.labels()}
+                "writes": self.writes, "forgotten": self.forgotten, "by_model": self.store.labels()}
 
     def close(self) -> None:
         self.store.close()
@@ -141,3 +160,6 @@ class ModelCassette(ResponseCache):
         self.store.put(key, result.model_dump_json(), label=f"{result.provenance.backend}:{result.provenance.model}")
         self.writes += 1
         return True
+
+    def forget(self, key: str, reason: str = "") -> None:
+        """Never: the run's record keeps the reply it saw, refused or not (replay stays exact)."""

@@ -4,6 +4,8 @@ What the old scripts got wrong and this fixes: one base-URL rule; pooled keep-al
 a concurrency limit instead of one request at a time on a fresh connection; bounded retries with
 backoff instead of none (or forever); API failures come back as `status="error"`, never as answers;
 unparseable or schema-violating replies come back as `status="invalid"`, never as a default label.
+An `ok` reply served from or written to the response cache carries the hook that makes the cache
+forget it if the stage refuses it (`ChatResult.reject`); the run's cassette keeps it regardless.
 
 Base-URL rule: `base_url` is the OpenAI SDK's base_url, i.e. it ends in `/v1`
 (`http://127.0.0.1:8000/v1`). A URL without a `/v1` path segment gets `/v1` appended, so
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import json
 import os
 import random
@@ -386,6 +389,8 @@ class OpenAIChatClient:
             res = await self._call(messages, schema, call_params, prov, t0)
             if cacheable and res.status == "ok":
                 self.cache.put(key, res)  # type: ignore[union-attr, arg-type]
+        if cacheable and res.status == "ok":  # a stage that refuses it makes the cache forget it
+            res.on_reject(functools.partial(self.cache.forget, key))  # type: ignore[union-attr]
         self.total_usage = self.total_usage.add(res.usage)
         if self.cassette is not None:  # the run's record: every call, as the run saw it
             self.cassette.put(key, res)  # type: ignore[arg-type]

@@ -6,10 +6,17 @@ cassette recorded against one server replays anywhere. In replay mode a miss is 
 never a live call; record mode forwards misses to `inner` and appends ok/invalid results (errors are
 not recorded, so a re-record retries them) — through the outbox, so inside a record the driver does
 the appending, whichever node ran it.
+
+Nothing is locked in by a recording: in record mode a recorded `invalid` reply, or an `ok` one a
+stage refused (`ChatResult.reject`, which appends a line {"key", "rejected": reason}), is asked
+again and the new reply appended after it. The later line of a key is the one a replay serves, so
+the cassette of a run that saw the refused reply (copied before the resume) replays it exactly, and
+the cassette after the resume replays what the resumed run saw.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -56,6 +63,7 @@ class ReplayClient:
         self.provenance = Provenance(backend="replay", model=inner_model)
         self.total_usage = Usage()
         self._entries: dict[str, ChatResult] = {}
+        self._stale: set[str] = set()  # keys whose recorded reply a stage refused: record mode asks again
         self._lock = threading.Lock()  # the append is synchronous; works across event loops
         if self.path.exists():
             self._load()
@@ -77,7 +85,11 @@ class ReplayClient:
         try:
             for n, rec in read_jsonl(self.path):
                 try:
+                    if "rejected" in rec and "response" not in rec:  # a stage refused the reply before it
+                        self._stale.add(rec["key"])
+                        continue
                     self._entries[rec["key"]] = ChatResult.model_validate(rec["response"])
+                    self._stale.discard(rec["key"])
                 except (ValueError, KeyError) as e:
                     raise ValueError(f"{self.path}:{n}: bad cassette line ({e})") from None
         except DataError as e:
@@ -96,11 +108,15 @@ class ReplayClient:
         t0 = time.perf_counter()
         key = self.key(messages, params, prompt_version, schema)
         hit = self._entries.get(key)
+        if hit is not None and self.mode == "record" and (key in self._stale or hit.status != "ok"):
+            hit = None  # refused or unusable when recorded: never locked in, asked again
         if hit is not None:
             prov = Provenance(backend="replay", model=hit.provenance.model, base_url=hit.provenance.base_url,
                               prompt_version=prompt_version or None)
             res = hit.model_copy(update={"cached": True, "provenance": prov,
                                          "usage": Usage(seconds=time.perf_counter() - t0)})
+            if self.mode == "record":
+                res.on_reject(functools.partial(self._refused, key))
         elif self.mode == "replay":
             res = ChatResult(status="error", reason=f"not in cassette: {key[:12]} ({self.path.name})",
                              usage=Usage(seconds=time.perf_counter() - t0),
@@ -110,6 +126,8 @@ class ReplayClient:
             res = await self.inner.chat(messages, schema=schema, prompt_version=prompt_version, **params)
             if res.status != "error":
                 await self._append(key, messages, params, prompt_version, res)
+            if res.status == "ok":
+                res.on_reject(functools.partial(self._refused, key))
         self.total_usage = self.total_usage.add(res.usage)
         return res
 
@@ -118,10 +136,18 @@ class ReplayClient:
         line = json.dumps({"key": key, "request": _summary(messages, params, prompt_version),
                            "response": res.model_dump(mode="json")}, ensure_ascii=False)
         with self._lock:
-            if key in self._entries:
+            if key in self._entries and key not in self._stale and self._entries[key].status == "ok":
                 return
             self._entries[key] = res
+            self._stale.discard(key)
         append_line(self.path.resolve(), line)  # the driver appends it (kbvqa.data.outbox), on Ray too
+
+    def _refused(self, key: str, reason: str) -> None:
+        """A stage refused the reply recorded under `key`: the line stays (a replay of this run serves
+        it), a marker line follows it, and record mode asks again from now on (here and on resume)."""
+        with self._lock:
+            self._stale.add(key)
+        append_line(self.path.resolve(), json.dumps({"key": key, "rejected": reason[:500]}, ensure_ascii=False))
 
     async def aclose(self) -> None:
         if self.inner is not None and hasattr(self.inner, "aclose"):

@@ -5,15 +5,23 @@ A call ends in exactly one of three states, so nothing downstream has to guess:
 `ok` (an answer, with `data` when a schema was asked for), `invalid` (the model replied but the reply
 could not be used: unparseable or failed validation) and `error` (no reply: HTTP failure after retries,
 timeout, cassette miss). An `error` or `invalid` result is never an answer and never gets a default label.
+
+A fourth outcome belongs to the stage, not the client: an `ok` reply the stage refuses after parsing
+(an index out of range, a count the contract fixes, a label off the list). The stage says so with
+`raise result.reject(reason)`: whoever remembered the reply to serve it again (the response cache, a
+record-mode cassette) forgets it, so a resumed run asks the model anew — while the run's own record
+(the cassette) keeps the reply it saw, so a replay stays exact (ARCHITECTURE.md: "A rejected reply is
+not remembered").
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal, Protocol, TypeVar, get_args, runtime_checkable
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from kbvqa.data.schema import Provenance, Usage
 
@@ -69,10 +77,26 @@ class ChatResult(BaseModel):
     provenance: Provenance
     cached: bool = False
     raw: dict[str, Any] | None = None
+    #: what to tell whoever would serve this reply again once a stage refuses it (not serialised)
+    _on_reject: tuple[Callable[[str], None], ...] = PrivateAttr(default=())
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    def on_reject(self, hook: Callable[[str], None]) -> "ChatResult":
+        """Register `hook(reason)` to run if a stage rejects this reply (a cache forgetting its entry)."""
+        self._on_reject = (*self._on_reject, hook)
+        return self
+
+    def reject(self, reason: str) -> Invalid:
+        """The stage refuses this parsed reply: every store that would serve it again forgets it (each
+        hook runs once), and the `Invalid` to raise is returned, so a stage writes
+        `raise res.reject("why")`."""
+        hooks, self._on_reject = self._on_reject, ()
+        for hook in hooks:
+            hook(reason)
+        return Invalid(reason)
 
     def as_model(self, model: type[M]) -> M:
         """The validated `data` as an instance of `model`; raises ValueError unless status is ok."""
@@ -94,8 +118,8 @@ class ChatResult(BaseModel):
             first = exc.errors()[0]
             loc = ".".join(map(str, first["loc"]))
             msg = first["msg"].removeprefix("Value error, ")
-            raise Invalid(f"{who} reply unusable: does not fit {model.__name__}: "
-                          f"{loc + ': ' if loc else ''}{msg}") from None
+            raise self.reject(f"{who} reply unusable: does not fit {model.__name__}: "  # parsed, then refused
+                              f"{loc + ': ' if loc else ''}{msg}") from None
 
     @property
     def truncated(self) -> bool:
@@ -122,7 +146,9 @@ async def call_model(client: Any, messages: list[dict], model: type[M], *, ctx: 
     - the call's usage is added to `ctx` (anything with `add_usage`: the runner's Context) before
       anything can raise — failed, invalid and retried calls cost tokens and requests too, and the
       run's totals must match what the server received;
-    - a failed call raises `ModelCallError` and an unusable reply `Invalid` (`ChatResult.reply`).
+    - a failed call raises `ModelCallError` and an unusable reply `Invalid` (`ChatResult.reply`);
+    - a reply the stage refuses after this returns is refused with `raise res.reject(reason)`, so
+      it is not served again (the module docstring).
 
     `schema` is what goes on the wire (default: `model`; the audit sends a prebuilt JSON Schema
     dict); `params` go to `client.chat` (e.g. `payload=` for a rules client)."""

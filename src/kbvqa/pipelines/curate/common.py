@@ -22,7 +22,7 @@ through the runner like any other stage, so those decisions get a journal and a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -170,10 +170,13 @@ def item(record: dict[str, Any]) -> dict[str, Any]:
 
 async def consult(ctx: Context, config: ModelStageConfig, prompt: Any, reply_model: type, record: dict[str, Any], *,
                   what: str, images: bool = True, params: dict[str, Any] | None = None,
+                  check: Callable[[Any], None] | None = None, model_index: int | None = None,
                   **values: Any) -> tuple[Any, dict[str, Any]]:
     """One strict-JSON model call for `record` through the reference stages' `ask` (the one place a
     pipeline asks a model: NeedsModel offline, usage counted, `error` / `invalid` on failure); with
-    `images`, the post's readable images go with it (at most `max_images`)."""
+    `images`, the post's readable images go with it (at most `max_images`). `check` is the stage's
+    contract beyond the reply model: a reply it refuses is `invalid` and never served again from a
+    cache (`ask`); `model_index` picks one model of a role that lists several."""
     pics = kept_images(record, config.max_images) if images and config.max_images else []
     return await ask(ctx, config.role, prompt, reply_model, what=f"{what} ({record['id']})", images=pics,
-                     params=params, **values)
+                     params=params, check=check, model_index=model_index, **values)

@@ -179,11 +179,13 @@ class Plausibility(CurateStage):
         comments = comment_list(record, c.comments)
         if not comments:
             return Verdict({"plausible": False}, "no_comments", "the post has no comments to take an answer from")
+        def names_a_comment(r: PlausibleReply) -> None:
+            if r.plausible and (r.comment is None or not 1 <= r.comment <= len(comments)):
+                raise Invalid(f"answer plausibility check ({record['id']}): plausible but comment {r.comment!r} is "
+                              f"not one of 1..{len(comments)}")
+
         reply, prov = await consult(ctx, c, PLAUSIBLE_ANSWER, PlausibleReply, record, what="answer plausibility check",
-                                    comments=comments, **post_fields(record))
-        if reply.plausible and (reply.comment is None or not 1 <= reply.comment <= len(comments)):
-            raise Invalid(f"answer plausibility check ({record['id']}): plausible but comment {reply.comment!r} is "
-                          f"not one of 1..{len(comments)}")
+                                    comments=comments, check=names_a_comment, **post_fields(record))
         payload: dict[str, Any] = {"plausible": reply.plausible, "reason": reply.reason, "judge": prov}
         if not reply.plausible:
             return Verdict(payload, "no_plausible_answer", reply.reason)

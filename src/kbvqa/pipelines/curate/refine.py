@@ -128,13 +128,15 @@ class Standardize(CurateStage):
 
         c: StandardizeConfig = self.config  # type: ignore[assignment]
         chosen = stage_payload(record, "plausibility").get("comment_text") or record.get("answer") or "(none)"
+        def long_enough(r: StandardizeReply) -> None:
+            if word_count(r.reference) < c.min_reference_words:
+                raise Invalid(f"style standardisation ({record['id']}): the reference has {word_count(r.reference)} "
+                              f"words, fewer than {c.min_reference_words}: not an expert paragraph")
+
         reply, prov = await consult(ctx, c, STANDARDIZE, StandardizeReply, record, what="style standardisation",
                                     answer_comment=chosen, comments=comment_list(record, c.comments),
-                                    reference_words=c.reference_words, **post_fields(record))
+                                    reference_words=c.reference_words, check=long_enough, **post_fields(record))
         words = word_count(reply.reference)
-        if words < c.min_reference_words:
-            raise Invalid(f"style standardisation ({record['id']}): the reference has {words} words, fewer than "
-                          f"{c.min_reference_words}: not an expert paragraph")
         return Verdict({"question": reply.question, "answer": reply.answer, "reference": reply.reference,
                         "reference_words": words, "judge": prov},
                        item={"question": reply.question, "answer": reply.reference, "key_answer": reply.answer,
@@ -241,7 +243,8 @@ class Difficulty(CurateStage):
                                        what="difficulty probe agreement",
                                        runs=len(answers), question=it["question"],
                                        answer=it.get("answer") or "(none)",
-                                       answers_raw="\n".join(f"{i}. {a}" for i, a in enumerate(answers, 1)))
+                                       answers_raw="\n".join(f"{i}. {a}" for i, a in enumerate(answers, 1)),
+                                       check=lambda r: agreement_groups(r, len(answers), what))
         groups, agree = agreement_groups(verdict, len(answers), what)
         consistency = len(groups[0]) / len(answers)
         accuracy = len(agree) / len(answers) if it.get("answer") else None
@@ -286,12 +289,14 @@ class Classify(CurateStage):
         if c.trust_post_labels and given[0] in c.categories and given[1] in c.intents:
             return Verdict({"category": given[0], "intent": given[1], "source": "post"},
                            item={"category": given[0], "intent": given[1]})
+        def on_the_lists(r: LabelReply) -> None:
+            if r.category not in c.categories or r.intent not in c.intents:
+                raise Invalid(f"{self.key} labels ({record['id']}): ({r.category!r}, {r.intent!r}) is not a cell of "
+                              "the configured lists")
+
         reply, prov = await consult(ctx, c, CLASSIFY, LabelReply, record, what=f"{self.key} labels",
                                     question=it["question"], answer=it.get("answer") or "(none)",
-                                    categories=c.categories, intents=c.intents)
-        if reply.category not in c.categories or reply.intent not in c.intents:
-            raise Invalid(f"{self.key} labels ({record['id']}): ({reply.category!r}, {reply.intent!r}) is not a cell of "
-                          "the configured lists")
+                                    categories=c.categories, intents=c.intents, check=on_the_lists)
         payload = {"category": reply.category, "intent": reply.intent, "source": "model", "judge": prov}
         if given[0] is not None or given[1] is not None:
             payload["before"] = {"category": given[0], "intent": given[1]}

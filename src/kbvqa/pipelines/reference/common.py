@@ -8,6 +8,11 @@ Failure states, the same in every stage:
 - the call failed (HTTP, timeout, cassette miss) → `ModelCallFailed` → `error`;
 - the model replied but not with the contract (not exactly one JSON value, a missing field, a score
   out of 1-5, a label off the list) → `Invalid` → `invalid`. Never a default verdict, never "keep".
+
+A reply the stage refuses after parsing (an index past the list shown, a count the contract fixes:
+`ask`'s `check`) is `invalid` too, and is refused through `ChatResult.reject`, so neither the
+response cache nor a record-mode cassette serves it again and `--resume` asks the model anew; the
+verdict cache stores a verdict only once its check has passed.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import asyncio
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -93,16 +98,24 @@ def strict_reply(text: str | None, reply_model: type[M], what: str) -> M:
 async def ask(ctx: Context, role: str, prompt: Prompt, reply_model: type[M] | None, *, what: str,
               images: Iterable[str | Path] = (), cache: VerdictCache | None = None,
               cache_parts: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
+              check: Callable[[Any], None] | None = None, model_index: int | None = None,
               **values: Any) -> tuple[Any, dict[str, Any]]:
     """One model call under the failure states above. Returns (validated reply — a `reply_model`, or
     the text when `reply_model` is None — and the provenance of the verdict). Temperature 0 unless
     `params` say otherwise (verdicts should repeat). With `cache` and
-    `cache_parts`, a verdict already given for the same parts, prompt and model is reused."""
+    `cache_parts`, a verdict already given for the same parts, prompt and model is reused.
+
+    `check(reply)` is the stage's own contract beyond the reply model (raise `Invalid` to refuse);
+    a refused reply is rejected (`ChatResult.reject`: not served again by any cache) and not stored
+    as a verdict. `model_index` picks one model of a role that lists several (the translation's
+    checkers); otherwise such a role is an error."""
     client = ctx.roles.get(role)
     if client is None:
         raise needs_model(what, role)
     if isinstance(client, list):
-        raise ValueError(f"role {role!r} lists several models; reference construction needs exactly one")
+        if model_index is None:
+            raise ValueError(f"role {role!r} lists several models; this stage needs exactly one")
+        client = client[model_index]
     prov = {**model_id(client), "prompt_version": prompt.id}
     parts = None
     if cache is not None and cache_parts is not None:
@@ -110,6 +123,8 @@ async def ask(ctx: Context, role: str, prompt: Prompt, reply_model: type[M] | No
         hit = cache.get(parts)
         if hit is not None:
             reply = reply_model.model_validate(hit) if reply_model is not None else hit
+            if check is not None:
+                check(reply)
             return reply, {**prov, "cached": True}
     messages = await asyncio.to_thread(prompt.messages, list(images), **values)  # images are encoded here
     res = await client.chat(messages, schema=reply_model, prompt_version=prompt.id,
@@ -119,17 +134,28 @@ async def ask(ctx: Context, role: str, prompt: Prompt, reply_model: type[M] | No
         raise ModelCallFailed(f"{what}: model call failed: {res.reason}")
     if res.status != "ok":
         raise Invalid(f"{what}: unusable reply: {res.reason}")
-    if reply_model is None:
-        reply: Any = (res.text or "").strip()
-        if not reply:
-            raise Invalid(f"{what}: empty reply")
-        value: Any = reply
-    else:
-        reply = strict_reply(res.text, reply_model, what)
-        value = reply.model_dump(mode="json")
+    try:
+        if reply_model is None:
+            reply: Any = (res.text or "").strip()
+            if not reply:
+                raise Invalid(f"{what}: empty reply")
+            value: Any = reply
+        else:
+            reply = strict_reply(res.text, reply_model, what)
+            value = reply.model_dump(mode="json")
+        if check is not None:
+            check(reply)
+    except Invalid as exc:
+        raise _rejected(res, exc) from None
     if parts is not None:
         cache.put(parts, value, label=prompt.name)  # type: ignore[union-attr]
     return reply, prov
+
+
+def _rejected(res: Any, exc: Invalid) -> Invalid:
+    """`exc` once the reply it refuses is forgotten by whatever would serve it again."""
+    reject = getattr(res, "reject", None)  # a test double may return a plain object
+    return reject(str(exc)) if callable(reject) else exc
 
 
 async def gather_all(coros: Iterable[Any], what: str) -> list[Any]:
@@ -167,20 +193,44 @@ async def settle(coros: Iterable[Any]) -> list[tuple[str, Any]]:
     return out
 
 
+#: the pool name of the entity-search images (kbvqa.pipelines.reference.entities)
+ENTITY_POOL = "entity_search"
+
+
 def scored_pool(record: Mapping[str, Any], max_candidates: int | None = None) -> list[dict[str, Any]]:
-    """The scored top-k (at most `max_candidates`) followed by the entity-search additions: what the
-    pre-synthesis filter checks, and what the synthesis may cite when the filter runs after it."""
-    top = list((record.get("candidates") or {}).get("kept") or [])[:max_candidates]
-    return [*top, *((record.get("entities") or {}).get("added") or [])]
+    """The scored top-k followed by the entity-search additions: what the pre-synthesis filter
+    checks. With `max_candidates`, at most that many in all (`fill_pool`)."""
+    top = list((record.get("candidates") or {}).get("kept") or [])
+    pool = [*top, *((record.get("entities") or {}).get("added") or [])]
+    return pool if max_candidates is None else fill_pool(pool, max_candidates)[0]
 
 
-def synthesis_pool(record: Mapping[str, Any], placement: str, max_candidates: int | None = None) -> list[dict[str, Any]]:
-    """The candidates the synthesis may cite: what survived the pre-synthesis filter and
-    de-duplication (`before_synthesis`), or the scored pool itself (`after_synthesis`, where the
-    filter and de-duplication work on the draft's tags instead)."""
+def fill_pool(cands: list[dict[str, Any]], cap: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(at most `cap` candidates, in their given order; the ones left out). Seed 001 C.2 shows "up to
+    ten candidate images"; how the entity-search images join them the paper does not say. kbvqa's
+    reading: they count toward the ten, not on top of it, and they take their places first (each was
+    searched because no candidate shows its entity; the best-scored first if they alone are more than
+    `cap`), the scored top-k filling the rest in rank order."""
+    entity = [x for x in cands if x.get("pool") == ENTITY_POOL]
+    if len(entity) > cap:
+        entity = sorted(entity, key=lambda x: -(x.get("overall") or 0))[:cap]  # stable: ties keep their order
+    room = cap - len(entity)
+    scored = [x for x in cands if x.get("pool") != ENTITY_POOL][:room]
+    keep = {id(x) for x in (*entity, *scored)}
+    return [x for x in cands if id(x) in keep], [x for x in cands if id(x) not in keep]
+
+
+def synthesis_pool(record: Mapping[str, Any], placement: str, max_candidates: int = 10
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the candidates the synthesis may cite, those left out by the cap): what survived the
+    pre-synthesis filter and de-duplication (`before_synthesis`), or the scored pool itself
+    (`after_synthesis`, where the filter and de-duplication work on the draft's tags instead); at
+    most `max_candidates` either way, entity-search images included (`fill_pool`)."""
     if placement == "before_synthesis":
-        return list((record.get("dedup") or {}).get("kept") or [])
-    return scored_pool(record, max_candidates)
+        pool = list((record.get("dedup") or {}).get("kept") or [])
+    else:
+        pool = scored_pool(record)
+    return fill_pool(pool, max_candidates)
 
 
 def counts(**values: int | Mapping[str, int]) -> dict[str, Any]:

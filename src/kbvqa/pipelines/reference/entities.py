@@ -26,12 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kbvqa.models.prompts.reference import ENTITY_CHECK
 from kbvqa.pipelines.reference.candidates import query_image, score_images
-from kbvqa.pipelines.reference.common import ReferenceStageConfig, ask, counts, needs_model, stage_record
+from kbvqa.pipelines.reference.common import ENTITY_POOL, ReferenceStageConfig, ask, counts, needs_model, stage_record
 from kbvqa.pipelines.reference.harvest import Found, Harvest, HarvestConfig
 from kbvqa.runner.stage import Context, Invalid, Stage
 from kbvqa.stages import register_stage
 
-POOL = "entity_search"
+POOL = ENTITY_POOL
 
 
 class Entity(BaseModel):
@@ -98,6 +98,14 @@ class LoopTools:
             self._tools = self._loop = None
 
 
+def shown_in_range(reply: EntityReply, n: int) -> None:
+    """Every `shown_in` index names one of the `n` candidates shown (else the reply is refused)."""
+    for e in reply.entities:
+        bad = [i for i in e.shown_in if not 1 <= i <= n]
+        if bad:
+            raise Invalid(f"entity check: {e.name!r} is shown in candidate(s) {bad}, but there are {n}")
+
+
 def candidate_lines(cands: list[dict[str, Any]]) -> str:
     lines = []
     for i, x in enumerate(cands, 1):
@@ -135,11 +143,8 @@ class EntitySearch(Stage):
                                 cache=ctx.resource("verdicts", None),
                                 cache_parts={"kind": "entities", "query": record.get("query_sha256"), "question": q,
                                              "answer": a, "candidates": [x["sha256"] for x in cands]},
-                                question=q, answer=a, candidates_raw=candidate_lines(cands))
-        for e in reply.entities:
-            bad = [i for i in e.shown_in if not 1 <= i <= len(cands)]
-            if bad:
-                raise Invalid(f"entity check: {e.name!r} is shown in candidate(s) {bad}, but there are {len(cands)}")
+                                question=q, answer=a, candidates_raw=candidate_lines(cands),
+                                check=lambda r: shown_in_range(r, len(cands)))
         missing = [e for e in reply.entities if not e.shown_in]
         searched = missing[: c.max_entities]
         known = {x["sha256"] for x in cands} | {record.get("query_sha256")}

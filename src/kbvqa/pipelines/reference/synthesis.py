@@ -1,25 +1,31 @@
-"""Stage 5 — write the interleaved draft (seed 001 C.2): one multimodal call, tags validated.
+"""Stage 5 — write the interleaved draft (seed 001 C.2): one multimodal call, tags resolved.
 
-The call receives, in order, the query image and up to 10 candidates (Image 1..N), then the
-question, the short reference, the trajectory (thought, call and observation per step, each
-observation capped at 3,000 characters) and each candidate's scores. The model cites a picture as
+The call receives, in order, the query image and up to 10 candidates (Image 1..N: the scored top-k
+and the entity-search images together, `common.fill_pool`), then the question, the short reference,
+the trajectory (thought, call and observation per step, each observation capped at 3,000
+characters) and each candidate's scores. The model cites a picture as
 `<image>{"candidate_images": N}</image>`.
 
-The draft is checked by `check_tags`: every tag must be exactly that JSON with 1 ≤ N ≤ the number
-shown, and no candidate may be cited twice. Any violation makes the item `invalid` (named, retried
-on resume) — a draft is never repaired by guessing what an index meant. The candidates the draft
-uses are renumbered 1..M in order of first use and the rest are dropped (counted), so the draft's
-`images` list is exactly what its tags cite: the NoteVQA reference layout.
+As App. C.2 does, the draft keeps the candidates its tags cite: `salvage` keeps every tag it can
+resolve (exactly that JSON, 1 ≤ N ≤ the number shown, first citation of that image) and removes the
+others from the text — malformed, out-of-range and repeated tags, and unpaired <image> markers —
+each counted by kind (`dropped_tags`), never repaired by guessing what an index meant. A draft is
+`invalid` only when nothing usable remains (no prose once those tags are gone); such a reply is
+rejected (`ChatResult.reject`), so `--resume` asks the model again instead of reading it back from a
+cache. The candidates the draft uses are renumbered 1..M in order of first use and the rest are
+dropped (counted), so the draft's `images` list is exactly what its tags cite: the NoteVQA
+reference layout.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from pydantic import Field
 
-from kbvqa.data.notevqa import candidate_tag, reference_tags
+from kbvqa.data.notevqa import _TAG, _TAG_PARTS, candidate_tag, reference_tags  # the one tag grammar
 from kbvqa.models.prompts.reference import SYNTHESIS
 from kbvqa.pipelines.reference.candidates import DIMENSIONS, query_image
 from kbvqa.pipelines.reference.common import (Placement, ReferenceStageConfig, ask, counts, needs_model, stage_record,
@@ -49,23 +55,50 @@ def renumber(text: str, used: list[int]) -> str:
     return "".join(out) + text[pos:]
 
 
-def drop_tags(text: str, drop: set[int]) -> str:
-    """`text` without the tags citing an index in `drop` (a tag alone on its line takes the line
-    with it); the remaining tags keep their indices (renumber afterwards)."""
-    tags, _ = reference_tags(text)
+def cut(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` without the (start, end) spans; a span alone on its line takes the line with it."""
     out, pos = [], 0
-    for t in tags:
-        if t.index not in drop:
-            continue
-        start, end = t.start, t.end
+    for start, end in sorted(spans):
         line_start = text.rfind("\n", 0, start) + 1
         line_end = text.find("\n", end)
         line_end = len(text) if line_end < 0 else line_end
         if not text[line_start:start].strip() and not text[end:line_end].strip():  # the tag's own line
             start, end = max(line_start - 1, 0), line_end
-        out.append(text[pos:start])
+        out.append(text[pos:max(pos, start)])
         pos = max(pos, end)
     return "".join(out) + text[pos:]
+
+
+def drop_tags(text: str, drop: set[int]) -> str:
+    """`text` without the tags citing an index in `drop` (a tag alone on its line takes the line
+    with it); the remaining tags keep their indices (renumber afterwards)."""
+    tags, _ = reference_tags(text)
+    return cut(text, [(t.start, t.end) for t in tags if t.index in drop])
+
+
+def salvage(text: str, n: int) -> tuple[str, list[int], list[dict[str, Any]]]:
+    """(the text without the tags that cannot be resolved, the indices cited in order of first use,
+    the dropped tags as `check_tags` reports them: {kind, tag, detail}). Resolvable: a well-formed
+    tag with 1 ≤ N ≤ `n` citing that image for the first time; everything else that looks like a tag
+    goes, unpaired <image> / </image> markers included. The kept tags keep their indices."""
+    tags, violations = reference_tags(text, n)
+    good = {(t.start, t.end) for t in tags}
+    clean = cut(text, [(m.start(), m.end()) for m in _TAG.finditer(text) if (m.start(), m.end()) not in good])
+    paired = [(m.start(), m.end()) for m in _TAG.finditer(clean)]
+    stray = [(m.start(), m.end()) for m in _TAG_PARTS.finditer(clean)
+             if not any(a <= m.start() < b for a, b in paired)]
+    return cut(clean, stray), [t.index for t in tags], violations
+
+
+def usable(text: str, n: int) -> None:
+    """Refuse a draft with nothing usable once its unresolvable tags are gone (no prose left)."""
+    clean, used, violations = salvage(text, n)
+    if not _TAG.sub("", clean).strip():
+        kinds = ", ".join(sorted({v["kind"] for v in violations})) or "no text"
+        raise Invalid(f"synthesis: nothing usable remains once the {len(violations)} unresolvable image tag(s) "
+                      f"({kinds}) are removed: the reply has no text" + (f"; first: {violations[0]['tag']!r}: "
+                                                                         f"{violations[0]['detail']}" if violations
+                                                                         else ""))
 
 
 def keep_images(draft: dict[str, Any], keep: list[int]) -> dict[str, Any]:
@@ -123,7 +156,8 @@ def candidate_block(cands: list[dict[str, Any]]) -> str:
 class SynthesisConfig(ReferenceStageConfig):
     role: str = "vision"
     placement: Placement = "after_synthesis"  # filled from [reference] filter_placement
-    max_candidates: int = Field(10, ge=0)  # of the scored top-k shown (entity-search additions come on top)
+    #: candidates shown at most, entity-search images included (C.2: "up to ten"; `common.fill_pool`)
+    max_candidates: int = Field(10, ge=0)
     observation_chars: int = Field(3000, ge=100)
     max_reply_tokens: int = Field(2048, ge=64)
 
@@ -144,24 +178,28 @@ class Synthesis(Stage):
         if c.role not in ctx.roles:
             raise needs_model("the interleaved synthesis (a multimodal call)", c.role)
         store = ctx.resource("image_store")
-        cands = synthesis_pool(record, c.placement, c.max_candidates)
+        cands, left_out = synthesis_pool(record, c.placement, c.max_candidates)
         query = query_image(record, "synthesis")
         raw, prov = await ask(ctx, c.role, SYNTHESIS, None, what="synthesis", params={"max_tokens": c.max_reply_tokens},
                               images=[query, *(store.path(x["path"]) for x in cands)],
                               question_raw=record.get("question", ""), answer_raw=record.get("answer", ""),
                               trajectory_raw=trajectory_text(record.get("steps") or [], c.observation_chars),
-                              candidates_raw=candidate_block(cands))
-        used, violations = check_tags(raw, len(cands))
-        if violations:
-            kinds = ", ".join(sorted({v["kind"] for v in violations}))
-            raise Invalid(f"synthesis: {len(violations)} bad image tag(s) ({kinds}); first: "
-                          f"{violations[0]['tag']!r}: {violations[0]['detail']}")
+                              candidates_raw=candidate_block(cands), check=lambda text: usable(text, len(cands)))
+        text, used, violations = salvage(raw, len(cands))
         images = [{"index": i, **{k: cands[old - 1].get(k) for k in ("sha256", "path", "source_url", "page_url",
                                                                       "pool", "overall", "entity")
                                   if k != "entity" or cands[old - 1].get(k)}}
                   for i, old in enumerate(used, 1)]
         unused = [x["sha256"] for j, x in enumerate(cands, 1) if j not in used]
-        payload = {"text": renumber(raw, used), "images": images, "unused": unused, "raw": raw, "generator": prov}
-        tally = counts(candidates_shown=len(cands), tags=len(used), used=len(used),
+        payload = {"text": renumber(text, used), "images": images, "unused": unused, "raw": raw, "generator": prov,
+                   **({"dropped_tags": violations} if violations else {}),
+                   **({"not_shown": [{"sha256": x["sha256"], "pool": x.get("pool")} for x in left_out]}
+                      if left_out else {})}
+        tally = counts(candidates_shown=len(cands), shown_by_pool=Counter(x.get("pool") for x in cands),
+                       not_shown_over_cap=Counter(x.get("pool") for x in left_out),
+                       tags=len(used) + len(violations), used=len(used),
+                       dropped_tags=Counter(v["kind"] for v in violations),
+                       drafts_with_dropped_tags=int(bool(violations)),
+                       drafts_all_tags_dropped=int(bool(violations) and not used),
                        dropped={"unused": len(unused)})
         return stage_record(record, "draft", payload, tally)

@@ -185,7 +185,8 @@ class UrlScoring(Stage):
         else:
             reply, scorer = await ask(ctx, c.role, URL_SCORES, UrlReply, what="URL scoring",
                                       question=record.get("question", ""), answer=record.get("answer", ""),
-                                      links_raw=_links_block(entries), top_k=c.top_k)
+                                      links_raw=_links_block(entries), top_k=c.top_k,
+                                      check=lambda r: self._select(r, entries, c.top_k))
             selected = self._select(reply, entries, c.top_k)
         for rank, s in enumerate(selected, 1):
             s["rank"] = rank
