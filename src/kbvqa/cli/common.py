@@ -44,7 +44,7 @@ def top_reasons(reasons: Iterable[str] | dict[str, int], n: int = 3) -> list[tup
         key = re.sub(r"\d+", "N", re.sub(r"'[^']*'|\"[^\"]*\"|(?:[\w.~-]*/)+[\w.~-]*", "…", text))
         counts[key] += k
         example.setdefault(key, text)
-    return [(example[key][:200], k) for key, k in counts.most_common(n)]
+    return [(example[key][:320], k) for key, k in counts.most_common(n)]  # room for a path and its fix
 
 
 def journal_reasons(journal: Any) -> list[str]:

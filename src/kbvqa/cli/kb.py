@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterator, Optional
 
 import typer
 
@@ -25,6 +26,20 @@ def _open(path: Path):
     try:
         return open_kb(path)
     except (FileNotFoundError, KBError, ValueError, sqlite3.DatabaseError, OSError) as e:
+        _fail(str(e))
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[Any]:
+    """The KB at `path`, open for one command: a KB damaged where the command reads it (a page of its
+    FTS index overwritten) ends in the store's one line naming the file and how to rebuild it."""
+    from kbvqa.kb.store import KBError
+
+    store = _open(path)
+    try:
+        with store:
+            yield store
+    except KBError as e:
         _fail(str(e))
 
 
@@ -67,8 +82,7 @@ def search_cmd(
     as_json: bool = typer.Option(False, "--json", help="One JSON list on stdout."),
 ) -> None:
     """BM25 search over KB sections."""
-    store = _open(kb)
-    with store:
+    with _reading(kb) as store:
         try:
             hits = store.search_in(in_url, query, k) if in_url else store.search(query, k)
         except KeyError as e:
@@ -91,8 +105,7 @@ def show_cmd(
     as_json: bool = typer.Option(False, "--json", help="The article as JSON."),
 ) -> None:
     """Print one article."""
-    store = _open(kb)
-    with store:
+    with _reading(kb) as store:
         a = store.get(url)
     if a is None:
         _fail(f"{url!r} is not in {kb}")
@@ -111,8 +124,7 @@ def stats_cmd(
     as_json: bool = typer.Option(False, "--json", help="As JSON."),
 ) -> None:
     """Counts and provenance of a KB."""
-    store = _open(kb)
-    with store:
+    with _reading(kb) as store:
         st = store.stats()
     if as_json:
         emit_json(st)

@@ -272,26 +272,35 @@ class ImageIndex:
         npy, meta_path, fpath = cls._paths(path)
         if not meta_path.is_file():
             raise FileNotFoundError(f"{meta_path}: no image index here (build one with `kbvqa index images`)")
-        meta = json.loads(meta_path.read_text())
-        if expect_encoder and meta["encoder"] != expect_encoder:
-            raise ValueError(f"{path}: index built with encoder {meta['encoder']!r}, not {expect_encoder!r}")
+        rebuild = "rebuild it with `kbvqa index images`"
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if not isinstance(meta, dict):
+                raise ValueError(f"a JSON {type(meta).__name__}, not the index's description")
+        except (ValueError, OSError) as e:  # a damaged file: one line naming it, not a JSON traceback
+            raise ValueError(f"{meta_path}: the image index cannot be read ({e}); {rebuild}") from None
+        if expect_encoder and meta.get("encoder") != expect_encoder:
+            raise ValueError(f"{path}: index built with encoder {meta.get('encoder')!r}, not {expect_encoder!r}")
         params = meta.get("params") or {}
-        index = cls(meta["encoder"], meta["dim"], meta.get("kind", "flat"),
-                    **{k: v for k, v in params.items() if k in IndexParams.model_fields})
-        # Memory-mapped: a flat index copies them into FAISS (and then shares that copy); IVF/HNSW
-        # keep their own copy inside the FAISS structure, so these pages stay reclaimable file cache.
-        index._vectors = np.load(npy, mmap_mode="r")
-        index.urls = meta["urls"]
+        try:
+            index = cls(meta["encoder"], meta["dim"], meta.get("kind", "flat"),
+                        **{k: v for k, v in params.items() if k in IndexParams.model_fields})
+            # Memory-mapped: a flat index copies them into FAISS (and then shares that copy); IVF/HNSW
+            # keep their own copy inside the FAISS structure, so these pages stay reclaimable file cache.
+            index._vectors = np.load(npy, mmap_mode="r")
+            index.urls = meta["urls"]
+        except (ValueError, OSError, KeyError, TypeError, EOFError) as e:  # np.load of a damaged .npy, a lost key
+            raise ValueError(f"{path}: the image index cannot be read ({type(e).__name__}: {e}); {rebuild}") from None
         index.images = meta.get("images") or [""] * len(index.urls)
         index.stats = meta.get("stats") or {}
         index.options = meta.get("options") or {}
         if len(index._vectors) != len(index.urls):
             raise ValueError(f"{path}: {len(index._vectors)} vectors but {len(index.urls)} urls")
         if index.checksum() != meta["sha256"]:
-            raise ValueError(f"{path}: vector checksum mismatch (index file changed or corrupt)")
+            raise ValueError(f"{path}: vector checksum mismatch (index file changed or corrupt); {rebuild}")
         if index.kind != "flat" and faiss is not None and fpath.is_file():
             if _sha256(fpath.read_bytes()) != meta.get("faiss_sha256"):
-                raise ValueError(f"{fpath}: FAISS structure checksum mismatch (changed or corrupt)")
+                raise ValueError(f"{fpath}: FAISS structure checksum mismatch (changed or corrupt); {rebuild}")
             index._faiss = faiss.read_index(str(fpath))
             if index.kind == "ivf":
                 index._faiss.nprobe = index.params["nprobe"]

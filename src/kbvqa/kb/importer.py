@@ -144,7 +144,8 @@ def _sniff(path: Path) -> str:
     """'mapping' (url -> article), 'jsonl' (article per line) or 'array'; by content, not by name."""
     raw, f = _open_raw(path)
     try:
-        head = f.read(4096).lstrip()
+        read = f.read(4096)
+        head = read.lstrip()
         if head.startswith(b"\xef\xbb\xbf"):
             head = head[3:].lstrip()
         if not head:
@@ -152,8 +153,10 @@ def _sniff(path: Path) -> str:
         if head[:1] == b"[":
             return "array"
         if head[:1] != b"{":
-            raise KBFormatError(f"{path}: byte 0: expected '{{' or '[' to start a wiki JSON/JSONL file, "
-                                f"found {head[:20]!r}")
+            at = len(read) - len(head)  # after leading whitespace and a byte-order mark
+            raise KBFormatError(f"{path}: byte {at}: expected '{{' or '[' to start a wiki JSON/JSONL file, "
+                                f"found {head[:20]!r}: the start of the file is overwritten or it is not a wiki "
+                                "file (a KB is opened by `kbvqa kb search`, not imported)")
     finally:
         f.close()
         raw.close()

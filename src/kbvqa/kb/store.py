@@ -13,6 +13,7 @@ import os
 import sqlite3
 import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,7 +32,26 @@ _MAX_TERMS = 32  # of those, put in one MATCH expression
 
 
 class KBError(RuntimeError):
-    """The file is not a usable kbvqa KB (wrong format, version, or missing)."""
+    """The file is not a usable kbvqa KB (wrong format, version, missing, or damaged); the message
+    names the file and what to do."""
+
+
+#: What a KB of this format holds, table -> the columns the queries read (the FTS5 shadow tables by
+#: name only). Checked at open from the schema alone — no data page is read, so a 2M-article KB opens
+#: as fast as before; damage to the data pages shows at query time instead (`KBStore._reading`).
+_TABLES: dict[str, tuple[str, ...]] = {
+    "kb_info": ("key", "value"),
+    "articles": ("id", "url", "title", "first_section", "n_sections", "image_urls", "meta"),
+    "sections": ("id", "article_id", "idx", "title", "text"),
+    "term_df": ("term", "df"),
+    "fts": ("title", "text"), "fts_data": (), "fts_idx": (), "fts_config": (),
+}
+
+
+def reimport_hint(path: Path | str, source: str | None = None) -> str:
+    """What to do about a KB file that cannot be used: import its wiki file again over it."""
+    wiki = source or "WIKI.json"
+    return f"re-import it: kbvqa kb import {wiki} --out {path} --force"
 
 
 def _tokens(text: str) -> list[str]:
@@ -110,7 +130,7 @@ class KBStore:
             info = dict(self._db.execute("SELECT key, value FROM kb_info").fetchall())
         except sqlite3.DatabaseError as e:
             self._db.close()
-            raise KBError(f"{self.path}: not a kbvqa KB ({e})") from None
+            raise KBError(f"{self.path}: not a kbvqa KB, or a damaged one ({e}); {reimport_hint(self.path)}") from None
         if info.get("format") != FORMAT_NAME:
             self._db.close()
             raise KBError(f"{self.path}: kb_info.format is {info.get('format')!r}, expected {FORMAT_NAME!r}")
@@ -119,10 +139,46 @@ class KBStore:
             raise KBError(f"{self.path}: KB format version {info.get('version')}, this kbvqa reads "
                           f"{FORMAT_VERSION}; re-import the wiki file")
         self._info = info
-        self._len = int(info["articles"])
-        self._n_sections = int(info["sections"])
+        try:
+            self._check_schema()
+            self._len = int(info["articles"])
+            self._n_sections = int(info["sections"])
+        except (KBError, KeyError, ValueError) as e:
+            self._db.close()
+            raise e if isinstance(e, KBError) else KBError(
+                f"{self.path}: kb_info lacks a count ({e}); {reimport_hint(self.path, info.get('source'))}") from None
         self.max_scored = max_scored  # sections BM25 may score per query before rare-first planning kicks in
         self._db.execute("PRAGMA cache_size=-65536")
+
+    def _check_schema(self) -> None:
+        """Every table and column the queries read is there (a dropped table or a renamed column is
+        named at open, not met as an OperationalError in the middle of a run)."""
+        with self._reading():
+            names = {n for (n,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            for table, columns in _TABLES.items():
+                if table not in names:
+                    raise KBError(f"{self.path}: the KB has no table {table!r} (damaged or changed after import); "
+                                  f"{reimport_hint(self.path, self._info.get('source'))}")
+                if not columns:
+                    continue
+                have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+                missing = [c for c in columns if c not in have]
+                if missing:
+                    raise KBError(f"{self.path}: table {table!r} of the KB has no column {', '.join(missing)} "
+                                  f"(damaged or changed after import); "
+                                  f"{reimport_hint(self.path, self._info.get('source'))}")
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A query on the KB file: SQLite's "database disk image is malformed", "no such table" or an
+        FTS5 corruption error becomes a KBError naming the file and how to rebuild it."""
+        try:
+            yield
+        except sqlite3.ProgrammingError:  # our own misuse (a closed store), not the file's state
+            raise
+        except sqlite3.DatabaseError as e:
+            raise KBError(f"{self.path}: the KB cannot be read, damaged ({e}); "
+                          f"{reimport_hint(self.path, self._info.get('source'))}") from None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle as the path (Ray actors): the copy reopens the file read-only on its side, so every
@@ -135,7 +191,7 @@ class KBStore:
     # -- protocol ---------------------------------------------------------------------------------
     def get(self, url: str) -> Article | None:
         """The article with this url (any spelling canonical_url accepts), or None."""
-        with self._lock:
+        with self._lock, self._reading():
             row = self._db.execute(
                 "SELECT id, url, title, first_section, n_sections, image_urls, meta FROM articles WHERE url=?",
                 (canonical_url(url),)).fetchone()
@@ -157,7 +213,7 @@ class KBStore:
 
     def search_in(self, url: str, query: str, k: int = 10) -> list[SearchHit]:
         """Sections of one article ranked by BM25 against `query`; KeyError if the article is absent."""
-        with self._lock:
+        with self._lock, self._reading():
             row = self._db.execute("SELECT first_section, n_sections FROM articles WHERE url=?",
                                    (canonical_url(url),)).fetchone()
         if row is None:
@@ -177,7 +233,7 @@ class KBStore:
                f"(SELECT rowid AS rid, rank AS r FROM fts WHERE {where} ORDER BY rank LIMIT ?) h "
                f"JOIN sections s ON s.id = h.rid JOIN articles a ON a.id = s.article_id ORDER BY h.r, s.id")
         rows: list = []
-        with self._lock:
+        with self._lock, self._reading():
             if rowids:  # one article: at most a few dozen sections, no planning needed
                 plans = [m] if (m := fts_query(query)) else []
             else:
@@ -196,7 +252,7 @@ class KBStore:
     def __contains__(self, url: object) -> bool:
         if not isinstance(url, str):
             return False
-        with self._lock:
+        with self._lock, self._reading():
             return self._db.execute("SELECT 1 FROM articles WHERE url=?", (canonical_url(url),)).fetchone() is not None
 
     def __len__(self) -> int:
@@ -207,7 +263,7 @@ class KBStore:
         """Canonical urls in import order, read in chunks (the lock is not held between chunks)."""
         last = 0
         while True:
-            with self._lock:
+            with self._lock, self._reading():
                 rows = self._db.execute("SELECT id, url FROM articles WHERE id > ? ORDER BY id LIMIT ?",
                                         (last, chunk)).fetchall()
             if not rows:
@@ -253,6 +309,22 @@ def _is_sqlite(path: Path) -> bool:
         return f.read(16) == SQLITE_MAGIC
 
 
+_KB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+def _refuse_damaged_kb(path: Path) -> None:
+    """A file named like a KB, or starting like neither JSON nor gzip, whose first 16 bytes are not
+    SQLite's header: a KB whose first page was overwritten, not a wiki file to import (the importer
+    would only say it expected '{' or '[')."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+    text = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if path.suffix.lower() not in _KB_SUFFIXES and (text[:1] in (b"{", b"[") or head[:2] == b"\x1f\x8b"):
+        return
+    raise KBError(f"{path}: neither a SQLite KB (its first bytes are not SQLite's header: found {head[:16]!r}) "
+                  f"nor a wiki JSON/JSONL; if it was a KB it is damaged: {reimport_hint(path)}")
+
+
 def _fresh_cache(cache: Path, src: Path) -> bool:
     """True if `cache` is a KB imported from `src` as it is now (same size and mtime)."""
     if not cache.is_file():
@@ -278,6 +350,7 @@ def open_kb(path_or_json: str | os.PathLike, *, cache_dir: str | os.PathLike | N
         raise FileNotFoundError(f"{p}: no such KB or wiki file")
     if _is_sqlite(p):
         return KBStore(p)
+    _refuse_damaged_kb(p)
     if cache_dir is not None:
         candidates = [Path(cache_dir)]
     else:

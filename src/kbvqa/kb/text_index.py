@@ -110,18 +110,26 @@ class TextIndex:
         meta_path = path.with_suffix(".json")
         if not meta_path.is_file():
             raise FileNotFoundError(f"{meta_path}: no text index here (build one with `kbvqa index text`)")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{meta_path}: not a kbvqa text index (format {meta.get('format')!r})")
-        if expect_embedder and meta["embedder"] != expect_embedder:
-            raise ValueError(f"{path}: built with embedder {meta['embedder']!r}, not {expect_embedder!r}")
-        idx = cls(meta["embedder"], meta["dim"])
-        idx.vectors = np.load(path.with_suffix(".npy"))
-        idx.ranges = {u: (int(a), int(b)) for u, (a, b) in meta["ranges"].items()}
-        idx.section_ids = [int(s) for s in meta["section_ids"]]
+        rebuild = "rebuild it with `kbvqa index text`"
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as e:  # a damaged file: one line naming it, not a JSON traceback
+            raise ValueError(f"{meta_path}: the text index cannot be read ({e}); {rebuild}") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+            raise ValueError(f"{meta_path}: not a kbvqa text index (format {found!r})")
+        if expect_embedder and meta.get("embedder") != expect_embedder:
+            raise ValueError(f"{path}: built with embedder {meta.get('embedder')!r}, not {expect_embedder!r}")
+        try:
+            idx = cls(meta["embedder"], meta["dim"])
+            idx.vectors = np.load(path.with_suffix(".npy"))
+            idx.ranges = {u: (int(a), int(b)) for u, (a, b) in meta["ranges"].items()}
+            idx.section_ids = [int(s) for s in meta["section_ids"]]
+        except (ValueError, OSError, KeyError, TypeError, EOFError) as e:  # np.load of a damaged .npy, a lost key
+            raise ValueError(f"{path}: the text index cannot be read ({type(e).__name__}: {e}); {rebuild}") from None
         idx.options = meta.get("options") or {}
         if idx.checksum() != meta["sha256"]:
-            raise ValueError(f"{path}: vector checksum mismatch (index file changed or corrupt)")
+            raise ValueError(f"{path}: vector checksum mismatch (index file changed or corrupt); {rebuild}")
         idx._reindex()
         return idx
 
