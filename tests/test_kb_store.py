@@ -190,3 +190,31 @@ def test_store_uses_sampled_frequencies(tmp_path):
         assert len(hits) == 5 and all(h.text.endswith("half") for h in hits)
     with KBStore(tmp_path / "kb.sqlite") as kb:  # default budget: everything is scored
         assert len(kb.search("common", k=500)) == 400
+
+
+@pytest.mark.parametrize("which", ["text", "image"])
+@pytest.mark.parametrize("part", [".json", ".npy"])
+def test_a_damaged_index_file_is_named_with_how_to_rebuild(tmp_path, which, part):
+    """A dense section index or an image index whose description or vectors were overwritten is one
+    ValueError naming the file and the `kbvqa index` command, not a JSON or NumPy traceback."""
+    import numpy as np
+
+    from kbvqa.kb.image_index import ImageIndex
+    from kbvqa.kb.text_index import TextIndex
+
+    vectors = np.eye(4, dtype=np.float32)[:3]
+    if which == "text":
+        TextIndex.from_rows("emb", 4, vectors, {"https://en.wikipedia.org/wiki/A": (0, 3)}, [1, 2, 3]).save(tmp_path / "t")
+        load, stem = (lambda: TextIndex.load(tmp_path / "t")), tmp_path / "t"
+    else:
+        idx = ImageIndex("enc", 4)
+        idx.add(vectors, [f"https://en.wikipedia.org/wiki/{c}" for c in "ABC"])
+        idx.save(tmp_path / "i")
+        load, stem = (lambda: ImageIndex.load(tmp_path / "i")), tmp_path / "i"
+    target = stem.with_suffix(part)
+    assert target.is_file()
+    target.write_bytes(b"\x00" * 16 + target.read_bytes()[16:])
+    with pytest.raises(ValueError) as exc:
+        load()
+    msg = str(exc.value)
+    assert str(stem) in msg and f"kbvqa index {which if which == 'text' else 'images'}" in msg, msg
