@@ -138,3 +138,14 @@ def test_a_scripted_judge_decides_the_hits(tmp_path, monkeypatch):
         1, 5, 0, 0, 6, round(1 / 6, 6), 0.5)
     assert (v["hits"], v["misses"], v["invalid"], v["calls"], v["rate"], v["ok_rate"]) == (0, 1, 1, 2, 0.0, 0.0)
     assert obj["evidence_journal"] == str(journal) and len(journal.read_text().splitlines()) >= 4
+
+
+def test_an_evidence_judge_that_always_fails_exits_3(tmp_path, monkeypatch):
+    monkeypatch.setenv("KBVQA_CACHE", str(tmp_path / "cache.sqlite"))
+    preds, refs = _write(tmp_path, "Elmira")
+    with FakeLLMServer(default=Reply(status=500, error="down")) as srv:
+        res = runner.invoke(app, ["study", "agent-tools", "-p", str(preds), "-r", str(refs), "--json",
+                                  "--judge-base-url", srv.base_url, "--judge-model", "judge-e", "--max-retries", "0"])
+    assert res.exit_code == 3, res.output
+    ev = json.loads(res.stdout)["useful_evidence"]["tools"]
+    assert ev["search"]["error"] == 2 and ev["search"]["hits"] == 0 and ev["visit"]["error"] == 2

@@ -276,6 +276,10 @@ def agent_tools(
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
+    asked = res.get("evidence_requests")
+    if asked and asked["calls"]:  # the evidence judge ran: its failures in the exit code, as every judge job
+        end_job(asked["ok"], {"error": asked["error"], "invalid": asked["invalid"]}, what="call(s) to judge",
+                reasons=journal_reasons(res["evidence_journal"]) if asked["error"] or asked["invalid"] else None)
 
 
 @app.command("agent-failures", cls=with_defaults("kbvqa.pipelines.score_options:AgentFailureOptions"))

@@ -408,6 +408,8 @@ def agent_tools(predictions: Path, references: Path, verdicts: Path | None = Non
     useful-evidence judge first reads every search / visit call that returned text, as a runner job with
     a journal (`out`, default PREDICTIONS.evidence.jsonl), resume and a manifest, and the hit rates are
     its verdicts. Without one, the offline rule measure."""
+    from collections import Counter
+
     from kbvqa.pipelines.score_options import AgentToolsOptions
 
     from kbvqa.evaluate.agent import agent_tools_study, sample_answers
@@ -431,7 +433,10 @@ def agent_tools(predictions: Path, references: Path, verdicts: Path | None = Non
     found = read_evidence_verdicts(line for line in read_results(out) if str(line.get("id")) in wanted)
     res = agent_tools_study(predictions, references, verdicts, baseline_verdicts, evidence=found,
                             evidence_judge=_client_label(judge), evidence_chars=chars)
-    return {**res, "evidence_journal": str(out), "evidence_manifest": str(summary.manifest)}
+    asked = Counter("ok" if v in ("hit", "miss") else v for v in found.values())
+    return {**res, "evidence_journal": str(out), "evidence_manifest": str(summary.manifest),
+            "evidence_requests": {"calls": len(records), "ok": asked["ok"], "invalid": asked["invalid"],
+                                  "error": asked["error"], "unjudged": len(records) - len(found)}}
 
 
 # --------------------------------------------------------------------------------------------------
