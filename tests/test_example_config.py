@@ -22,5 +22,5 @@ def test_example_config_job_tables_build_their_options():
     from kbvqa.pipelines.evaluation import eval_judge_options
 
     answer = answer_options(EXAMPLE, pipeline="agent")
-    assert answer.run.concurrency == 8 and answer.agent.episode.max_turns == 12
+    assert answer.run.concurrency == 8 and answer.agent.episode.max_turns == 30
     assert eval_judge_options(answer).concurrency == 16
