@@ -311,3 +311,62 @@ def test_openai_shorthand_takes_the_key_from_the_usual_environment(monkeypatch):
     client = roles_from_flags(model="openai/gpt-4o-mini", api_key_env="MY_KEY", fill=("judge",),
                               env={"KBVQA_CACHE": "off", "MY_KEY": "sk-mine"})["judge"]
     assert client._api_key == "sk-mine"
+
+
+# --- KBVQA_BASE_URL / KBVQA_MODEL: the --llm/--model of a job given neither (issue 34 item 3) --------
+
+def test_environment_default_model_fills_the_roles_the_file_leaves(tmp_path, capsys):
+    from kbvqa.models.config import roles_from_flags
+
+    env = {"KBVQA_BASE_URL": "http://127.0.0.1:9/v1", "KBVQA_MODEL": "env-model", "KBVQA_CACHE": "off"}
+    roles = roles_from_flags(None, fill=("verifier", "repairer"), env=env)
+    assert {r: (c.model, c.base_url) for r, c in roles.items()} == {
+        "verifier": ("env-model", "http://127.0.0.1:9/v1"), "repairer": ("env-model", "http://127.0.0.1:9/v1")}
+    said = capsys.readouterr().err
+    assert "model roles verifier, repairer: env-model at http://127.0.0.1:9/v1 (from KBVQA_MODEL/KBVQA_BASE_URL" in said
+    # a role of the file keeps its own model; a flag beats the environment
+    p = tmp_path / "k.toml"
+    p.write_text('[models.verifier]\nmodel = "file-model"\nbase_url = "http://127.0.0.1:8/v1"\n', encoding="utf-8")
+    roles = roles_from_flags(p, fill=("verifier", "repairer"), env=env)
+    assert (roles["verifier"].model, roles["repairer"].model) == ("file-model", "env-model")
+    assert "model roles repairer: env-model" in capsys.readouterr().err
+    roles = roles_from_flags(None, llm="http://127.0.0.1:7/v1", model="flag-model", fill=("verifier",), env=env)
+    assert roles["verifier"].model == "flag-model" and "KBVQA_MODEL" not in capsys.readouterr().err
+    assert roles_from_flags(None, env=env) == {}  # a job that fills no role from flags gets none from the shell
+    shorthand = roles_from_flags(None, fill=("answerer",), env={"KBVQA_MODEL": "ollama/qwen2.5vl:7b",
+                                                                "KBVQA_CACHE": "off"})
+    assert shorthand["answerer"].base_url == "http://127.0.0.1:11434/v1"
+    with pytest.raises(ConfigError, match="KBVQA_MODEL is set without KBVQA_BASE_URL"):
+        roles_from_flags(None, fill=("answerer",), env={"KBVQA_MODEL": "m", "KBVQA_CACHE": "off"})
+
+
+def test_audit_run_uses_the_environment_model(tmp_path, monkeypatch):
+    """README's `KBVQA_BASE_URL` + `KBVQA_MODEL`: `audit run` without --llm/--model asks that model (it
+    went rules-only before, with no notice) and says so on stderr."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from kbvqa.cli.app import app
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fake_llm_server import FakeLLMServer
+    from test_options_audit import _handler, _samples, _wiki
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KBVQA_CACHE", "off")
+    _samples(tmp_path / "in.jsonl")
+    _wiki(tmp_path / "wiki.json")
+    (tmp_path / "audit.toml").write_text("[audit.verify]\nrules_settle = false\n", encoding="utf-8")
+    with FakeLLMServer(handler=_handler) as srv:
+        monkeypatch.setenv("KBVQA_BASE_URL", srv.base_url)
+        monkeypatch.setenv("KBVQA_MODEL", "env-model")
+        res = CliRunner().invoke(app, ["audit", "run", "in.jsonl", "--kb", "wiki.json", "--config", "audit.toml",
+                                       "--out", "a.jsonl", "--json"])
+        assert res.exit_code == 0, res.output
+        assert srv.count >= 2 and {r["json"]["model"] for r in srv.requests} == {"env-model"}
+    assert "env-model at" in res.stderr and "KBVQA_MODEL" in res.stderr
+    roles = json.loads(Path("a.manifest.json").read_text())["roles"]
+    assert "env-model" in json.dumps(roles)

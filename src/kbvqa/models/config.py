@@ -33,7 +33,10 @@ global flag (`overrides["model"]`, `overrides["base_url"]`, … for every openai
 role (`KBVQA_<ROLE>_BASE_URL`, `KBVQA_<ROLE>_MODEL`), the file, then global env (`KBVQA_BASE_URL`,
 `KBVQA_MODEL`: fill in openai roles that do not set their own). A per-role env model or a per-role
 flag creates a role the file does not mention. Roles left unconfigured are absent from
-`build_roles`, and the stage uses its embedded rules default.
+`build_roles`, and the stage uses its embedded rules default. A job given neither `--llm` nor
+`--model` takes `KBVQA_BASE_URL` + `KBVQA_MODEL` as those flags for the roles it would fill with them
+and the file leaves unset (`roles_from_flags`), and says so on stderr; judges are chosen by their own
+`--judge-*` flags or `--config`.
 
 `provider/model` shorthand, applied last, once precedence has settled both fields: a role that ends
 up with NO base_url from any of the places above (a flag, `KBVQA_<ROLE>_BASE_URL`, the file,
@@ -519,6 +522,12 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
                                 ("max_retries", max_retries)) if v is not None}
     roles: dict[str, ModelClient | list[ModelClient]] = {}
     cache: ResponseCache | None = None
+    from_env = bool(fill) and replay is None and not (llm or model) and bool(env.get("KBVQA_MODEL"))
+    if from_env:  # KBVQA_BASE_URL + KBVQA_MODEL: the --llm/--model of every job that was given neither
+        llm, model = env.get("KBVQA_BASE_URL") or None, env["KBVQA_MODEL"]
+        if not llm and split_shorthand(model) is None:
+            raise ConfigError("environment: KBVQA_MODEL is set without KBVQA_BASE_URL: set both (or a "
+                              f"PROVIDER/NAME model, PROVIDER one of {', '.join(PROVIDERS)}), or unset it")
     shorthand = not llm and split_shorthand(model) is not None  # `--model ollama/qwen2.5vl:7b` alone
     if config is not None or any(env.get(f"KBVQA_{r.upper()}_MODEL") for r in ROLES):
         cfg = load_model_config(config, overrides=limits, env=env)
@@ -545,10 +554,19 @@ def roles_from_flags(config: Path | str | None = None, *, llm: str | None = None
         client = _build_one("flags", rc, cache, env)
     else:
         return roles
+    filled = []
     for role in fill:
         if role not in ROLES:
             raise ConfigError(f"unknown role {role!r} (known roles: {', '.join(ROLES)})")
+        if from_env and role in roles:  # the environment is a default: a role of the file keeps its model
+            continue
         roles[role] = client
+        filled.append(role)
+    if from_env and filled:  # said at start: a model from the shell is easy to forget
+        import sys
+
+        print(f"model roles {', '.join(filled)}: {model} at {redact_url(str(getattr(client, 'base_url', llm)))} "
+              "(from KBVQA_MODEL/KBVQA_BASE_URL; --llm/--model or [models.<role>] choose another)", file=sys.stderr)
     return roles
 
 
