@@ -85,7 +85,7 @@ def test_every_call_counts_and_the_hit_rate_is_over_every_call(tmp_path):
     assert (s["hits"], s["calls"], s["rate"], s["ok_calls"], s["ok_rate"]) == (1, 6, round(1 / 6, 6), 2, 0.5)
     # the visit's fact lies past the 2,000 inline characters: read from its artifact, untruncated
     assert (v["hits"], v["rate"]) == (1, 0.5) and ev["observation_sources"]["artifact"] == 1
-    assert "useful evidence, all calls (%)" in out and "16.67" in out and "50.00" in out
+    assert "useful evidence [rule], all calls (%)" in out and "useful evidence [rule], ok calls (%)" in out and "16.67" in out and "50.00" in out
     assert "repeated (not run)" in out
     # how the episodes ended: the turn budget ended one, which was then answered in a forced turn
     end = obj["ending"]

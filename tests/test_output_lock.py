@@ -1,5 +1,6 @@
-"""One writer per output: while a run holds `<out>.lock`, a second run on the same output is refused at
-once, naming the holder, whatever the executor; the lock goes with its holder, even a killed one."""
+"""One writer per output: while a run holds its lock (`p.jsonl` -> `p.lock`), a second run on the same
+output is refused at once, naming the holder, whatever the executor; the lock goes with its holder, even
+a killed one, and a clean exit removes its file."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_a_second_run_on_the_same_output_is_refused(holder, executor):
                                      resume=False)
     # nothing was touched: not moved aside, not appended, no manifest
     assert out.read_text(encoding="utf-8") == '{"id": "a", "status": "ok"}\n'
-    assert sorted(p.name for p in out.parent.iterdir()) == ["out.jsonl", "out.jsonl.lock"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.jsonl", "out.lock"]
 
 
 def test_the_lock_dies_with_its_holder_and_is_reused(holder):

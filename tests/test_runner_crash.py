@@ -1,4 +1,5 @@
-"""THE crash test: SIGKILL a run mid-way, resume, and check nothing is lost, duplicated or re-run."""
+"""THE crash test: SIGKILL (or SIGTERM) a run mid-way, resume, and check nothing is lost, duplicated or
+re-run; a SIGTERM is handled as Ctrl-C (manifest `interrupted` with counts, exit 143)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,70 @@ def sigkill_then_resume(out: Path, executor: str = "local", *, kill_env: dict | 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 def test_sigkill_then_resume(tmp_path):
     sigkill_then_resume(tmp_path / "crash.jsonl")
+
+
+def _start_and_wait(out: Path, lines: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, str(JOB), str(out), str(N), "0.02", "4"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while _lines(out) < lines:
+        assert proc.poll() is None, f"job ended before the signal: {proc.communicate()}"
+        assert time.monotonic() < deadline, "job wrote no output in time"
+        time.sleep(0.005)
+    return proc
+
+
+def _journal_state(out: Path) -> str:
+    from typer.testing import CliRunner
+
+    from kbvqa.cli.app import app
+
+    res = CliRunner().invoke(app, ["journal", "status", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)["state"]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="needs SIGTERM")
+def test_sigterm_is_an_interruption_and_resumes_exactly_once(tmp_path):
+    out = tmp_path / "term.jsonl"
+    manifest_file = tmp_path / "term.manifest.json"
+    proc = _start_and_wait(out, 40)
+    try:
+        assert _journal_state(out) == "running"  # alive and holding its lock
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert "interrupted — rerun with --resume to finish" in err and "Traceback" not in err
+    done = _lines(out)
+    m = json.loads(manifest_file.read_text())
+    assert m["state"] == "interrupted" and m["counts"]["ok"] == done and 40 <= done < N
+    assert "SIGTERM" in m["error"] and m["writer"]["pid"] == proc.pid
+    assert not (tmp_path / "term.lock").exists()  # the lock went with the run
+    assert _journal_state(out) == "interrupted"
+
+    res = subprocess.run([sys.executable, str(JOB), str(out), str(N), "0", "4"], capture_output=True, text=True,
+                         timeout=90)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["skipped"] == done and summary["ok"] == N - done
+    rows = list(read_results(out))
+    assert [r["id"] for r in rows] == [f"q{i:04d}" for i in range(N)] and all(r["attempts"] == 1 for r in rows)
+    m = json.loads(manifest_file.read_text())
+    assert m["state"] == "finished" and [a["state"] for a in m["attempts"]] == ["interrupted"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["term.jsonl", "term.manifest.json"]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_journal_status_calls_a_killed_run_interrupted(tmp_path):
+    """SIGKILL leaves the manifest `running` (nothing can run in a killed process); readers see that its
+    writer is gone and say interrupted."""
+    out = tmp_path / "kill.jsonl"
+    proc = _start_and_wait(out, 20)
+    proc.kill()
+    proc.communicate()
+    assert json.loads((tmp_path / "kill.manifest.json").read_text())["state"] == "running"
+    assert _journal_state(out) == "interrupted"

@@ -46,18 +46,41 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 class _RootGroup(TyperGroup):
     """Every command ends an executor failure (kbvqa.runner.executor.ExecutorError: Ray missing, an
-    input a node lacks, workers lost) with one line and the failure's exit code, never a traceback."""
+    input a node lacks, workers lost) with one line and the failure's exit code, never a traceback;
+    a write failure (a full disk, a read-only folder: kbvqa.runner.write_errors) with one line naming
+    the path and exit 1; Ctrl-C or SIGTERM with the interrupted outputs and exit 130 or 143."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
         except Exception as exc:
+            from kbvqa.cli.common import fail
+
             executor = sys.modules.get("kbvqa.runner.executor")  # not loaded: no executor ran
             if executor is not None and isinstance(exc, executor.ExecutorError):
-                from kbvqa.cli.common import fail
-
                 fail(exc, code=exc.exit_code)
+            from kbvqa.runner.write_errors import EXIT_WRITE_FAILED, write_failure
+
+            line = write_failure(exc)
+            if line is not None:
+                fail(line, code=EXIT_WRITE_FAILED)
             raise
+
+
+def _interrupted(exc: KeyboardInterrupt) -> None:
+    """One line per output the runner left `interrupted` (their manifests say so, with counts), then
+    exit 143 for SIGTERM, 130 for Ctrl-C (kbvqa.runner.interrupt)."""
+    from kbvqa.runner.interrupt import INTERRUPTED_HINT, exit_code
+
+    run = sys.modules.get("kbvqa.runner.run")
+    outputs = list(dict.fromkeys(run.INTERRUPTED)) if run is not None else []
+    for out in outputs:
+        typer.echo(f"{out}: {INTERRUPTED_HINT}", err=True)
+    if not outputs:
+        typer.echo("interrupted", err=True)
+    raise typer.Exit(code=exit_code(exc))
 
 
 def build_app(only: str | None = None) -> typer.Typer:

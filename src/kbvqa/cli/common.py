@@ -142,12 +142,19 @@ def job_errors() -> tuple[type[BaseException], ...]:
 
 def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
     """One line on stderr (secrets redacted), no traceback, non-zero exit. An executor failure
-    (kbvqa.runner.executor.ExecutorError) exits with its own code (5: workers lost, --resume finishes)."""
+    (kbvqa.runner.executor.ExecutorError) exits with its own code (5: workers lost, --resume finishes);
+    a write failure (a full disk, a read-only folder) exits 1 with the line naming the path."""
     from kbvqa.data.redact import redact
 
     executor = sys.modules.get("kbvqa.runner.executor")
     if executor is not None and isinstance(exc, executor.ExecutorError):
         code = exc.exit_code
+    if isinstance(exc, BaseException):  # a full disk or a read-only folder: exit 1, naming the path
+        from kbvqa.runner.write_errors import EXIT_WRITE_FAILED, write_failure
+
+        line = write_failure(exc)
+        if line is not None:
+            exc, code = line, EXIT_WRITE_FAILED
     typer.echo(f"error: {redact(str(exc))}", err=True)
     raise typer.Exit(code=code)
 

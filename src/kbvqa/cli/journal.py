@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +16,9 @@ app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Inspect or 
 def status(journal: Path = typer.Argument(..., exists=True, dir_okay=False, help="A job's output JSONL."),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Records by status and reason kind, and what the manifest says about the runs that wrote them."""
-    from kbvqa.runner import manifest_path, read_results
+    from kbvqa.runner import read_results
+    from kbvqa.runner.lock import run_state
+    from kbvqa.runner.manifest import read_manifest
 
     try:
         rows = list(read_results(journal))
@@ -25,12 +26,12 @@ def status(journal: Path = typer.Argument(..., exists=True, dir_okay=False, help
         fail(exc)
     by_status = Counter(str(r.get("status")) for r in rows)
     reasons = Counter(str(r.get("reason", "")).split(":", 1)[0] for r in rows if r.get("status") != "ok")
-    mpath = manifest_path(journal)
-    manifest = json.loads(mpath.read_text(encoding="utf-8")) if mpath.is_file() else {}
+    _, manifest = read_manifest(journal)
+    state = run_state(manifest, journal)  # a "running" manifest whose process is gone: interrupted
     res = {"journal": str(journal), "records": len(rows), "by_status": dict(by_status),
-           "failure_kinds": dict(reasons.most_common()), "state": manifest.get("state"),
+           "failure_kinds": dict(reasons.most_common()), "state": state,
            "attempts": [*(manifest.get("attempts") or []), *([{"started": manifest.get("started"),
-                                                               "state": manifest.get("state")}] if manifest else [])]}
+                                                               "state": state}] if manifest else [])]}
     if as_json:
         emit_json(res)
         return
@@ -38,6 +39,8 @@ def status(journal: Path = typer.Argument(..., exists=True, dir_okay=False, help
                 sorted(by_status.items()))
     if reasons:
         print_table("why records did not end ok", ("kind", "records"), reasons.most_common())
+    if state == "interrupted":
+        typer.echo("the last run was interrupted — rerun it with --resume to finish")
 
 
 @app.command("repair")

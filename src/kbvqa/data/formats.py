@@ -201,10 +201,12 @@ class SampleRecords:
         self.path, self.fmt, self.read_opts = Path(path), fmt or detect_format(path), read_opts
         self.allow_empty = allow_empty
         self.expected: int | None = None
+        self.ids: list[str] | None = None  # from the same pre-pass: the runner checks them before any record runs
         if self.fmt != "hf" and self.path.is_file() and self.path.stat().st_size <= COUNT_LIMIT_BYTES:
             opts = {k: v for k, v in read_opts.items() if k not in ("skip_invalid", "report")}
-            self.expected = sum(1 for _ in read_samples(self.path, self.fmt, skip_invalid=True,
-                                                        report=SkipReport(), **opts))
+            self.ids = [s.id for s in read_samples(self.path, self.fmt, skip_invalid=True, report=SkipReport(),
+                                                   **opts)]
+            self.expected = len(self.ids)
         if self.expected == 0 and not allow_empty:
             raise empty_input(self.path)
 

@@ -279,8 +279,9 @@ def audit_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def summary_path(out: str | Path) -> Path:
-    out = Path(out)
-    return out.with_name(out.stem + ".summary.json")
+    from kbvqa.runner.lock import side_path
+
+    return side_path(Path(out), ".summary.json")
 
 
 def audit_job(config: AuditConfig | None = None, *, kb: Any, roles: dict[str, Any] | None = None) -> Job:

@@ -410,7 +410,9 @@ def _score_retrieval(sc: _Scoring, metric: str) -> dict[str, Any]:
     from kbvqa.evaluate import METRICS
     from kbvqa.pipelines.score import score_retrieval_files
 
-    records = sc.plan.predictions.with_suffix(".retrieval.jsonl")
+    from kbvqa.runner.lock import side_path
+
+    records = side_path(sc.plan.predictions, ".retrieval.jsonl")
     rep = score_retrieval_files(records, sc.req.references_path, ks=list(sc.req.recall_ks), two_hop=sc.req.two_hop)
     s = rep.summary
     scorer = {"name": RETRIEVAL, "detail": METRICS.entry("retrieval").help, "options": {"two_hop": s["two_hop"]}}

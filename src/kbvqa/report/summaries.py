@@ -138,7 +138,7 @@ def agent_tools_tables(res: Mapping[str, Any]) -> list[ResultTable]:
     calls = res.get("calls") or {}
     cols = ["tool", "calls / episode", *(f"calls / episode, {g.replace('_', '-')} (n={by[g]['n']})" for g in by),
             "calls", "ok", "repeated (not run)", "over quota (not run)",
-            f"useful evidence, all calls {PCT}", f"useful evidence, ok calls {PCT}"]
+            *(f"useful evidence [{ev.get('measure', 'rule')}], {d} calls {PCT}" for d in ("all", "ok"))]
     rows = []
     for t, v in res["calls_per_episode"].items():
         c = calls.get(t) or {}

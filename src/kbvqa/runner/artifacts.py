@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from kbvqa.data.outbox import write_file
+from kbvqa.runner.lock import side_path
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -52,6 +53,5 @@ class ArtifactStore:
 
     @classmethod
     def beside(cls, out: str | Path) -> "ArtifactStore":
-        """The store for a run whose output is `out`: `<out stem>.artifacts/`."""
-        out = Path(out)
-        return cls(out.with_name(out.stem + ".artifacts"))
+        """The store for a run whose output is `out`: `<out>.artifacts/` (runner.lock.side_path)."""
+        return cls(side_path(Path(out), ".artifacts"))

@@ -1,13 +1,15 @@
 """The run manifest: what ran, with which code, prompts and models, and what came out.
 
-Written beside the output as `<out stem>.manifest.json` when a run starts, rewritten when it
-finishes, and rewritten (best effort) when it is interrupted or fails, so a reader can always tell
-how a file of results was produced. It never holds credentials: config values under key-like names
-are redacted and model clients contribute only their provenance (backend, model, base URL).
+Written beside the output as `<out>.manifest.json` (`side_path`: `p.jsonl` -> `p.manifest.json`)
+when a run starts, rewritten when it finishes, and rewritten (best effort) when it is interrupted or
+fails, so a reader can always tell how a file of results was produced. It never holds credentials:
+config values under key-like names are redacted and model clients contribute only their provenance
+(backend, model, base URL).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -22,13 +24,29 @@ from typing import Any
 
 from kbvqa.models.config import redact as _redact
 from kbvqa.models.config import redact_url as _redact_url
+from kbvqa.runner.lock import legacy_side_path, side_path
 
 REDACTED = "***redacted***"
 
 
 def manifest_path(out: Path) -> Path:
+    """`<out>.manifest.json` named by the one side-file rule (kbvqa.runner.lock.side_path)."""
+    return side_path(Path(out), ".manifest.json")
+
+
+def read_manifest(out: Path) -> tuple[Path | None, dict[str, Any]]:
+    """The manifest of output `out` and where it was found, or (None, {}). An output written before
+    side files were named after the whole output (`p.json` then wrote `p.manifest.json`) is read from
+    the old name when that manifest says it describes `out`."""
     out = Path(out)
-    return out.with_name(out.stem + ".manifest.json")
+    for path in dict.fromkeys((manifest_path(out), legacy_side_path(out, ".manifest.json"))):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and (path == manifest_path(out) or Path(str(data.get("output", ""))).name == out.name):
+            return path, data
+    return None, {}
 
 
 def redact(value: Any) -> Any:
@@ -174,12 +192,18 @@ def base_manifest(*, stages: Sequence[Any], roles: Mapping[str, Any], run_config
 
 
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """Write atomically (temp file + os.replace) so a crash never leaves half a manifest."""
+    """Write atomically (temp file + os.replace) so a crash never leaves half a manifest; a write that
+    fails (a full disk) removes its temporary file and raises."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise

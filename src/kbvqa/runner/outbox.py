@@ -12,6 +12,7 @@ from typing import Any
 
 from kbvqa.data.kvstore import KVStore
 from kbvqa.data.outbox import EntryWrite, FileWrite, LineAppend, apply_file, apply_line, is_worker
+from kbvqa.runner.write_errors import as_write_failure
 
 __all__ = ["Writer"]
 
@@ -27,15 +28,24 @@ class Writer:
         if is_worker():
             raise RuntimeError("a worker never applies side writes: they go back to the driver with the record")
         for w in writes:
-            if isinstance(w, FileWrite):
-                apply_file(w)
-                self.files += 1
-            elif isinstance(w, LineAppend):
-                apply_line(w)
-                self.files += 1
-            else:
-                self._store(w.path, w.table).put_now(w.key, w.value, w.label, w.created)
-                self.entries += 1
+            try:
+                self._apply_one(w)
+            except Exception as exc:  # a full disk or a read-only folder: say which file, in one line
+                failed = as_write_failure(exc, w.path if isinstance(w, EntryWrite) else w.target)
+                if failed is None:
+                    raise
+                raise failed from exc
+
+    def _apply_one(self, w: FileWrite | EntryWrite | LineAppend) -> None:
+        if isinstance(w, FileWrite):
+            apply_file(w)
+            self.files += 1
+        elif isinstance(w, LineAppend):
+            apply_line(w)
+            self.files += 1
+        else:
+            self._store(w.path, w.table).put_now(w.key, w.value, w.label, w.created)
+            self.entries += 1
 
     def _store(self, path: str, table: str) -> KVStore:
         store = self._stores.get((path, table))

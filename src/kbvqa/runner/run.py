@@ -23,28 +23,40 @@ Why it looks like this:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+import os
+import socket
 import time
+import unicodedata
 from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePath
 from typing import Any
 
+from kbvqa.data.jsonl import dumps_line
 from kbvqa.data.schema import Usage
 from kbvqa.progress import ProgressBar
 from kbvqa.runner import manifest as mf
+from kbvqa.runner.caps import SizeCaps
 from kbvqa.runner.executor import Executor, Task, get_executor
-from kbvqa.runner.lock import OutputLock
+from kbvqa.runner.interrupt import Terminated, sigterm_cancels
+from kbvqa.runner.lock import OutputLock, side_path
 from kbvqa.runner.outbox import Writer
 from kbvqa.runner.sinks import JournalEntry, JsonlJournal, compact_journal, scan_journal, write_parquet
-from kbvqa.runner.stage import Context, Stage, default_record_deadline, error_reason
+from kbvqa.runner.stage import RUNNER_FIELDS, Context, Stage, default_record_deadline, error_reason
+from kbvqa.runner.write_errors import as_write_failure
 
 log = logging.getLogger("kbvqa.runner")
 
 FORMATS = ("jsonl", "parquet")
 STATUSES = ("ok", "error", "invalid", "needs_model")  # needs_model: kbvqa.runner.stage.NeedsModel
+
+
+#: outputs whose run was interrupted in this process (the CLI's "rerun with --resume" line names them)
+INTERRUPTED: list[Path] = []
 
 
 class InputError(ValueError):
@@ -78,7 +90,8 @@ class RunSummary:
                 **({"parquet": str(self.parquet)} if self.parquet else {})}
 
 
-def check_record(rec: Any, pos: int, seen: dict[str, int]) -> str:
+def record_id(rec: Any, pos: int) -> str:
+    """The id of input record #`pos`, or InputError: not a dict, no id, not a non-empty string."""
     if not isinstance(rec, dict):
         raise InputError(f"input record #{pos} (0-based) is a {type(rec).__name__}, not a dict")
     if "id" not in rec:
@@ -86,9 +99,74 @@ def check_record(rec: Any, pos: int, seen: dict[str, int]) -> str:
     rid = rec["id"]
     if not isinstance(rid, str) or not rid.strip():
         raise InputError(f"input record #{pos} (0-based) has id {rid!r}; ids must be non-empty strings")
+    return rid
+
+
+def check_record(rec: Any, pos: int, seen: dict[str, int]) -> str:
+    rid = record_id(rec, pos)
     if rid in seen:
         raise InputError(f"duplicate id {rid!r} at input records #{seen[rid]} and #{pos} (0-based)")
     return rid
+
+
+class IdCheck:
+    """Every id of an input, checked before any record runs: all duplicates named at once, and ids
+    that differ only by Unicode normalisation (NFKC) or surrounding spaces warned about (they are two
+    records to kbvqa, and almost always one sample written twice)."""
+
+    SHOWN = 5  # duplicates named in the error; the rest are counted
+
+    def __init__(self, log: logging.Logger = log):
+        self.log = log
+        self.seen: dict[str, int] = {}
+        self.alike: dict[str, str] = {}
+        self.duplicates: list[tuple[str, int, int]] = []
+        self.warned = 0
+
+    def add(self, rid: str, pos: int) -> None:
+        if rid in self.seen:
+            self.duplicates.append((rid, self.seen[rid], pos))
+            return
+        self.seen[rid] = pos
+        key = unicodedata.normalize("NFKC", rid).strip()
+        other = self.alike.setdefault(key, rid)
+        if other != rid:
+            self.warned += 1
+            if self.warned <= self.SHOWN:
+                self.log.warning("input ids %r (record #%d) and %r (record #%d, 0-based) differ only by Unicode "
+                                 "normalisation or surrounding spaces: kbvqa keeps them as two records",
+                                 other, self.seen[other], rid, pos)
+
+    def check(self) -> None:
+        """Raise InputError naming the duplicates, if any; say how many near-duplicates were warned."""
+        if self.warned > self.SHOWN:
+            self.log.warning("%d input ids in all differ from another only by normalisation or spaces", self.warned)
+        if not self.duplicates:
+            return
+        named = "; ".join(f"{rid!r} at input records #{a} and #{b}" for rid, a, b in self.duplicates[:self.SHOWN])
+        more = len(self.duplicates) - self.SHOWN
+        raise InputError(f"duplicate id{'s' if len(self.duplicates) > 1 else ''} {named} (0-based)"
+                         + (f" and {more} more" if more > 0 else "")
+                         + ", found before any record ran; every id must be unique")
+
+
+def precheck_ids(records: Any, limit: int | None) -> bool:
+    """Check the ids of an input whose ids are known before it streams — a sequence, or a reader
+    that already listed them in its counting pre-pass (an `ids` list, kbvqa.data.formats.SampleRecords)
+    — so a duplicate at record 200 is refused before record 0 spends a model call."""
+    ids = getattr(records, "ids", None)
+    check = IdCheck()
+    if isinstance(records, Sequence) and not isinstance(records, (str, bytes)):
+        for pos, rec in enumerate(itertools.islice(records, limit)):
+            check.add(record_id(rec, pos), pos)
+    elif isinstance(ids, Sequence) and not isinstance(ids, (str, bytes)):
+        for pos, rid in enumerate(itertools.islice(ids, limit)):
+            if isinstance(rid, str):
+                check.add(rid, pos)
+    else:
+        return False  # a stream: checked as records are pulled (_Pending)
+    check.check()
+    return True
 
 
 class _Pending:
@@ -99,8 +177,11 @@ class _Pending:
     raised inside a worker, so in-flight records can finish before the run stops."""
 
     def __init__(self, records: Iterable[dict] | AsyncIterable[dict], limit: int | None,
-                 previous: dict[str, JournalEntry], on_skip: Any):
+                 previous: dict[str, JournalEntry], on_skip: Any, *, alike: IdCheck | None = None,
+                 caps: SizeCaps | None = None, on_refuse: Any = None):
         self.limit = limit
+        self.alike = alike  # a stream's near-duplicate ids are warned about as they are pulled
+        self.caps, self.on_refuse = caps, on_refuse
         self.previous = previous
         self.on_skip = on_skip
         self.pos = 0
@@ -133,7 +214,12 @@ class _Pending:
             if prev is not None and prev.status == "ok":
                 self.on_skip()
                 continue
-            return Task(rec, (prev.attempts if prev else 0) + 1)
+            task = Task(rec, (prev.attempts if prev else 0) + 1)
+            too_big = self.caps.refusal(rec) if self.caps is not None else None
+            if too_big is not None:  # ends `error` here: no stage (no model call) ever sees it
+                self.on_refuse(task, too_big)
+                continue
+            return task
 
     def _take_sync(self) -> dict | None:
         if self.stopped:
@@ -170,6 +256,8 @@ class _Pending:
             self.error = exc
             return None
         self.seen[rid] = pos
+        if self.alike is not None:
+            self.alike.add(rid, pos)
         self.order.append(rid)
         return rec
 
@@ -229,7 +317,7 @@ def absolute_paths(ctx: Context) -> None:
 def output_paths(out: Path) -> dict[str, Path]:
     """Where a run with journal `out` puts its manifest and (fmt="parquet") its Parquet file."""
     out = Path(out)
-    return {"out": out, "manifest": mf.manifest_path(out), "parquet": out.with_suffix(".parquet")}
+    return {"out": out, "manifest": mf.manifest_path(out), "parquet": side_path(out, ".parquet")}
 
 
 def _check_args(out: Path, fmt: str, concurrency: int, limit: int | None) -> None:
@@ -249,8 +337,9 @@ class _Run:
 
     def __init__(self, out: Path, stages: list[Stage], ctx: Context, executor: Executor, *, resume: bool,
                  concurrency: int, limit: int | None, run_config: dict | None, fmt: str, description: str,
-                 fsync_every: int, lock: bool = True):
+                 fsync_every: int, caps: SizeCaps, lock: bool = True):
         self.out, self.ctx, self.fmt, self.executor = out, ctx, fmt, executor
+        self.caps, self.ids_checked = caps, False
         self.writer = Writer()  # the record's side files, written here in the driver (kbvqa.data.outbox)
         self.paths = output_paths(out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -263,16 +352,15 @@ class _Run:
         self.started = time.monotonic()
         self.usage_start = ctx.usage.model_copy()
         self.journal = JsonlJournal(out, fsync_every=fsync_every)
-        self.journal.open()  # repairs a truncated tail before we read or append
         try:
+            self.journal.open()  # repairs a truncated tail before we read or append
             self.previous: dict[str, JournalEntry] = scan_journal(out)[0] if resume else {}
             self.manifest = mf.base_manifest(stages=stages, roles=ctx.roles, run_config=run_config,
                                              description=description, out=out, fmt=fmt, concurrency=concurrency,
                                              resume=resume, limit=limit, executor=executor.describe(),
                                              record_deadline=ctx.resources.get("record_deadline"))
         except BaseException:
-            self.journal.close()  # e.g. a corrupt journal line: raise it, leave the file as it was
-            self.release()
+            self._abandon()  # e.g. a corrupt journal line: raise it, leave the file as it was
             raise
         self.manifest["previous_output"] = str(self.previous_output) if self.previous_output else None
         self.manifest["resumed_from_lines"] = len(self.previous)
@@ -280,7 +368,21 @@ class _Run:
         self.counts = {"ok": 0, "error": 0, "invalid": 0, "needs_model": 0, "skipped": 0}
         self.remote_usage = Usage()
         self.bar: ProgressBar | None = None
-        mf.write_manifest(self.paths["manifest"], self.manifest)
+        # who writes: `journal status` and the viewer call a `running` run whose process is gone
+        # interrupted (kbvqa.runner.lock.run_state)
+        self.manifest["writer"] = {"pid": os.getpid(), "host": socket.gethostname()}
+        self.manifest["runner"]["size_caps"] = caps.describe()
+        try:
+            mf.write_manifest(self.paths["manifest"], self.manifest)
+        except BaseException:  # a full disk, an unwritable folder: nothing ran, the lock goes
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Close what the constructor opened when it cannot finish (the error that stopped it matters more)."""
+        with contextlib.suppress(OSError):
+            self.journal.close()
+        self.release()
 
     def release(self) -> None:
         self.writer.close()
@@ -294,6 +396,13 @@ class _Run:
         self.counts["skipped"] += 1
         if self.bar is not None:
             self.bar.advance(note=self._note())
+
+    def refuse(self, task: Task, refusal: tuple[str, dict[str, Any]]) -> None:
+        """End a record over a size cap (kbvqa.runner.caps) `error`, without running it."""
+        reason, kept = refusal
+        line = {k: v for k, v in kept.items() if k not in RUNNER_FIELDS}
+        line.update(status="error", reason=reason, attempts=task.attempts, stage="input")
+        self.emit(task, dumps_line(line), "error")
 
     def emit(self, task: Task, line: str, status: str, writes: Sequence[Any] = ()) -> None:
         self.writer.apply(writes)  # side files first: a journal line never names a file not yet written
@@ -340,7 +449,8 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
                      progress: bool = True, run_config: dict | None = None, fmt: str = "jsonl",
                      description: str = "", executor: str | Executor | None = None,
                      executor_options: dict[str, Any] | None = None, fsync_every: int = 100,
-                     record_deadline: float | None = None, lock: bool = True) -> RunSummary:
+                     record_deadline: float | None = None, lock: bool = True,
+                     caps: SizeCaps | None = None) -> RunSummary:
     """Run every record through `stages` in order and write one status line per record to `out`.
 
     `out` is a JSONL journal. `resume=True` skips ids already `ok` in it and re-runs the rest;
@@ -352,9 +462,13 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
     `record_deadline` caps one record's time through all stages (None: the process default,
     `kbvqa --record-deadline` / KBVQA_RECORD_DEADLINE; unset means none). The run holds `<out>.lock`
     (runner.lock) while it writes: a second run on the same `out` raises OutputLocked at once;
-    `lock=False` when the caller already holds it.
+    `lock=False` when the caller already holds it. `caps` (kbvqa.runner.caps; None: the process
+    default from KBVQA_MAX_FIELD_BYTES / KBVQA_MAX_RECORD_BYTES) ends an oversized record `error`
+    before any stage runs it. Ids are checked before any record runs when they are known in
+    advance (a sequence; a reader with an `ids` list); a stream's are checked as it is pulled.
     """
     out = Path(out)
+    caps = caps if caps is not None else SizeCaps.from_env()
     _check_args(out, fmt, concurrency, limit)
     deadline = record_deadline if record_deadline is not None else default_record_deadline()
     if deadline is not None:
@@ -365,15 +479,13 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
     absolute_paths(ctx)
     ex = get_executor(executor, **(executor_options or {}))
 
-    # A sequence can be checked whole before anything runs or any file is touched.
-    if isinstance(records, Sequence) and not isinstance(records, (str, bytes)):
-        seen: dict[str, int] = {}
-        for pos, rec in enumerate(itertools.islice(records, limit)):
-            seen[check_record(rec, pos, seen)] = pos
-        del seen
+    # An input whose ids are known (a sequence, a counted file) is checked whole before anything
+    # runs or any file is touched.
+    checked = precheck_ids(records, limit)
 
     run = _Run(out, stages, ctx, ex, resume=resume, concurrency=concurrency, limit=limit, run_config=run_config,
-               fmt=fmt, description=description, fsync_every=fsync_every, lock=lock)
+               fmt=fmt, description=description, fsync_every=fsync_every, caps=caps, lock=lock)
+    run.ids_checked = checked
     try:
         return await _execute(run, records, stages, ctx, ex, out, concurrency, limit, progress, description)
     finally:
@@ -384,7 +496,8 @@ async def _execute(run: _Run, records: Iterable[dict] | AsyncIterable[dict], sta
                    ex: Executor, out: Path, concurrency: int, limit: int | None, progress: bool,
                    description: str) -> RunSummary:
     """The run proper, once `_Run` holds the output: stream, execute, compact, finish the manifest."""
-    pending = _Pending(records, limit, run.previous, run.skipped)
+    pending = _Pending(records, limit, run.previous, run.skipped, alike=None if run.ids_checked else IdCheck(),
+                       caps=run.caps, on_refuse=run.refuse)
 
     def total() -> int:
         return pending.pos - (1 if isinstance(pending.error, InputError) else 0)
@@ -400,15 +513,22 @@ async def _execute(run: _Run, records: Iterable[dict] | AsyncIterable[dict], sta
         run.finish_manifest("finished", total(), output_rows=sum(output_counts.values()),
                             output_counts=output_counts, parquet=str(parquet) if parquet else None)
     except BaseException as exc:
+        # a write that failed without naming its file (the journal's write(), a flush) names the journal
+        failed = as_write_failure(exc, out)
         try:
             run.journal.close()
-        except Exception as close_exc:  # pragma: no cover - disk gone; the original error matters more
-            ctx.log.error("could not close the journal %s: %s", out, close_exc)
+        except Exception as close_exc:  # disk gone; the original error matters more
+            (ctx.log.debug if failed else ctx.log.error)("could not close the journal %s: %s", out, close_exc)
         state = "interrupted" if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)) else "failed"
         try:
-            run.finish_manifest(state, total(), error=error_reason(exc))
-        except Exception as mexc:  # best effort: never mask the real error
-            ctx.log.error("could not write the manifest after the run %s: %s", state, mexc)
+            run.finish_manifest(state, total(), error=error_reason(failed or exc))
+        except Exception as mexc:  # best effort: never mask the real error (a full disk fails this too)
+            (ctx.log.debug if failed else ctx.log.error)("could not write the manifest after the run %s: %s",
+                                                         state, mexc)
+        if state == "interrupted":
+            INTERRUPTED.append(out)
+        if failed is not None and failed is not exc:
+            raise failed from exc
         raise
 
     c = run.counts
@@ -427,10 +547,18 @@ def run(records: Iterable[dict] | AsyncIterable[dict], stages: Sequence[Stage], 
     loop). `close=True` closes the context's HTTP pools inside the loop that used them."""
 
     async def main() -> RunSummary:
-        try:
-            return await run_stages(records, stages, ctx, out=out, **options)
-        finally:
-            if close:
-                await ctx.aclose()
+        task = asyncio.current_task()
+        assert task is not None
+        with sigterm_cancels(task) as terminated:  # SIGTERM ends the run as Ctrl-C does (runner.interrupt)
+            try:
+                return await run_stages(records, stages, ctx, out=out, **options)
+            except asyncio.CancelledError:
+                if not terminated:
+                    raise
+                task.uncancel()
+                raise Terminated("SIGTERM") from None
+            finally:
+                if close:
+                    await ctx.aclose()
 
     return asyncio.run(main())

@@ -60,8 +60,12 @@ def repair_journal(path: Path) -> tuple[int, Path | None]:
     aside = path.with_name(f"{path.name}.corrupt-{stamp}.jsonl")
     aside.write_bytes(b"".join(bad))
     tmp = path.with_name(path.name + ".repair.tmp")
-    tmp.write_bytes(b"".join(good))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(b"".join(good))
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
     _fsync_dir(path.parent)
     return len(bad), aside
 
@@ -240,18 +244,29 @@ def compact_journal(path: Path, order: Iterable[str] = ()) -> int:
     tmp = path.with_name(path.name + ".compact.tmp")
     written: set[str] = set()
     n = 0
-    with open(path, "rb") as src, open(tmp, "wb") as dst:
-        for rid in list(order) + seen_order:
-            if rid in written or rid not in index:
-                continue
-            dst.write(_read_at(src, index[rid]))
-            written.add(rid)
-            n += 1
-        dst.flush()
-        os.fsync(dst.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            for rid in list(order) + seen_order:
+                if rid in written or rid not in index:
+                    continue
+                dst.write(_read_at(src, index[rid]))
+                written.add(rid)
+                n += 1
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: the journal stays as it was (resumable), the half copy goes
+        _remove_quietly(tmp)
+        raise
     _fsync_dir(path.parent)
     return n
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # pragma: no cover - the folder went read-only: the error that got us here matters more
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,17 +341,21 @@ def write_parquet(jsonl_path: Path, parquet_path: Path, *, batch_rows: int = 204
                     data[c].append(row[c])
         writer.write_table(pa.Table.from_pydict(data, schema=schema))
 
-    with pq.ParquetWriter(tmp, schema) as writer:
-        batch: list[dict[str, Any]] = []
-        for row in read_results(jsonl_path):
-            batch.append(row)
-            n += 1
-            if len(batch) >= batch_rows:
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            batch: list[dict[str, Any]] = []
+            for row in read_results(jsonl_path):
+                batch.append(row)
+                n += 1
+                if len(batch) >= batch_rows:
+                    flush(batch, writer)
+                    batch = []
+            if batch or n == 0:
                 flush(batch, writer)
-                batch = []
-        if batch or n == 0:
-            flush(batch, writer)
-    os.replace(tmp, parquet_path)
+        os.replace(tmp, parquet_path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
     return n
 
 

@@ -24,6 +24,7 @@ from kbvqa.pipelines import PIPELINES
 from kbvqa.pipelines.answer.options import AgentOptions, AnswerOptions
 from kbvqa.runner.artifacts import ArtifactStore
 from kbvqa.runner.job import Job
+from kbvqa.runner.lock import side_path
 from kbvqa.runner.stage import Context
 
 CASSETTE_FILE = "cassette.json"
@@ -161,7 +162,7 @@ def build_agent_job(options: AnswerOptions, *, kb: Any, roles: Mapping[str, Any]
     def output_resources(out: Path) -> dict[str, Any]:
         res: dict[str, Any] = {"artifacts": ArtifactStore.beside(out)}
         if recorded is None:  # record this run's cassette beside its output
-            folder = out.with_name(out.stem + ".cassette")
+            folder = side_path(out, ".cassette")  # named as every side file (under the output's lock)
             folder.mkdir(parents=True, exist_ok=True)
             res["toolbox"] = Toolbox(backend, ToolCache(folder / "tools.sqlite"), blocked_domains=opts.blocked_domains)
             if agent is not None and hasattr(agent, "cassette"):  # every call, whatever the response cache does

@@ -67,4 +67,6 @@ def run_answer(prepared: PreparedAnswer, opts: AnswerOptions, out: Path, *,
                                # absolute: the viewer finds the references beside an episode from anywhere
                                run_config={"index": str(opts.index) if opts.index else None,
                                            "samples": str(Path(opts.samples).resolve())})
-    return summary, write_retrieval_records(out, out.with_suffix(".retrieval.jsonl"))
+    from kbvqa.runner.lock import side_path
+
+    return summary, write_retrieval_records(out, side_path(out, ".retrieval.jsonl"))
