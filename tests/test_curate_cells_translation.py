@@ -172,3 +172,30 @@ def test_cli_curate_reports_the_checkers_agreement(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     sheet = Path("run/review.csv").read_text(encoding="utf-8")
     assert "1 of 2 checkers found problems" in sheet
+
+
+def test_a_role_with_two_models_is_two_checkers_and_one_checker_is_a_funnel_warning(tmp_path):
+    from kbvqa.pipelines.curate import curate_posts
+
+    with FakeLLMServer(handler=translator) as a, FakeLLMServer(handler=strict_checker) as b:
+        ca = OpenAIChatClient(a.base_url, "model-a", max_retries=0)
+        cb = OpenAIChatClient(b.base_url, "model-b", max_retries=0)
+        line = run_translate(TranslateConfig(), {"repairer": ca, "checker": [ca, cb]}, tmp_path)  # the default roles
+        assert (a.count, b.count) == (2, 1)  # the translation, then one check by each of the two models
+        posts = tmp_path / "posts.jsonl"
+        post = {"id": "zh1", "text": "在颐和园拍到的这座塔叫什么名字？有人知道它有多高吗？", "answer": "佛香阁"}
+        posts.write_text(json.dumps(post, ensure_ascii=False) + "\n", encoding="utf-8")
+        config = CurateConfig.model_validate({k: {"enabled": False} for k in (*OFF, "images")})
+        runs = {n: curate_posts(posts, tmp_path / n, config=config, roles=roles)
+                for n, roles in (("one", {"repairer": ca, "checker": ca}),
+                                 ("two", {"repairer": ca, "checker": [ca, cb]}))}
+    tr = line["curate"]["translate"]
+    assert [(c["role"], c["model"]) for c in tr["checks"]] == [("checker#1", "model-a"), ("checker#2", "model-b")]
+    assert tr["agreement"]["checkers"] == 2 and tr["agreement"]["distinct_models"] == 2
+    rows = {n: next(s for s in r.stages if s["stage"] == "translate") for n, r in runs.items()}
+    assert rows["one"]["kept"] == 1 and rows["one"]["checkers"]["models"] == 1
+    assert "one model" in rows["one"]["checkers"]["warning"]
+    assert any("cross-checked by one model" in w for w in runs["one"].warnings)
+    assert rows["two"]["checkers"] == {"roles": ["checker"], "models": 2}
+    assert not any("one model" in w for w in runs["two"].warnings)
+    assert json.loads((tmp_path / "one" / "funnel.json").read_text())["warnings"] == runs["one"].warnings

@@ -251,6 +251,7 @@ def web(monkeypatch):
 
 #: pages read as raw HTML through the guarded fetcher (the default reads them through the scrape endpoint)
 HTML_PAGES = ReferenceConfig(harvest=HarvestConfig(backend="web", page_source="html"))
+KBVQA_FILTERS = {"max_aspect": 3.0, "min_bytes": 1024, "skip_gif_svg": True}  # kbvqa's own, off by default
 
 
 def test_harvest_gates_count_every_drop(tmp_path, web):
@@ -288,7 +289,8 @@ def test_harvest_gates_count_every_drop(tmp_path, web):
             "image_results": [{"image": srv.url("/img/pool.jpg"), "page_url": "https://x.example", "context": "coffee"},
                               {"image": srv.url("/img/og.jpg"), "page_url": "https://y.example", "context": "rocket"}]}}
         fetcher = LoopFetcher(allow_hosts=["127.0.0.1"], retries=0, timeout=5)
-        (line,) = run_stage("harvest", [rec], tmp_path, fetcher=fetcher, config=HTML_PAGES)
+        cfg = ReferenceConfig(harvest=HTML_PAGES.harvest.model_copy(update=KBVQA_FILTERS))
+        (line,) = run_stage("harvest", [rec], tmp_path, fetcher=fetcher, config=cfg)
         assert srv.hits("/ads/banner.jpg") == [] and srv.hits("/img/diagram.svg") == []
         assert len(srv.hits("/img/a.jpg")) == 1  # the repeated URL was not fetched twice
     assert line["status"] == "ok", line["reason"]
@@ -297,6 +299,7 @@ def test_harvest_gates_count_every_drop(tmp_path, web):
                             "decompression_bomb": 1, "duplicate_sha256": 2, "fetch_blocked": 1, "bad_type": 1,
                             "duplicate_url": 1}
     assert f["pages_failed"] == {"fetch_http_error": 1} and f["kept"] == 3
+    assert line["harvest"]["kbvqa_filters"] == KBVQA_FILTERS
     assert f["kept_by_pool"] == {"best_link": 2, "image_search_pool": 1}
     cands = line["harvest"]["candidates"]
     assert [c["source_url"].rsplit("/", 1)[-1] for c in cands] == ["og.jpg", "a.jpg", "pool.jpg"]  # og:image first
@@ -307,6 +310,34 @@ def test_harvest_gates_count_every_drop(tmp_path, web):
         p = tmp_path / "images" / c["path"]
         assert p.is_file() and min(c["width"], c["height"]) >= 100 and p.name.startswith(c["sha256"])
     assert not any((tmp_path / "images").glob(".incoming/*"))  # no scratch file left (decoding reads a temp copy)
+
+
+def test_harvest_applies_only_the_papers_floor_by_default(tmp_path, web):
+    """Seed 001 C.1 harvests under a 100-px floor and the 20-of-60 cap; the aspect, file-size and
+    GIF/SVG filters are kbvqa's: off by default, and when on they come after the floor."""
+    gif = io.BytesIO()
+    photo("coffee").resize((200, 150)).convert("P").save(gif, "GIF")
+    tiny = png(Image.new("RGB", (120, 120), (200, 30, 30)))
+    assert len(tiny) < 1024
+    files = {"wide.jpg": (jpeg(photo("rocket").resize((800, 200))), "image/jpeg"),
+             "anim.gif": (gif.getvalue(), "image/gif"), "tiny.png": (tiny, "image/png"),
+             "small_wide.jpg": (jpeg(photo().resize((400, 60))), "image/jpeg"),
+             "v.svg": (b"<svg xmlns='http://www.w3.org/2000/svg'/>", "image/svg+xml")}
+    with FakeWebServer() as srv:
+        srv.route("/p", Resp(body="".join(f'<img src="/{n}">' for n in files)))
+        for n, (body, ctype) in files.items():
+            srv.route(f"/{n}", Resp(body=body, content_type=ctype))
+        rec = {"id": "h0", "urls": {"selected": [{"url": srv.url("/p"), "rank": 1}], "image_results": []}}
+        fetcher = LoopFetcher(allow_hosts=["127.0.0.1"], retries=0)
+        (plain,) = run_stage("harvest", [rec], tmp_path, config=HTML_PAGES, fetcher=fetcher, journal="plain.jsonl")
+        on = ReferenceConfig(harvest=HTML_PAGES.harvest.model_copy(update=KBVQA_FILTERS))
+        (extra,) = run_stage("harvest", [rec], tmp_path, config=on, fetcher=fetcher, journal="extra.jsonl")
+    f = plain["funnel"]["harvest"]
+    assert f["kept"] == 3 and f["dropped"] == {"too_small": 1, "svg_not_raster": 1}
+    assert sorted(c["source_url"].rsplit("/", 1)[-1] for c in plain["harvest"]["candidates"]) == [
+        "anim.gif", "tiny.png", "wide.jpg"] and "kbvqa_filters" not in plain["harvest"]
+    g = extra["funnel"]["harvest"]  # each of kbvqa's filters counted under its own reason; the floor first
+    assert g["kept"] == 0 and g["dropped"] == {"too_small": 1, "too_elongated": 1, "gif": 1, "tiny_file": 1, "svg": 1}
 
 
 def test_harvest_keeps_at_most_n_per_page(tmp_path, web):
@@ -398,7 +429,8 @@ def test_scrape_source_needs_its_key_or_html(tmp_path, monkeypatch, demo):
 def test_pre_gate_and_page_patterns():
     block = re.compile("|".join(HarvestConfig().blocklist), re.IGNORECASE)
     assert pre_gate("data:image/png;base64,xx", block, remote_allowed=True) == "data_uri"
-    assert pre_gate("https://x.org/a.SVG?v=1", block, remote_allowed=True) == "svg"
+    assert pre_gate("https://x.org/a.SVG?v=1", block, remote_allowed=True, skip_gif_svg=True) == "svg"
+    assert pre_gate("https://x.org/a.SVG?v=1", block, remote_allowed=True) is None  # kbvqa's filter: off by default
     assert pre_gate("https://x.org/favicon.ico", block, remote_allowed=True) == "blocklisted"
     assert pre_gate("https://upload.wikimedia.org/wikipedia/commons/a/ab/Collins.jpg", block,
                     remote_allowed=True) is None
@@ -952,7 +984,7 @@ def test_offline_build_over_the_demo_stops_at_the_first_vlm_stage(demo, tmp_path
     for line in read_results(out / "harvest.jsonl"):
         for c in line["harvest"]["candidates"]:
             img = Image.open(out / "images" / c["path"])
-            assert min(img.size) >= 100 and max(img.size) / min(img.size) <= 3
+            assert min(img.size) >= 100  # the paper's floor (kbvqa's aspect filter is off by default)
     assert (out / "candidates.manifest.json").is_file()
     # resume: nothing is redone but the stopped items, which stop again for the same reason
     res = runner.invoke(app, build_args(demo, out))

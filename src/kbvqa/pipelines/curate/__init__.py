@@ -39,7 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
 from kbvqa.data.jsonl import dumps_line, read_jsonl, write_jsonl
 from kbvqa.data.posts import read_posts
-from kbvqa.pipelines.curate.audit import Assign, Translate, export_review, import_review, translation_agreement
+from kbvqa.pipelines.curate.audit import (Assign, Translate, checker_models, export_review, import_review,
+                                          one_checker_warning, translation_agreement)
 from kbvqa.pipelines.curate.clean import Dedup, ImageCheck, LanguageFilter, TextFilter
 from kbvqa.pipelines.curate.common import CorpusStage, CurateStage
 from kbvqa.pipelines.curate.funnel import StageTally, passing, read_stage, table_rows
@@ -282,11 +283,13 @@ def _model_notes(config: Any, roles: Mapping[str, Any]) -> list[str]:
             for role in stage_roles(cfg):
                 if role not in roles:
                     missing.setdefault(role, []).append(key)
+    one = one_checker_warning(config.translate, roles)
+    notes = [one] if one else []
     if not missing:
-        return []
+        return notes
     return ["no model for " + "; ".join(f"role {r!r} ({', '.join(ks)})" for r, ks in missing.items())
             + ": posts stop at the first of these stages with a NeedsModel reason (--llm URL --model NAME, or "
-              "[models.<role>] in --config, then --resume); or switch a stage off with enabled = false"]
+              "[models.<role>] in --config, then --resume); or switch a stage off with enabled = false", *notes]
 
 
 def curate_posts(posts: str | Path, out: str | Path, *, config: Any = None, roles: Mapping[str, Any] | None = None,
@@ -353,6 +356,11 @@ def run_curation(opts: CurateOptions, *, roles: Mapping[str, Any] | None = None,
             entering = set(ids) if n == 0 else passed
             passed = read_stage(path, entering, tally, dropped, stopped)
             extra: dict[str, Any] = {"decide_seconds": decide_s} if decide_s is not None else {}
+            if key == "translate" and config.translate.enabled:  # how many checked, and whether that is "multiple"
+                one = one_checker_warning(config.translate, roles)
+                extra["checkers"] = {"roles": list(config.translate.check_roles),
+                                     "models": checker_models(roles, config.translate.check_roles),
+                                     **({"warning": one} if one else {})}
             if key == "translate" and config.translate.enabled and path.is_file():  # the checkers' agreement over this run's items
                 extra["agreement"] = translation_agreement(
                     (ln.get("curate") or {}).get("translate") or {} for _, ln in read_jsonl(path)

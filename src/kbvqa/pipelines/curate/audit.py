@@ -2,6 +2,10 @@
 every configured checker model (their agreement per item and over the run), the final category and intent assignment on the English item, and the human proofreading
 sheet (accept / fix / reject) with its import.
 
+The checkers are every model of every `check_roles` role (a role listing two models is two
+checkers); with a single checker model the funnel warns (`one_checker_warning`): the paper
+cross-checks "with multiple models", and one model's verdict is not that.
+
 A cross-check that finds problems, or a final label that disagrees with the balancing label, does not
 drop the item: it flags it, and the proofreading sheet lists flagged items first — the people who read
 every item decide. Proofreading is strict like the reference audit: an unknown decision, an id the run
@@ -12,7 +16,7 @@ the row (the header is row 1) and the column; a blank decision is `pending`, cou
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from kbvqa.models.prompts.curate import TRANSLATE, TRANSLATION_CHECK
 from kbvqa.models.replies import NonBlank, Reply
 from kbvqa.pipelines.curate.common import CurateStage, ModelStageConfig, Verdict, consult, item, stage_payload
 from kbvqa.pipelines.curate.refine import Classify, LabelConfig, QuestionReply
-from kbvqa.pipelines.reference.common import gather_all, needs_model
+from kbvqa.pipelines.reference.common import gather_all, model_id, needs_model
 from kbvqa.runner.stage import Context
 from kbvqa.stages import register_stage
 
@@ -68,6 +72,44 @@ def _same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a.get("model") == b.get("model") and a.get("base_url") == b.get("base_url")
 
 
+def checker_slots(roles: Mapping[str, Any], check_roles: Iterable[str]) -> list[tuple[str, str, int | None]]:
+    """(name, role, model index) of every checker: each configured role of `check_roles`, and each
+    model of a role that lists several ([[models.checker]] twice: "checker#1", "checker#2"), so two
+    configured checker models are two checkers, as §3.1's "multiple models" cross-check reads."""
+    out: list[tuple[str, str, int | None]] = []
+    for role in check_roles:
+        client = roles.get(role)
+        if isinstance(client, list):
+            out.extend((f"{role}#{i}", role, i - 1) for i in range(1, len(client) + 1))
+        elif client is not None:
+            out.append((role, role, None))
+    return out
+
+
+def checker_models(roles: Mapping[str, Any], check_roles: Iterable[str]) -> int:
+    """How many distinct models (model and server) the configured checkers are."""
+    seen = set()
+    for _, role, i in checker_slots(roles, check_roles):
+        client = roles[role] if i is None else roles[role][i]
+        prov = model_id(client)
+        seen.add((prov.get("backend"), prov.get("model"), prov.get("base_url")))
+    return len(seen)
+
+
+def one_checker_warning(config: TranslateConfig, roles: Mapping[str, Any]) -> str | None:
+    """The funnel's warning when the translation is cross-checked by a single model (seed 001 §3.1
+    checks it "with multiple models"); None with two or more, or with none configured (the stage
+    then stops with NeedsModel, which the funnel already says)."""
+    if not config.enabled:
+        return None
+    n = checker_models(roles, config.check_roles)
+    if n != 1:
+        return None
+    return (f"translations are cross-checked by one model ({', '.join(config.check_roles)}); seed 001 §3.1 checks "
+            "them with multiple models: configure a second ([[models.checker]] listed twice, or "
+            "[curate.translate] check_roles = [\"checker\", \"<another role>\"] with that role's model)")
+
+
 @register_stage
 class Translate(CurateStage):
     """Translates a non-English item into English; every checker role cross-checks the translation.
@@ -93,12 +135,13 @@ class Translate(CurateStage):
         src = {"question": it["question"], "answer": it.get("answer") or "(none)"}
         reply, prov = await consult(ctx, c, TRANSLATE, QuestionReply, record, what="translation",
                                     language=lang, **src)
+        slots = checker_slots(ctx.roles, c.check_roles)
         checks = await gather_all((consult(ctx, c.model_copy(update={"role": role}), TRANSLATION_CHECK, CheckReply,
-                                           record, what=f"translation cross-check ({role})", language=lang,
-                                           question_en=reply.question, answer_en=reply.answer, **src)
-                                   for role in c.check_roles), "translation cross-checks")
-        rows = [{"role": role, **prov2, "faithful": chk.faithful, "issues": chk.issues}
-                for role, (chk, prov2) in zip(c.check_roles, checks)]
+                                           record, what=f"translation cross-check ({name})", language=lang,
+                                           model_index=i, question_en=reply.question, answer_en=reply.answer, **src)
+                                   for name, role, i in slots), "translation cross-checks")
+        rows = [{"role": name, **prov2, "faithful": chk.faithful, "issues": chk.issues}
+                for (name, _, _), (chk, prov2) in zip(slots, checks)]
         said = [r["faithful"] for r in rows]
         payload = {"translated": True, "from": lang, "source": src, "question": reply.question, "answer": reply.answer,
                    "faithful": all(said), "issues": [f"{r['role']}: {i}" for r in rows for i in r["issues"]],

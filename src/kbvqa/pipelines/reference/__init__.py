@@ -360,6 +360,12 @@ def build_references(opts: ReferenceOptions, *, roles: Mapping[str, Any] | None 
     if taken.counts["unguided"]:
         warnings.append(f"{taken.counts['unguided']} trajectories were not run with the short reference as guidance "
                         "(seed 001 collects them guided); references are built from them anyway")
+    extra = config.harvest.kbvqa_filters()
+    if extra:
+        on = ", ".join(f"{k} = {v}" for k, v in extra.items())
+        warnings.append(f"harvest: kbvqa's own image filters are on ({on}), after seed 001's 100-px floor; "
+                        "their drops are counted in the harvest row (too_elongated, tiny_file, gif, svg) and are "
+                        "not the paper's")
     used = opts.used()
     summaries: list[dict[str, Any]] = []
     inputs: list[dict[str, Any]] = records

@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kbvqa.models.prompts.reference import ENTITY_CHECK
 from kbvqa.pipelines.reference.candidates import query_image, score_images
-from kbvqa.pipelines.reference.common import ENTITY_POOL, ReferenceStageConfig, ask, counts, needs_model, stage_record
+from kbvqa.pipelines.reference.common import (ENTITY_POOL, ReferenceStageConfig, ask, counts, needs_model,
+                                              stage_record)
 from kbvqa.pipelines.reference.harvest import Found, Harvest, HarvestConfig
 from kbvqa.runner.stage import Context, Invalid, Stage
 from kbvqa.stages import register_stage

@@ -8,21 +8,27 @@ image that does not get through is counted under one reason:
    default (`page_source = "scrape"`: markdown from the web backend's scrape endpoint with the
    og:image put first) or as raw HTML through the guarded fetcher (`page_source = "html"`); on the
    `local` backend, the KB article's `image_urls` resolved to files (`kb_image_file`), offline;
-2. before any download: `data_uri`, `svg` and `gif` by URL, `bad_url` (a URL scheme other than
+2. before any download: `data_uri`, `bad_url` (a URL scheme other than
    http/https: `file:`, `javascript:`, `ftp:`, ... — only http(s) URLs and files under the KB image
    folder are ever read),
    `blocklisted` (ad / tracker / icon / logo patterns: `BLOCKLIST` plus the config's own),
    `duplicate_url` within a page; `remote_offline` for a web image on the local backend;
 3. download through the one `GuardedFetcher` (SSRF guard on every redirect, byte cap on the wire and
    after decoding any Content-Encoding, timeout, bounded concurrency, image content types):
-   `fetch_blocked`, `fetch_error`, `http_error`, `too_large`, `bad_encoding`, `bad_type`
-   (`svg`/`gif` by content type);
+   `fetch_blocked`, `fetch_error`, `http_error`, `too_large`, `bad_encoding`, `bad_type`;
+   `svg_not_raster` (an SVG by content type: a vector image the decoder cannot read or measure);
 4. decode with `kbvqa.data.images.open_image` (verification, pixel cap): `decompression_bomb`,
-   `unreadable`, `gif` (by content); then `too_small` (shorter side < 100 px), `too_elongated`
-   (aspect > 3), `tiny_file` (< 1 KiB);
+   `unreadable`; then the paper's floor, `too_small` (shorter side < 100 px);
 5. at most 60 attempts and 20 kept per page (`attempt_cap`, `per_url_cap`);
 6. sha256: `same_as_query` (the query image itself), `duplicate_sha256` (across pages and pools,
    first kept wins and records where else it was found).
+
+Filters seed 001 does not have are kbvqa's and off by default (`[reference.harvest]`): `max_aspect`
+(`too_elongated`), `min_bytes` (`tiny_file`) and `skip_gif_svg` (`svg` / `gif` by URL before any
+download, by content type and by decoded format). When on, each runs after the paper's 100-px floor
+(an image under the floor is `too_small` whatever else it is), its drops are counted under its own
+reason, and the stage records which were on (`harvest.kbvqa_filters`; the build says so in its
+warnings).
 
 The reverse-image-search pool (every image an `image_search` call returned) goes through the same
 gates and stays tagged `image_search_pool`; page images are `best_link`. Kept images are stored
@@ -120,20 +126,22 @@ def page_images(text: str, base_url: str, context_chars: int = 200) -> list[Foun
     return out
 
 
-def pre_gate(ref: str, blocklist: re.Pattern[str], *, remote_allowed: bool) -> str | None:
+def pre_gate(ref: str, blocklist: re.Pattern[str], *, remote_allowed: bool,
+             skip_gif_svg: bool = False) -> str | None:
     """Why a reference is dropped before any download, or None. A local file passes (it was
     resolved by the KB resolver or returned by the local tools; `_read_local` still reads only under
     the KB image folder). Anything with a URL scheme — `javascript:x`, `file:/etc/passwd` have no
-    `//` — is a URL, and only http(s) ones are fetched; a one-letter scheme is a Windows drive."""
+    `//` — is a URL, and only http(s) ones are fetched; a one-letter scheme is a Windows drive.
+    `skip_gif_svg` (kbvqa's filter, off by default) drops .svg and .gif by name."""
     low = ref.strip().lower()
     if low.startswith("data:"):
         return "data_uri"
     scheme = _URL_SCHEME.match(low)
     is_url = "://" in low or low.startswith("//") or (scheme is not None and len(scheme.group(1)) > 1)
     path = urlsplit(low).path if is_url else low
-    if path.endswith((".svg", ".svgz")):
+    if skip_gif_svg and path.endswith((".svg", ".svgz")):
         return "svg"
-    if path.endswith(".gif"):
+    if skip_gif_svg and path.endswith(".gif"):
         return "gif"
     if is_url:
         if not low.startswith(("http://", "https://")):
@@ -191,14 +199,11 @@ class ImageStore:
                         else "unreadable")
             w, h = img.size
             fmt = _file_format(tmp)
-            if fmt == "GIF":
-                return "gif"
-            if min(w, h) < gates.min_side:
+            if min(w, h) < gates.min_side:  # the paper's floor, before any filter of kbvqa's
                 return "too_small"
-            if max(w, h) / max(min(w, h), 1) > gates.max_aspect:
-                return "too_elongated"
-            if len(data) < gates.min_bytes:
-                return "tiny_file"
+            why = gates.extra_drop(w, h, len(data), fmt)
+            if why:
+                return why
             sha = hashlib.sha256(data).hexdigest()
             rel = f"{sha[:2]}/{sha}{_EXT.get(fmt, '.img')}"
             final = self.root / rel
@@ -247,9 +252,12 @@ class HarvestConfig(ReferenceStageConfig):
     max_per_url: int = Field(20, ge=1)  # images kept per page
     max_attempts_per_url: int = Field(60, ge=1)  # images tried per page
     max_pool: int | None = Field(None, ge=0)  # reverse-search images kept; None: every one, as the paper takes
-    min_side: int = Field(100, ge=1)  # px, the shorter side
-    max_aspect: float = Field(3.0, ge=1.0)
-    min_bytes: int = Field(1024, ge=0)
+    min_side: int = Field(100, ge=1)  # px, the shorter side (seed 001's minimum-size constraint)
+    #: kbvqa's filters, not the paper's: off by default; when on, counted (too_elongated, tiny_file,
+    #: gif / svg) and listed in `harvest.kbvqa_filters`
+    max_aspect: float | None = Field(None, ge=1.0)  # longer / shorter side at most this (kbvqa used 3)
+    min_bytes: int | None = Field(None, ge=1)  # files smaller than this dropped (kbvqa used 1024)
+    skip_gif_svg: bool = False  # GIF and SVG dropped by URL, content type and decoded format
     max_pixels: int = Field(MAX_PIXELS, ge=1)  # the decompression-bomb cap
     max_image_bytes: int = Field(10_000_000, ge=1)
     context_chars: int = Field(200, ge=0)  # of page text on each side of an image
@@ -261,6 +269,22 @@ class HarvestConfig(ReferenceStageConfig):
     #: fetcher (no key; og:image, <img> and markdown images alike). Images are downloaded through the
     #: guarded fetcher either way.
     page_source: Literal["scrape", "html"] = "scrape"
+
+    def kbvqa_filters(self) -> dict[str, Any]:
+        """The filters of kbvqa's own that are on (empty by default): what the funnel notes."""
+        on = {"max_aspect": self.max_aspect, "min_bytes": self.min_bytes,
+              "skip_gif_svg": True if self.skip_gif_svg else None}
+        return {k: v for k, v in on.items() if v is not None}
+
+    def extra_drop(self, width: int, height: int, size: int, fmt: str) -> str | None:
+        """Why one of kbvqa's filters (when on) drops a decoded image, or None."""
+        if self.skip_gif_svg and fmt == "GIF":
+            return "gif"
+        if self.max_aspect is not None and max(width, height) / max(min(width, height), 1) > self.max_aspect:
+            return "too_elongated"
+        if self.min_bytes is not None and size < self.min_bytes:
+            return "tiny_file"
+        return None
 
 
 class PageScraper:
@@ -350,7 +374,7 @@ class Harvest(Stage):
     come from)."""
 
     name = "reference-harvest"
-    version = "2"  # 2: pages scraped as markdown by default (page_source)
+    version = "3"  # 2: pages scraped as markdown by default (page_source); 3: kbvqa's own filters off by default
     config_model = HarvestConfig
 
     def __init__(self, config: HarvestConfig | None = None):
@@ -399,7 +423,8 @@ class Harvest(Stage):
                     kept[pool_name] += 1
         page_rows = [{"url": p.url, "rank": p.rank, "status": p.status, **({"reason": p.reason} if p.reason else {}),
                       "found": len(p.found), "kept": len(p.kept)} for p in pages]
-        payload = {"backend": c.backend, "pages": page_rows, "candidates": candidates}
+        payload = {"backend": c.backend, "pages": page_rows, "candidates": candidates,
+                   **({"kbvqa_filters": c.kbvqa_filters()} if c.kbvqa_filters() else {})}
         tally = counts(pages=len(pages), pages_failed=Counter(p.status for p in pages if p.status != "ok"),
                        references=sum(len(p.found) for p in pages) + len(pool), admitted_by_pool=admitted,
                        kept_by_pool=kept,
@@ -458,7 +483,7 @@ class Harvest(Stage):
         seen: set[str] = set()
         for f in found:
             why = "file_missing" if f.ref.startswith("missing:") else \
-                pre_gate(f.ref, self._block, remote_allowed=c.backend == "web")
+                pre_gate(f.ref, self._block, remote_allowed=c.backend == "web", skip_gif_svg=c.skip_gif_svg)
             if why is None:
                 key = canonical_url(f.ref) if "://" in f.ref else f.ref
                 why = "duplicate_url" if key in seen else None
@@ -495,8 +520,8 @@ class Harvest(Stage):
                 return {"blocked": "fetch_blocked", "error": "fetch_error"}.get(r.status, r.status)
             media = r.content_type.split(";", 1)[0].strip().lower()
             if media.startswith("image/svg"):
-                return "svg"
-            if media == "image/gif":
+                return "svg" if c.skip_gif_svg else "svg_not_raster"
+            if media == "image/gif" and c.skip_gif_svg:
                 return "gif"
             data = r.content
         else:

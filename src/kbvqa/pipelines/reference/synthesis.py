@@ -169,7 +169,7 @@ class Synthesis(Stage):
     generator}."""
 
     name = "reference-synthesis"
-    version = "1"
+    version = "2"  # 2: unresolvable tags dropped and counted, not the whole draft; at most ten shown in all
     config_model = SynthesisConfig
     prompts = (SYNTHESIS,)
 
