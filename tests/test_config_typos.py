@@ -93,3 +93,27 @@ def test_audit_top_level_names_follow_audit_options():
     from kbvqa.runner.options import RunOptions
 
     assert set(AUDIT_TOP_LEVEL) == (set(AuditOptions.model_fields) - {"models"}) | set(RunOptions.model_fields)
+
+
+def test_a_misspelt_key_inside_a_table_names_the_closest_one(work):
+    """Inside a job's own table (its options class), a stage table (load_table) and a model role."""
+    from kbvqa.models.config import ConfigError, load_model_config
+    from kbvqa.pipelines.answer import answer_options
+    from kbvqa.pipelines.reference import load_reference_config
+    from kbvqa.runner.options import OptionsError
+
+    p = Path("kbvqa.toml")
+    p.write_text("[answer]\nconcurency = 3\n[answer.agent.episode]\nmax_turn = 2\n", encoding="utf-8")
+    with pytest.raises(OptionsError) as exc:
+        answer_options(p, pipeline="agent")
+    assert "agent.episode.max_turn: Extra inputs are not permitted (did you mean max_turns?)" in str(exc.value)
+    assert "concurency: Extra inputs are not permitted (did you mean concurrency?)" in str(exc.value)  # a run key
+    p.write_text("[reference.candidates]\ntopk = 4\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"reference\.candidates\.topk: .* \(did you mean top_k\?\)"):
+        load_reference_config(p)
+    p.write_text('[models.jduge]\nmodel = "m"\n[models.judge]\nmodle = "m"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"models\.jduge: unknown role \(did you mean \[models\.judge\]\?"):
+        load_model_config(p, env={})
+    p.write_text('[models.judge]\nmodle = "m"\nbase_url = "http://127.0.0.1:9/v1"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"models\.judge\.modle: .* \(did you mean model\?\)"):
+        load_model_config(p, env={})

@@ -13,7 +13,7 @@ holds one (otherwise the client falls back to KBVQA_API_KEY / OPENAI_API_KEY).
     connect_timeout = 10          # seconds to open a connection
     read_timeout = 60             # seconds to wait for the server's next bytes (`timeout` = old name)
     deadline = 300                # seconds for one whole call: all attempts and backoff (unset = none)
-    max_reply_bytes = 33554432    # a reply's cap in bytes, on the wire and decoded (over it: an error)
+    max_reply_bytes = 4194304     # a reply's cap in bytes, on the wire and decoded (over it: an error)
     structured_output = "auto"    # auto | json_schema | json_object | off
 
     [[models.verifier]]           # verifier may list several
@@ -131,7 +131,7 @@ class RoleConfig(BaseModel):
     read_timeout: float = Field(60.0, gt=0)
     connect_timeout: float = Field(10.0, gt=0)
     deadline: float | None = Field(None, gt=0)
-    max_reply_bytes: int | None = Field(None, ge=1)  # None: the client's default (32 MiB)
+    max_reply_bytes: int | None = Field(None, ge=1)  # None: the client's default (4 MiB)
     structured_output: StructuredOutput = "auto"
     max_retries: int = Field(4, ge=0, le=50)
     backoff_base: float = Field(0.5, ge=0)
@@ -223,11 +223,16 @@ class ModelsConfig(BaseModel):
     source: Path | None = None  # the file it came from, for messages and the manifest
 
 
-def _fmt_loc(prefix: str, e: ValidationError) -> str:
+def _fmt_loc(prefix: str, e: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """pydantic's errors as `prefix.key: message`; a misspelt key of `model` with the closest known one."""
     out = []
     for er in e.errors()[:5]:
         loc = ".".join(str(x) for x in er["loc"])
         msg = er["msg"].removeprefix("Value error, ")
+        if model is not None and er.get("type") == "extra_forbidden":
+            from kbvqa.runner.config import did_you_mean
+
+            msg += did_you_mean(model, tuple(er["loc"]))
         out.append(f"{prefix}{'.' + loc if loc else ''}: {msg}")
     return "; ".join(out)
 
@@ -291,7 +296,11 @@ def load_model_config(path: Path | str | None, overrides: dict[str, Any] | None 
     roles: dict[str, Any] = {}
     for role in sorted(names):
         if role not in ROLES:
-            raise ConfigError(f"{where}: models.{role}: unknown role (known roles: {', '.join(ROLES)})")
+            import difflib
+
+            close = difflib.get_close_matches(role, ROLES, n=1, cutoff=0.6)
+            hint = f"did you mean [models.{close[0]}]? " if close else ""
+            raise ConfigError(f"{where}: models.{role}: unknown role ({hint}known roles: {', '.join(ROLES)})")
         entry = models.get(role, {})
         entries = entry if isinstance(entry, list) else [entry]
         if isinstance(entry, list) and role not in MULTI_ROLES:
@@ -307,14 +316,14 @@ def load_model_config(path: Path | str | None, overrides: dict[str, Any] | None 
             try:
                 built.append(RoleConfig.model_validate(d))
             except ValidationError as err:
-                raise ConfigError(f"{where}: {_fmt_loc(label, err)}") from None
+                raise ConfigError(f"{where}: {_fmt_loc(label, err, RoleConfig)}") from None
         roles[role] = built if isinstance(entry, list) else built[0]
     cache_raw = dict(raw.get("cache", {}) or {})
     cache_raw.update(overrides.get("cache") or {})
     try:
         cache = CacheConfig.model_validate(cache_raw)
     except ValidationError as err:
-        raise ConfigError(f"{where}: {_fmt_loc('cache', err)}") from None
+        raise ConfigError(f"{where}: {_fmt_loc('cache', err, CacheConfig)}") from None
     if cache.path is not None and not cache.path.is_absolute():
         cache.path = base_dir / cache.path
     files = raw.get("prompts", {})

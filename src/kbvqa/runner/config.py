@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
-__all__ = ["CONFIG_TABLES", "ExecutorTable", "RaySettings", "check_tables", "load_ray_settings", "load_table",
-           "read_toml"]
+__all__ = ["CONFIG_TABLES", "ExecutorTable", "RaySettings", "check_tables", "did_you_mean", "load_ray_settings",
+           "load_table", "read_toml"]
 
 
 #: Every table a kbvqa.toml may hold: top-level name -> the names known one level down (None: whatever
@@ -63,6 +63,39 @@ def check_tables(doc: dict[str, Any], path: str | Path, error: Callable[[str], E
                 raise error(f"unknown table [{name}.{child}] in {path}; {hint}")
 
 
+def _sub_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds: itself, or inside Optional / a list / a dict's values."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _sub_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def did_you_mean(model: type[BaseModel], loc: tuple[Any, ...] | list[Any], also: tuple[str, ...] = ()) -> str:
+    """" (did you mean X?)" for an unknown key at pydantic's error location `loc` in `model`: the closest
+    name the table it sits in knows (`also`: more names known at the top, e.g. the run keys a job's
+    table may hold there); "" when none is close."""
+    import difflib
+
+    node: type[BaseModel] | None = model
+    parts = [p for p in loc if not isinstance(p, int)]
+    for part in parts[:-1]:
+        field = node.model_fields.get(str(part)) if node is not None else None
+        node = _sub_model(field.annotation) if field is not None else None
+        if node is None:
+            return ""
+    if node is None or not parts:
+        return ""
+    names = [*node.model_fields, *(also if len(parts) == 1 else ())]
+    close = difflib.get_close_matches(str(parts[-1]), names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def read_toml(path: str | Path, error: Callable[[str], Exception] = ValueError) -> dict[str, Any]:
     """The TOML document at `path`, its tables checked (`check_tables`); a missing or malformed file,
     or a table no job reads, raises `error(message)` naming it."""
@@ -95,7 +128,8 @@ def load_table(path: str | Path | None, section: str, model: type[M], *,
         first = exc.errors()[0]
         key = ".".join([section, *(str(p) for p in first.get("loc", ()))])
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise error(f"{path}: {key}: {first.get('msg')}{more}") from None
+        hint = did_you_mean(model, first.get("loc", ())) if first.get("type") == "extra_forbidden" else ""
+        raise error(f"{path}: {key}: {first.get('msg')}{hint}{more}") from None
 
 
 class RaySettings(BaseModel):

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal, Mapping, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from kbvqa.runner.config import read_toml
+from kbvqa.runner.config import did_you_mean, read_toml
 
 __all__ = ["CallLimits", "JobOptions", "OptionsError", "RunOptions", "ModelFlags", "read_table"]
 
@@ -173,6 +173,10 @@ class JobOptions(BaseModel):
                 lines.append(f"{where}: {str(err.get('msg')).removeprefix('Value error, ')}")
                 continue
             shown = "" if err.get("type") in ("missing", "extra_forbidden") else f" (got {err.get('input')!r})"
+            if err.get("type") == "extra_forbidden":  # a misspelt key: the closest one its table knows
+                run = cls.model_fields.get("run")
+                lifted = tuple(run.annotation.model_fields) if run is not None and _is_model(run.annotation) else ()
+                shown = did_you_mean(cls, tuple(err.get("loc", ())), also=lifted)  # type: ignore[union-attr]
             lines.append(f"{where}: {err.get('msg')}{shown}")
         return "; ".join(lines)
 
