@@ -210,7 +210,7 @@ def agent_failures_table(res: Mapping[str, Any]) -> ResultTable:
     if "outcomes" in res:
         went = {k: v for k, v in res["outcomes"].items() if k != "correct"}
         notes.append(f"went in, of {res['episodes']} episodes: {_count_line(went)} (correct "
-                     f"{res['outcomes'].get('correct', 0)}, not categorised); counted apart: "
+                     f"{res['outcomes'].get('correct', 0)}: not sent to the failure judge); counted apart: "
                      f"{_count_line(res.get('apart') or {})}")
     return ResultTable("agent-failures", "failure categories of every non-correct agent episode (T3 is named by seed "
                                          "001; the T1, T2, T4, N1, N2 wordings are kbvqa's reconstruction)",
