@@ -271,7 +271,7 @@ def test_reply_cap_is_a_role_setting():
     rc = RoleConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="m", max_reply_bytes=1234)
     assert _build_one("judge", rc, None, {}).max_reply_bytes == 1234
     rc = RoleConfig(backend="openai", base_url="http://127.0.0.1:1/v1", model="m")
-    assert _build_one("judge", rc, None, {}).max_reply_bytes == 32 * MiB
+    assert _build_one("judge", rc, None, {}).max_reply_bytes == 4 * MiB  # a 10 MB reply is refused
 
 
 # -- reference harvest: hostile image references and image bombs ------------------------------------------

@@ -299,3 +299,30 @@ def test_the_cli_ends_sigterm_with_143_and_the_hint(tmp_path, monkeypatch):
     monkeypatch.setattr(rr, "INTERRUPTED", [])
     res = CliRunner().invoke(app, ["journal", "status", str(out)])
     assert res.exit_code == 143 and f"{out}: interrupted — rerun with --resume to finish" in res.output
+
+
+# --- a model reply over the documented size (item 8) -----------------------------------------------
+
+def test_a_10_mb_reply_is_refused_not_stored():
+    import asyncio
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fake_llm_server import FakeLLMServer, ok
+
+    from kbvqa.models.client import DEFAULT_MAX_REPLY_BYTES, OpenAIChatClient
+
+    assert DEFAULT_MAX_REPLY_BYTES == 4 << 20  # docs/network.md, "What is capped"
+    with FakeLLMServer() as srv:
+        srv.push(ok("v" * 10_000_000), ok("fine"))
+        client = OpenAIChatClient(srv.base_url, "fake", max_retries=0)
+
+        async def both():
+            try:
+                return [await client.chat([{"role": "user", "content": "q"}]) for _ in range(2)]
+            finally:
+                await client.aclose()
+
+        big, small = asyncio.run(both())
+    assert big.status == "error" and "max_reply_bytes = 4194304" in big.reason and not big.text
+    assert small.status == "ok" and small.text == "fine"

@@ -24,7 +24,7 @@ for the server's next bytes) and `deadline` (seconds for one whole call — ever
 for a concurrency slot after the first, and the backoff sleeps; None = bounded by retries only). A
 call that would pass its deadline stops with an `error` saying so instead of sleeping into it.
 
-Reply size: `max_reply_bytes` (32 MiB by default) caps a reply on the wire and once decoded; a
+Reply size: `max_reply_bytes` (4 MiB by default) caps a reply on the wire and once decoded; a
 compressed reply is read raw and inflated under that cap (kbvqa.data.fetch.CappedBody), never whole
 by the HTTP library. An over-cap reply is an `error` saying so, not retried.
 """
@@ -58,7 +58,7 @@ POOL_SHARD = 8  # connections per httpx pool (see _ensure_loop_state)
 RETRY_AFTER_CAP = 300.0  # seconds; a Retry-After beyond this is treated as this
 #: the most bytes a reply may have, on the wire and once decoded (a compressed reply is inflated here,
 #: under this cap, never by the HTTP library: kbvqa.data.fetch.CappedBody); over it the call is an error
-DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_REPLY_BYTES = 4 * 1024 * 1024  # a reply is text for one record; 4 MiB is ~1M tokens
 # A 4xx body naming one of these is a server refusing structured output (vLLM, SGLang, llama.cpp,
 # TGI, FastAPI-style 422 validation of wrappers), not a bad request of ours.
 _SCHEMA_REFUSAL = re.compile(r"response_format|json_schema|json_object|guided_(?:json|decoding|grammar)"
