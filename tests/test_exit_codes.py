@@ -209,3 +209,12 @@ def test_agent_failures_with_nothing_categorised_exits_3(case):
     assert res.exit_code == 3, res.output
     assert json.loads(res.stdout)["categorised"] == 0
     assert "3 episode(s) to categorise did not end ok: invalid 3" in res.stderr and "3 x " in res.stderr
+
+
+def test_data_compare_with_every_hops_call_failing_exits_3(case):
+    args = _judge_inputs(3)  # refs.jsonl: three kbvqa samples
+    res = _invoke(["data", "compare", "refs.jsonl", "--out", "cmp", "--llm", f"http://127.0.0.1:{_closed_port()}/v1",
+                   "--model", "m", "--max-retries", "0", "--json"])
+    assert res.exit_code == 3, res.output
+    assert "3 hop estimate(s) did not end ok: error 3" in res.stderr and "connection error" in res.stderr, res.stderr
+    assert json.loads(res.stdout)["benchmarks"][0]["hops"]  # the table is still written, its counts say why

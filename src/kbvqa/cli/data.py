@@ -245,8 +245,10 @@ def compare(
         out.mkdir(parents=True, exist_ok=True)
         (out / "compare.json").write_text(json.dumps({"benchmarks": rows, "options": opts.used()}, indent=1,
                                                      ensure_ascii=False), encoding="utf-8")
+    hops_journals = [out / f"{r['name']}.hops.jsonl" for r in rows if r.get("hops") and out is not None]
     if as_json:
         emit_json({"benchmarks": rows, "options": opts.used()})
+        _end_hops(hops_journals)
         return
     from kbvqa.report.tables import ResultTable
 
@@ -281,3 +283,20 @@ def compare(
         for kind, n in r["warnings"].items():
             notes.append(f"warning: {r['name']}: {n} {kind.replace('_', ' ')}")
     print_result(ResultTable.from_dicts(table, name="compare", title="benchmark comparison", notes=notes))
+    _end_hops(hops_journals)
+
+
+def _end_hops(journals: list[Path]) -> None:
+    """The hops judge's calls end by the exit-code convention (3: not one estimate; 4: some failed,
+    under --fail-on-error), counted over every benchmark's journal."""
+    from kbvqa.cli.common import end_job, journal_outcome
+
+    ok, failed, reasons = 0, {"error": 0, "invalid": 0}, []
+    for journal in journals:
+        n_ok, bad, _needs_model, why = journal_outcome(journal)
+        ok += n_ok
+        reasons += why
+        for k, v in bad.items():
+            failed[k] = failed.get(k, 0) + v
+    if journals:
+        end_job(ok, failed, what="hop estimate(s)", reasons=reasons)
