@@ -149,3 +149,27 @@ def test_an_evidence_judge_that_always_fails_exits_3(tmp_path, monkeypatch):
     assert res.exit_code == 3, res.output
     ev = json.loads(res.stdout)["useful_evidence"]["tools"]
     assert ev["search"]["error"] == 2 and ev["search"]["hits"] == 0 and ev["visit"]["error"] == 2
+
+
+def test_the_evidence_judge_and_its_cap_from_the_config(tmp_path, monkeypatch):
+    """[models.judge] is the evidence judge and [study.agent-tools.stage] sets its cap: with 100
+    characters the visit's fact past them is never shown, and the result says which cap it used."""
+    monkeypatch.setenv("KBVQA_CACHE", str(tmp_path / "cache.sqlite"))
+    preds, refs = _write(tmp_path, "Elmira")
+    asked: list[str] = []
+
+    def judge(req: dict) -> Reply:
+        asked.append(req["messages"][-1]["content"])
+        return ok('{"supports": false, "rationale": "no"}')
+
+    with FakeLLMServer(handler=judge) as srv:
+        cfg = tmp_path / "kbvqa.toml"
+        cfg.write_text(f'[models.judge]\nbackend = "openai"\nmodel = "judge-c"\nbase_url = "{srv.base_url}"\n'
+                       '[study.agent-tools]\nconcurrency = 2\n[study.agent-tools.stage]\nevidence_chars = 100\n',
+                       encoding="utf-8")
+        res = runner.invoke(app, ["study", "agent-tools", "-p", str(preds), "-r", str(refs), "--config", str(cfg),
+                                  "--json"])
+    assert res.exit_code == 0, res.output
+    ev = json.loads(res.stdout)["useful_evidence"]
+    assert ev["evidence_chars"] == 100 and "judge-c" in ev["scorer"] and len(asked) == 4
+    assert not any(FAR_FACT in t for t in asked) and ev["tools"]["visit"]["misses"] == 2

@@ -25,7 +25,7 @@ __all__ = ["CONFIG_TABLES", "ExecutorTable", "RaySettings", "check_tables", "did
 CONFIG_TABLES: dict[str, tuple[str, ...] | None] = {
     "models": None, "cache": None, "prompts": None,
     "answer": None, "audit": None, "retrieve": None, "augment": None, "reference": None, "curate": None,
-    "score": ("judge", "ivr12", "evqa"), "study": ("agent-failures", "image-ablation"), "data": ("compare",),
+    "score": ("judge", "ivr12", "evqa"), "study": ("agent-failures", "agent-tools", "image-ablation"), "data": ("compare",),
     "index": ("images", "text"), "kb": ("import",), "tools": ("web",), "executor": ("ray",),
 }
 #: The audit's older layout (`kbvqa.pipelines.audit._audit_table`): with no `[audit]` table, the file's
