@@ -201,9 +201,11 @@ def test_report_compare(bench, tmp_path):
     assert "judge" in res.stderr and "not comparable" in res.stderr
     rows = {r["run"]: r for r in doc["rows"]}
     assert rows["a"]["infoseek-strict final_score"] == rows["strict"]["infoseek-strict final_score"]
-    assert rows["a"]["judge correct"] == 1.0 and rows["b"]["judge correct"] == 0.0 and rows["strict"]["judge n"] is None
+    assert rows["a"]["judge accuracy"] == 1.0 and rows["b"]["judge accuracy"] == 0.0 and rows["strict"]["judge n"] is None
+    assert rows["a"]["judge accuracy_graded"] == 1.0  # seed 001's over all responses, kbvqa's over graded beside it
     text = md.read_text()
-    assert f"judge correct (%) {FLAG}".replace("(", "\\(").replace(")", "\\)").replace("!", "\\!") in text
+    assert f"judge accuracy (%) {FLAG}".replace("(", "\\(").replace(")", "\\)").replace("!", "\\!") in text
+    assert "accuracy = correct / all responses (seed 001's definition" in text
     assert "NOT comparable" in text and "scorer infoseek-strict, time\\_leniency=True \\(every run\\)" in text
     assert "jA" in text and "jB" in text
 
@@ -222,3 +224,17 @@ def test_report_compare(bench, tmp_path):
     assert "bad.json" in res.output and "neither" in res.output
     res = _run(["report", "compare", tmp_path], code=2)
     assert "without results.json" in res.output
+
+
+def test_eval_whose_judge_is_unreachable_exits_3(bench, tmp_path):
+    """Every answer ok but not one verdict: the run produced no score, so it exits 3 with the judge's
+    reasons (issue 34 item 2), not 0."""
+    import socket
+
+    b, _root, idx = bench
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = _run(["eval", *_answer_flags(b, idx), "--out", tmp_path / "run", "-m", "judge", "--judge-base-url",
+                f"http://127.0.0.1:{port}/v1", "--judge-model", "j", "--max-retries", "0", "--json"], code=3)
+    assert "judge error" in res.stderr and "connection error" in res.stderr, res.stderr

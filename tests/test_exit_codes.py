@@ -218,3 +218,15 @@ def test_data_compare_with_every_hops_call_failing_exits_3(case):
     assert res.exit_code == 3, res.output
     assert "3 hop estimate(s) did not end ok: error 3" in res.stderr and "connection error" in res.stderr, res.stderr
     assert json.loads(res.stdout)["benchmarks"][0]["hops"]  # the table is still written, its counts say why
+
+
+def test_ivr12_with_its_judge_unreachable_exits_3(case):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_ivr12 import _item_files
+
+    preds, samples = _item_files(case, ["q1", "q2"], with_image=set())
+    res = _invoke(["score", "ivr12", "-p", str(preds), "-s", str(samples), "--out", "v.jsonl", "--judge-base-url",
+                   f"http://127.0.0.1:{_closed_port()}/v1", "--judge-model", "m", "--max-retries", "0", "--json"])
+    assert res.exit_code == 3, res.output
+    assert "2 item(s) did not end ok: error 2" in res.stderr and "connection error" in res.stderr, res.stderr
+    assert json.loads(res.stdout)["run"]["calls"] > 0
