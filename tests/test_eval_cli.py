@@ -201,11 +201,9 @@ def test_report_compare(bench, tmp_path):
     assert "judge" in res.stderr and "not comparable" in res.stderr
     rows = {r["run"]: r for r in doc["rows"]}
     assert rows["a"]["infoseek-strict final_score"] == rows["strict"]["infoseek-strict final_score"]
-    assert rows["a"]["judge accuracy"] == 1.0 and rows["b"]["judge accuracy"] == 0.0 and rows["strict"]["judge n"] is None
-    assert rows["a"]["judge accuracy_graded"] == 1.0  # seed 001's over all responses, kbvqa's over graded beside it
+    assert rows["a"]["judge correct"] == 1.0 and rows["b"]["judge correct"] == 0.0 and rows["strict"]["judge n"] is None
     text = md.read_text()
-    assert f"judge accuracy (%) {FLAG}".replace("(", "\\(").replace(")", "\\)").replace("!", "\\!") in text
-    assert "accuracy = correct / all responses (seed 001's definition" in text
+    assert f"judge correct (%) {FLAG}".replace("(", "\\(").replace(")", "\\)").replace("!", "\\!") in text
     assert "NOT comparable" in text and "scorer infoseek-strict, time\\_leniency=True \\(every run\\)" in text
     assert "jA" in text and "jB" in text
 
