@@ -296,9 +296,11 @@ def ivr12(
             typer.echo(f"warning: {w}", err=True)
         emit_json(summary)
     else:
+        from kbvqa.report.tables import wrap_text
+
         for table in ivr12_terminal_tables(summary):  # the full table: --json, report build
             print_result(table)
-        typer.echo(f"journal {summary['out']}, manifest {summary['manifest']}, summary {summary['summary']}")
+        typer.echo(wrap_text(f"journal {summary['out']}, manifest {summary['manifest']}, summary {summary['summary']}"))
     if opts.require_complete and not summary["complete"]:
         st = summary["status"]
         fail(f"--require-complete: {st['invalid']} invalid and {st['error']} error items in {summary['out']} "

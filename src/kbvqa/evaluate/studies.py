@@ -551,10 +551,37 @@ def compare_study(references_a: str | Path, references_b: str | Path, methods: M
     return res
 
 
+def _run_file_kind(path: str | Path) -> str | None:
+    """"verdicts" (a `score judge` journal), "predictions" (an answer run's lines) or None, by the first
+    record of a JSONL file (another format, or an unreadable file, is left to the scorer to refuse)."""
+    try:
+        with open(path, "rb") as f:
+            first = next((line for line in f if line.strip()), b"")
+        rec = json.loads(first) if first else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    if isinstance(rec.get("verdict"), dict):
+        return "verdicts"
+    return "predictions" if any(k in rec for k in ("answer", "prediction")) else None
+
+
 def retrieval_2x2_study(with_predictions: str | Path, without_predictions: str | Path, references: str | Path,
                         scorer: str, *, qtypes: str | Path | None = None, n_resamples: int = DEFAULT_RESAMPLES,
                         seed: int = 0, semantic_threshold: float | None = None) -> dict[str, Any]:
-    """Two runs of one model (with / without retrieval) on the same references: `retrieval_2x2`."""
+    """Two runs of one model (with / without retrieval) on the same references: `retrieval_2x2`. Files of
+    the wrong kind are refused saying what to run: predictions under `--scorer judge-verdicts` (they need
+    `kbvqa score judge` first), judge verdicts under an answer scorer."""
+    for flag, path in (("--with", with_predictions), ("--without", without_predictions)):
+        kind = _run_file_kind(path)
+        if scorer == "judge-verdicts" and kind == "predictions":
+            raise ValueError(f"{flag} {path}: these are predictions, not judge verdicts; run `kbvqa score judge "
+                             f"-p {path} -r {references} --out {Path(path).with_suffix('')}.judge.jsonl` first "
+                             "and pass its output")
+        if scorer != "judge-verdicts" and kind == "verdicts":
+            raise ValueError(f"{flag} {path}: these are judge verdicts; score them with --scorer judge-verdicts, "
+                             f"or pass the predictions they judged to --scorer {scorer}")
     refs = load_references(references, scorer, qtypes=qtypes)
     sem = semantic_backend(scorer, semantic_threshold)
     w = score_items(with_predictions, refs, scorer, label=Path(with_predictions).stem, semantic_backend=sem)

@@ -280,7 +280,9 @@ def agent_detail(r: dict[str, Any], ctx: RecordContext) -> dict[str, Any]:
     for s in r.get("trajectory") or []:
         items = [{**it, "link": ctx.image(it.get("image"))} for it in s.get("items") or []
                  if isinstance(it, dict) and it.get("image")]
-        steps.append({**s, "args": pretty(s.get("arguments")) if s.get("arguments") is not None else "",
+        written = s.get("arguments_as_written", s.get("arguments"))  # as the model wrote them (case kept)
+        steps.append({**s, "args": pretty(written) if written is not None else "",
+                      "args_folded": pretty(s["arguments"]) if "arguments_as_written" in s else "",
                       "image_items": items, "observation_full": ctx.observation(s.get("observation_file"))})
     prov = meta.get("provenance") or {}
     return {"meta": meta, "prov": prov, "answer_html": agent_answer(r, ctx) if r.get("answer") else None,

@@ -446,6 +446,8 @@ class AgentEpisode(Stage):
             line["problem"] = step.problem
         if step.tool is not None:
             line.update(tool=step.tool, arguments=step.canonical if step.canonical is not None else step.arguments)
+            if step.canonical is not None and step.arguments != step.canonical:
+                line["arguments_as_written"] = step.arguments  # `arguments` is the loop guard's folded form
         r = step.result
         if r is not None:
             line.update(status=r.status, reason=r.reason,
