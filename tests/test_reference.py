@@ -805,6 +805,11 @@ def test_synthesis_keeps_the_tags_it_can_resolve_and_counts_the_rest(tmp_path, q
         assert [im["sha256"] for im in ln["draft"]["images"]] == [cands[2]["sha256"], cands[0]["sha256"]]
         assert ln["funnel"]["draft"]["dropped_tags"] == {kind: 1} and ln["funnel"]["draft"]["used"] == 2
         assert [v["kind"] for v in ln["draft"]["dropped_tags"]] == [kind]
+    from kbvqa.pipelines.reference.audit import review_flags
+
+    assert review_flags(lines["bad"]) == ["1 image tag(s) of the synthesis could not be resolved and were removed "
+                                          "(malformed_tag 1); first: <image>Image 2</image>"]
+    assert review_flags(good) == []
     rng = lines["range"]
     assert rng["status"] == "ok" and rng["draft"]["text"] == "X." and rng["draft"]["images"] == []
     assert rng["funnel"]["draft"]["dropped_tags"] == {"idx_out_of_range": 1}

@@ -48,8 +48,9 @@ def _image_lines(draft: dict[str, Any], image_dir: str) -> str:
 
 
 def review_flags(line: dict[str, Any]) -> list[str]:
-    """What a reviewer must look at in this draft: a failed consistency check (with its issues) and
-    images the five-rule filter could not judge."""
+    """What a reviewer must look at in this draft: a failed consistency check (with its issues),
+    images the five-rule filter could not judge, and image tags the synthesis wrote that could not be
+    resolved (removed from the draft: the text around them may speak of a picture that is not there)."""
     flags = []
     cons = line.get("consistency") or {}
     if cons.get("passed") is False:
@@ -61,6 +62,11 @@ def review_flags(line: dict[str, Any]) -> list[str]:
         if u["sha256"] in index:
             flags.append(f"image {index[u['sha256']]} kept without a five-rule verdict (filter call {u['status']}: "
                          f"{u['reason'][:160]})")
+    dropped = line["draft"].get("dropped_tags") or []
+    if dropped:
+        kinds = ", ".join(f"{k} {n}" for k, n in Counter(v["kind"] for v in dropped).items())
+        flags.append(f"{len(dropped)} image tag(s) of the synthesis could not be resolved and were removed ({kinds}); "
+                     f"first: {dropped[0]['tag'][:80]}")
     return flags
 
 
