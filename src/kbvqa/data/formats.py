@@ -231,6 +231,10 @@ def write_samples(samples: Iterable[Sample], path: str | Path, fmt: str, **opts:
     try:  # a failed conversion never leaves a truncated file over a previous good one
         n = writer(samples, tmp, **opts)
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is None:  # write() on a full disk names no file: the one the user asked for
+            exc.filename = str(path)
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     return n

@@ -49,9 +49,9 @@ def write_failure(exc: BaseException) -> str | None:
     failed = as_write_failure(exc)
     if failed is None:
         return None
-    where = f" {failed.filename}" if failed.filename else ""
+    where = f" {failed.filename}" if failed.filename else " a file"
     why = failed.strerror or str(failed)
     hint = {errno.ENOSPC: "free some space", errno.EDQUOT: "free some space (quota)"}.get(
         failed.errno or 0, "check the folder's permissions")
-    return (f"cannot write{where}: {why} ({hint} or choose another --out; a job's journal stays as it was, "
+    return (f"cannot write{where}: {why} ({hint}, or write elsewhere; a job's journal is kept as it was, "
             "so --resume finishes it)")
