@@ -148,7 +148,9 @@ class FakeLLMServer:
 
     def __init__(self, *, latency: float = 0.0, max_concurrency: int | None = None,
                  default: Reply | None = None, handler: Callable[[dict], Reply] | None = None,
-                 reject_json_schema: bool = False, reject_status: int = 400, faults: Faults | None = None):
+                 reject_json_schema: bool = False, reject_status: int = 400, faults: Faults | None = None,
+                 port: int = 0):
+        self.port = port  # 0: an ephemeral one; a test that resumes "under the same server" passes the first's
         self.latency = latency
         self.default = default or Reply()
         self.handler = handler
@@ -273,7 +275,7 @@ class FakeLLMServer:
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # a client that timed out and closed its socket is expected here
 
-        self._httpd = Server(("127.0.0.1", 0), Handler)
+        self._httpd = Server(("127.0.0.1", self.port), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True, name="fake-llm-server")
         self._thread.start()

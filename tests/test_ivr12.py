@@ -260,6 +260,7 @@ def test_judge_verdicts_na_gates_invalid_error_and_resume(tmp_path):
             "--require-complete"]
     with FakeLLMServer(handler=script) as srv:
         res = _run([*args, "--judge-base-url", srv.base_url])
+        port = srv._httpd.server_address[1]  # the resume below asks the same judge at the same URL
     assert res.exit_code == 1, res.output  # --require-complete: invalid and error items
     assert "--require-complete: 3 invalid and 1 error" in res.stderr
     s = json.loads(res.stdout)
@@ -326,7 +327,7 @@ def test_judge_verdicts_na_gates_invalid_error_and_resume(tmp_path):
     # resume: only the invalid and the errored items are sent again
     script.plan = {k: v for k, v in plan.items() if k[0] in ("q1", "q2", "q7")}
     script.asked.clear()
-    with FakeLLMServer(handler=script) as srv:
+    with FakeLLMServer(handler=script, port=port) as srv:
         res = _run([*args, "--judge-base-url", srv.base_url])
     assert res.exit_code == 0, res.output
     assert set(script.asked) == {"q3", "q4", "q5", "q6"} and all(n == 4 for n in script.asked.values())

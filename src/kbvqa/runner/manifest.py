@@ -24,6 +24,7 @@ from typing import Any
 
 from kbvqa.models.config import redact as _redact
 from kbvqa.models.config import redact_url as _redact_url
+from kbvqa.runner.fingerprint import fingerprint
 from kbvqa.runner.lock import legacy_side_path, side_path
 
 REDACTED = "***redacted***"
@@ -142,6 +143,9 @@ def describe_client(client: Any) -> dict[str, Any]:
     cache = getattr(client, "cache", None)
     if limits:
         out["limits"] = limits
+    params = getattr(client, "extra_params", None)  # request params beyond the limits (a seed, top_p): they shape replies
+    if isinstance(params, Mapping) and params:
+        out["params"] = dict(params)
     if cache is not None and getattr(cache, "path", None) is not None:
         out["cache"] = str(cache.path)
     return redact(out)
@@ -170,8 +174,9 @@ def base_manifest(*, stages: Sequence[Any], roles: Mapping[str, Any], run_config
                   description: str, out: Path, fmt: str, concurrency: int, resume: bool,
                   limit: int | None, executor: Mapping[str, Any] | None = None,
                   record_deadline: float | None = None) -> dict[str, Any]:
-    """The parts of the manifest known when the run starts."""
-    return {
+    """The parts of the manifest known when the run starts, with the fingerprint of what shapes its
+    records (kbvqa.runner.fingerprint: derived from the roles, stages and options recorded here)."""
+    manifest = {
         "kbvqa_version": kbvqa_version(),
         "git": git_info(),
         "python": sys.version.split()[0],
@@ -189,6 +194,8 @@ def base_manifest(*, stages: Sequence[Any], roles: Mapping[str, Any], run_config
         "stages": [describe_stage(s) for s in stages],
         "roles": describe_roles(roles),
     }
+    manifest["fingerprint"] = fingerprint(manifest)
+    return manifest
 
 
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:

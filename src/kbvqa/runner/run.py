@@ -42,6 +42,7 @@ from kbvqa.progress import ProgressBar
 from kbvqa.runner import manifest as mf
 from kbvqa.runner.caps import SizeCaps
 from kbvqa.runner.executor import Executor, Task, get_executor
+from kbvqa.runner.fingerprint import check_resume
 from kbvqa.runner.interrupt import Terminated, sigterm_cancels
 from kbvqa.runner.lock import OutputLock, side_path
 from kbvqa.runner.outbox import Writer
@@ -359,6 +360,10 @@ class _Run:
                                              description=description, out=out, fmt=fmt, concurrency=concurrency,
                                              resume=resume, limit=limit, executor=executor.describe(),
                                              record_deadline=ctx.resources.get("record_deadline"))
+            # one output, one setting: records kept from a run under another fingerprint are refused
+            # here, before this run writes its manifest (kbvqa.runner.fingerprint)
+            check_resume(self.paths["manifest"], self.manifest, out=out, logger=ctx.log,
+                         ok_records=sum(e.status == "ok" for e in self.previous.values()))
         except BaseException:
             self._abandon()  # e.g. a corrupt journal line: raise it, leave the file as it was
             raise
