@@ -117,3 +117,24 @@ def test_a_misspelt_key_inside_a_table_names_the_closest_one(work):
     p.write_text('[models.judge]\nmodle = "m"\nbase_url = "http://127.0.0.1:9/v1"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match=r"models\.judge\.modle: .* \(did you mean model\?\)"):
         load_model_config(p, env={})
+
+
+def test_every_table_a_job_reads_is_known_and_documented():
+    """A job's table that check_tables did not know would be refused in every file: each section the
+    sources read (read_table/load_table/SECTION) passes, and docs/reference.md names each top-level one."""
+    import re
+
+    from kbvqa.runner.config import CONFIG_TABLES, check_tables
+
+    root = Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"""(?:read_table\([^,]+,\s*|load_table\([^,]+,\s*|_options\([^,]+,\s*|SECTION(?::\s*ClassVar\[str\])?\s*=\s*)"([a-z][\w.-]*)\"""")
+    sections = {m.group(1) for f in (root / "src" / "kbvqa").rglob("*.py") for m in pattern.finditer(f.read_text())}
+    assert {"answer", "score.judge", "study.agent-failures", "kb.import", "tools.web", "index.text"} <= sections
+    for section in sections:
+        doc: dict = {}
+        node = doc
+        for part in section.split("."):
+            node = node.setdefault(part, {})
+        check_tables(doc, "k.toml")  # raises if unknown
+    text = (root / "docs" / "reference.md").read_text(encoding="utf-8")
+    assert all(f"[{t}" in text for t in CONFIG_TABLES)
