@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import shutil
+import socket
 import subprocess
 import unicodedata
 from pathlib import Path
@@ -90,10 +91,10 @@ def test_an_old_named_manifest_is_still_read(tmp_path):
 
 def test_run_state_reads_a_dead_writer_as_interrupted(tmp_path):
     out = tmp_path / "o.jsonl"
-    proc = subprocess.run(["true"])  # a pid that has just ended
-    host = os.uname().nodename
-    assert run_state({"state": "running", "writer": {"pid": proc.args and 2 ** 22 + 7, "host": host}},
-                     out) == "interrupted"
+    proc = subprocess.Popen(["true"])
+    proc.wait()  # a pid that has just ended (and been reaped)
+    host = socket.gethostname()
+    assert run_state({"state": "running", "writer": {"pid": proc.pid, "host": host}}, out) == "interrupted"
     assert run_state({"state": "running"}, out) == "interrupted"  # an older manifest: its lock is free
     assert run_state({"state": "finished"}, out) == "finished" and run_state({}, out) is None
     from kbvqa.runner.lock import OutputLock
@@ -163,12 +164,12 @@ def test_an_unwritable_folder_is_one_line_exit_1(tmp_path):
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    """A 1 MiB tmpfs (needs root and mount); skipped, saying why, where it cannot be mounted."""
+    """A 512 KiB tmpfs (needs root and mount); skipped, saying why, where it cannot be mounted."""
     if shutil.which("mount") is None or os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root and mount(8); the ENOSPC unit tests cover the logic")
     mnt = tmp_path / "small"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode})")
     try:
@@ -178,8 +179,8 @@ def tiny_fs(tmp_path):
 
 
 def test_a_full_filesystem_ends_in_one_line(tiny_fs, tmp_path):
-    # 300 records whose audit lines hold ~6 KB each: ~1.8 MB into a 1 MiB filesystem
-    inp, wiki = _audit_inputs(tmp_path, [f"What is its top speed? {'detail ' * 700}{i}" for i in range(300)])
+    # 150 records whose audit lines hold ~6 KB each: ~0.9 MB into a 512 KiB filesystem
+    inp, wiki = _audit_inputs(tmp_path, [f"What is its top speed? {'detail ' * 700}{i}" for i in range(150)])
     out = tiny_fs / "o.jsonl"
     res = CliRunner().invoke(app, ["audit", "run", str(inp), "--kb", str(wiki), "--out", str(out)])
     assert res.exit_code == 1, res.output
@@ -188,14 +189,14 @@ def test_a_full_filesystem_ends_in_one_line(tiny_fs, tmp_path):
     assert "Traceback" not in res.output
     assert not [p.name for p in tiny_fs.iterdir() if p.name.endswith(".tmp") or p.name.endswith(".lock")]
     done = len(list(read_results(out)))
-    assert 0 < done < 300
+    assert 0 < done < 150
     m = json.loads(manifest_path(out).read_text())
     assert m["state"] in ("failed", "running")  # failed when the disk had room for the manifest itself
     subprocess.run(["mount", "-o", "remount,size=16m", str(tiny_fs)], check=True)
     res = CliRunner().invoke(app, ["audit", "run", str(inp), "--kb", str(wiki), "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     rows = list(read_results(out))
-    assert len(rows) == 300 and len({r["id"] for r in rows}) == 300 and all(r["attempts"] == 1 for r in rows)
+    assert len(rows) == 150 and len({r["id"] for r in rows}) == 150 and all(r["attempts"] == 1 for r in rows)
     assert json.loads(manifest_path(out).read_text())["attempts"][-1]["state"] in ("failed", "interrupted")
 
 
