@@ -89,7 +89,7 @@ def test_shared_namespaces_and_the_audit_layout():
 def test_audit_top_level_names_follow_audit_options():
     """The audit's older layout accepts exactly the settings AuditOptions has (and the run keys it lifts)."""
     from kbvqa.pipelines.audit import AuditOptions
-    from kbvqa.runner.config import AUDIT_TOP_LEVEL
+    from kbvqa.data.config_tables import AUDIT_TOP_LEVEL
     from kbvqa.runner.options import RunOptions
 
     assert set(AUDIT_TOP_LEVEL) == (set(AuditOptions.model_fields) - {"models"}) | set(RunOptions.model_fields)

@@ -230,7 +230,7 @@ def _fmt_loc(prefix: str, e: ValidationError, model: type[BaseModel] | None = No
         loc = ".".join(str(x) for x in er["loc"])
         msg = er["msg"].removeprefix("Value error, ")
         if model is not None and er.get("type") == "extra_forbidden":
-            from kbvqa.runner.config import did_you_mean
+            from kbvqa.data.config_tables import did_you_mean
 
             msg += did_you_mean(model, tuple(er["loc"]))
         out.append(f"{prefix}{'.' + loc if loc else ''}: {msg}")
@@ -278,7 +278,7 @@ def load_model_config(path: Path | str | None, overrides: dict[str, Any] | None 
             raw = tomllib.loads(p.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{p}: not valid TOML: {e}") from None
-        from kbvqa.runner.config import check_tables  # a misspelt [modles.judge] is named, not "not configured"
+        from kbvqa.data.config_tables import check_tables  # a misspelt [modles.judge] is named, not "not configured"
 
         check_tables(raw, p, ConfigError)
         base_dir = p.resolve().parent
