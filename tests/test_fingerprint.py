@@ -253,3 +253,76 @@ def test_every_job_of_the_demo_records_the_fingerprint_of_its_manifest(demo_sour
             continue
         assert m["fingerprint"] == fingerprint(m), path
         assert m["fingerprint"]["items"]["stages"]["stages"], path
+
+
+def test_a_resumed_agent_failure_study_refuses_another_judge(tmp_path):
+    """The issue's case: categories of one judge kept, the rest asked of another, the caption naming
+    the first. Now refused; the same judge finishes the one that failed."""
+    from test_agent_failures import _files as failure_files
+
+    refs, preds, ver = failure_files(tmp_path)
+    asked: list[str] = []
+
+    def categoriser(req: dict) -> Reply:
+        asked.append(req["model"])
+        if len(asked) == 1:
+            return server_error()
+        return ok('{"category": "T2", "rationale": "kept searching"}')
+
+    with FakeLLMServer(handler=categoriser) as srv:
+        base = ["study", "agent-failures", "-p", str(preds), "-r", str(refs), "--verdicts", str(ver), "--journal",
+                str(tmp_path / "failures.jsonl"), "--judge-base-url", srv.base_url, "--max-retries", "0", "--json"]
+        first = runner.invoke(app, [*base, "--judge-model", "judge-x"])
+        assert first.exit_code == 0 and len(asked) == 3, first.output
+        other = runner.invoke(app, [*base, "--judge-model", "judge-y"])
+        assert other.exit_code == 2 and "judge model: judge-x → judge-y" in other.stderr, other.output
+        same = runner.invoke(app, [*base, "--judge-model", "judge-x", "--concurrency", "1"])
+        assert same.exit_code == 0, same.output
+    assert asked == ["judge-x"] * 4 and json.loads(same.stdout)["categorised"] == 3
+
+
+OPTION_MODULES = ("kbvqa.pipelines.ablation", "kbvqa.pipelines.score_options", "kbvqa.pipelines.answer.options",
+                  "kbvqa.pipelines.audit", "kbvqa.pipelines.augment.options", "kbvqa.pipelines.curate.hops",
+                  "kbvqa.pipelines.curate", "kbvqa.pipelines.evaluation", "kbvqa.pipelines.reference",
+                  "kbvqa.pipelines.retrieve")
+
+
+def test_the_name_lists_cover_every_path_and_run_group_of_every_job():
+    """A new option holding a path, or a new group of run settings, must be named in the fingerprint's
+    lists (kbvqa.runner.fingerprint), or a moved file would refuse a resume."""
+    import importlib
+    import typing
+
+    from pydantic import BaseModel
+
+    from kbvqa.runner.fingerprint import PATH_KEYS, RUN_GROUPS, RUN_SETTINGS
+    from kbvqa.runner.options import CallLimits, JobOptions, RunOptions
+
+    for name in OPTION_MODULES:
+        importlib.import_module(name)
+
+    def every(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from every(sub)
+
+    def kinds(annotation):
+        return {a for a in (annotation, *typing.get_args(annotation)) if isinstance(a, type)}
+
+    missing: set[str] = set()
+
+    def walk(model, where):
+        for field, info in model.model_fields.items():
+            types = kinds(info.annotation)
+            sub = next((t for t in types if issubclass(t, BaseModel)), None)
+            if sub is not None and issubclass(sub, (RunOptions, CallLimits)):
+                if field not in RUN_GROUPS:
+                    missing.add(f"{where}.{field} (a {sub.__name__} group)")
+            elif sub is not None:
+                walk(sub, f"{where}.{field}")
+            elif Path in types and field not in PATH_KEYS:
+                missing.add(f"{where}.{field} (a path)")
+    for cls in set(every(JobOptions)):
+        walk(cls, cls.__name__)
+    assert not missing, sorted(missing)
+    assert set(RunOptions.model_fields) <= RUN_SETTINGS  # a run group written at a table's top is still one

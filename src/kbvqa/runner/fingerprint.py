@@ -67,8 +67,9 @@ def _content(tree: Any, prefix: str = "") -> dict[str, Any]:
         return out
     for key, value in tree.items():
         key = str(key)
-        if key in RUN_SETTINGS or key in PATH_KEYS or (isinstance(value, Mapping) and key in RUN_GROUPS):
-            continue
+        mapping = isinstance(value, Mapping)
+        if key in RUN_SETTINGS or (key in PATH_KEYS and not mapping) or (mapping and key in RUN_GROUPS):
+            continue  # a path key holding a table (augment's url_types given inline) is content
         if isinstance(value, Mapping) and value:
             out.update(_content(value, f"{prefix}{key}."))
         else:
