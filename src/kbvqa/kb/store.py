@@ -146,7 +146,7 @@ class KBStore:
         except (KBError, KeyError, ValueError) as e:
             self._db.close()
             raise e if isinstance(e, KBError) else KBError(
-                f"{self.path}: kb_info lacks a count ({e}); {reimport_hint(self.path, info.get('source'))}") from None
+                f"{self.path}: kb_info lacks a count ({e}); {self._hint()}") from None
         self.max_scored = max_scored  # sections BM25 may score per query before rare-first planning kicks in
         self._db.execute("PRAGMA cache_size=-65536")
 
@@ -158,7 +158,7 @@ class KBStore:
             for table, columns in _TABLES.items():
                 if table not in names:
                     raise KBError(f"{self.path}: the KB has no table {table!r} (damaged or changed after import); "
-                                  f"{reimport_hint(self.path, self._info.get('source'))}")
+                                  f"{self._hint()}")
                 if not columns:
                     continue
                 have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
@@ -166,7 +166,10 @@ class KBStore:
                 if missing:
                     raise KBError(f"{self.path}: table {table!r} of the KB has no column {', '.join(missing)} "
                                   f"(damaged or changed after import); "
-                                  f"{reimport_hint(self.path, self._info.get('source'))}")
+                                  f"{self._hint()}")
+
+    def _hint(self) -> str:
+        return reimport_hint(self.path, self._info.get("source"))  # the wiki file this KB was imported from
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
@@ -178,7 +181,7 @@ class KBStore:
             raise
         except sqlite3.DatabaseError as e:
             raise KBError(f"{self.path}: the KB cannot be read, damaged ({e}); "
-                          f"{reimport_hint(self.path, self._info.get('source'))}") from None
+                          f"{self._hint()}") from None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle as the path (Ray actors): the copy reopens the file read-only on its side, so every
