@@ -215,6 +215,9 @@ def test_a_rejected_reply_is_forgotten_by_the_cache_and_asked_again(tmp_path):
     assert cache.stats()["forgotten"] == 1 and len(cache) == 1
     first.reject("twice")  # the hooks ran once: nothing more happens
     assert cache.stats()["forgotten"] == 1
+    from kbvqa.models.result import rejected
+
+    assert isinstance(rejected(object(), "a test double"), Invalid)  # what a stage raises for any reply
 
 
 def test_reply_that_does_not_fit_the_stage_model_is_rejected(tmp_path):

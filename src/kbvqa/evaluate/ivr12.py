@@ -65,7 +65,7 @@ from kbvqa.models.jsonx import extract_json
 from kbvqa.models.prompts import Prompt
 from kbvqa.models.prompts.ivr12 import GROUP_PROMPTS
 from kbvqa.models.replies import placeholder_reason
-from kbvqa.models.result import ModelCallError
+from kbvqa.models.result import ModelCallError, rejected
 from kbvqa.runner import Context, Invalid, Stage, StageConfig
 from kbvqa.runner.job import Job
 from kbvqa.stages import register_stage
@@ -975,13 +975,13 @@ class IVR12Stage(Stage):
                 errors.append(f"{what}: call failed: {getattr(res, 'reason', '') or 'no reason given'}")
                 continue
             if getattr(res, "truncated", False):
-                invalid.append(f"{what}: reply truncated (finish_reason=length; raise max_tokens)")
+                invalid.append(str(rejected(res, f"{what}: reply truncated (finish_reason=length; raise max_tokens)")))
                 continue
             try:
                 parsed[(j, r, g)] = parse_verdict(getattr(res, "text", None), rb.keys(g), what=what,
                                                   gate=g == "gate", scale=rb.scale)
             except Invalid as exc:
-                invalid.append(str(exc))
+                invalid.append(str(rejected(res, str(exc))))  # refused after it parsed: not served again
         if errors:
             raise ModelCallError("; ".join(errors + invalid))
         if invalid:

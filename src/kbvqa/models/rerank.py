@@ -31,7 +31,7 @@ from kbvqa.data.schema import Evidence, Usage
 from kbvqa.data.text import SEARCH_STOPWORDS, section_text
 from kbvqa.models.prompts.answer import RERANK_SECTIONS
 from kbvqa.models.replies import Reply
-from kbvqa.models.result import Invalid, call_model
+from kbvqa.models.result import call_model
 from kbvqa.registry import Registry
 
 _TOK = re.compile(r"\w+", re.UNICODE)
@@ -204,8 +204,8 @@ class LLMReranker(Reranker):
                                          prompt_version=RERANK_SECTIONS.id, **kwargs)
         order = list(dict.fromkeys(i - 1 for i in reply.ranking if 1 <= i <= len(candidates)))
         if reply.ranking and not order:
-            raise Invalid(f"reranker reply unusable: passage numbers {reply.ranking} name no passage "
-                          f"(1..{len(candidates)})")
+            raise result.reject(f"reranker reply unusable: passage numbers {reply.ranking} name no passage "
+                                f"(1..{len(candidates)})")
         rest = [i for i in range(len(candidates)) if i not in set(order)]
         n = len(candidates)
         ranked = []

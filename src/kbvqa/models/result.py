@@ -128,6 +128,13 @@ class ChatResult(BaseModel):
         return isinstance(choices[0], dict) and choices[0].get("finish_reason") == "length"
 
 
+def rejected(result: Any, reason: str) -> Invalid:
+    """`result.reject(reason)` for a ChatResult; a plain `Invalid(reason)` for anything else (a
+    stage's test double): what a stage raises when it refuses a parsed reply."""
+    reject = getattr(result, "reject", None)
+    return reject(reason) if callable(reject) else Invalid(reason)
+
+
 @runtime_checkable
 class ModelClient(Protocol):
     """What a role slot holds: openai, rules and replay backends all satisfy it."""

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from kbvqa.data.kvstore import KVStore
 from kbvqa.models.jsonx import extract_json
 from kbvqa.models.prompts import Prompt
+from kbvqa.models.result import rejected
 from kbvqa.runner.stage import Context, Invalid, NeedsModel, StageConfig
 
 M = TypeVar("M", bound=BaseModel)
@@ -146,16 +147,10 @@ async def ask(ctx: Context, role: str, prompt: Prompt, reply_model: type[M] | No
         if check is not None:
             check(reply)
     except Invalid as exc:
-        raise _rejected(res, exc) from None
+        raise rejected(res, str(exc)) from None
     if parts is not None:
         cache.put(parts, value, label=prompt.name)  # type: ignore[union-attr]
     return reply, prov
-
-
-def _rejected(res: Any, exc: Invalid) -> Invalid:
-    """`exc` once the reply it refuses is forgotten by whatever would serve it again."""
-    reject = getattr(res, "reject", None)  # a test double may return a plain object
-    return reject(str(exc)) if callable(reject) else exc
 
 
 async def gather_all(coros: Iterable[Any], what: str) -> list[Any]:

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from kbvqa.data.schema import Prediction, Sample
 from kbvqa.models.prompts.direct import DIRECT_ANSWER
-from kbvqa.models.result import Invalid, ModelCallError
+from kbvqa.models.result import ModelCallError, rejected
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.stages.agent.tags import short_answer
@@ -45,9 +45,9 @@ class DirectAnswer(Stage):
             raise ModelCallError(f"answerer call failed: {res.reason}")
         text = (res.text or "").strip() if res.status == "ok" else ""
         if not text:
-            raise Invalid(f"answerer reply unusable: {res.reason or 'empty reply'}")
+            raise rejected(res, f"answerer reply unusable: {res.reason or 'empty reply'}")
         if res.truncated:
-            raise Invalid("answerer reply cut off at max_tokens (finish_reason=length): not a whole answer")
+            raise rejected(res, "answerer reply cut off at max_tokens (finish_reason=length): not a whole answer")
         pred = Prediction(sample_id=sample.id, answer=text, short_answer=short_answer(text), usage=res.usage,
                           producer=res.provenance,
                           meta={"setting": "direct", "question": sample.question, "images_sent": len(images)})

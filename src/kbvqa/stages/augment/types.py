@@ -31,6 +31,7 @@ from pydantic import Field
 from kbvqa.data.urls import canonical_url
 from kbvqa.models.prompts.augment import ENTITY_TYPE
 from kbvqa.models.replies import NonBlank, Reply
+from kbvqa.models.result import rejected
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.stages.audit.llm import ModelCallError
@@ -162,7 +163,9 @@ async def llm_type(client: Any, question: str, title: str, vocab: TypeVocabulary
     raw = (res.data if isinstance(res.data, dict) else {}).get("type")
     t = vocab.normalise(raw)
     if t is None:
-        return None, "llm_none" if str(raw).strip().lower() == "none" else f"llm_invalid: type {raw!r} not in vocabulary"
+        if str(raw).strip().lower() == "none":
+            return None, "llm_none"
+        return None, str(rejected(res, f"llm_invalid: type {raw!r} not in vocabulary"))  # not served again
     return t, "llm_ok"
 
 
