@@ -965,7 +965,7 @@ def demo(tmp_path_factory):
 
 def build_args(demo, out: Path) -> list[str]:
     return ["reference", "build", "--samples", str(demo["community"]), "--trajectories", str(demo["agent"]),
-            "--out", str(out), "--kb", str(demo["bench"].kb), "--kb-images", str(demo["bench"].root)]
+            "--out", str(out), "--kb", str(demo["bench"].kb), "--kb-images", str(demo["bench"].root), "--json"]
 
 
 def test_offline_build_over_the_demo_stops_at_the_first_vlm_stage(demo, tmp_path):

@@ -233,3 +233,42 @@ def test_every_table_command_and_html_page_follows_the_rule_at_80_columns(demo, 
             assert page_unit_problems(page.text) == [], (url, page_unit_problems(page.text))
             checked += 1
     assert checked > 2 * len(site.catalog.outputs) - 5
+
+
+# ------------------------------------------------------------------------- legends and prose (issue 34)
+
+def test_legends_wrap_at_80_columns_between_words_and_values_read_as_prose():
+    from kbvqa.report.tables import prose, wrap_text
+
+    long_path = "/runs/" + "x" * 90 + "/agent.jsonl"
+    note = ("[2] paired 32 ids of 38 unfixed / 32 fixed items; only in the unfixed run (dropped by the audit or "
+            f"absent from the fixed split): 6; only in the fixed run: 0; see {long_path} for the ids")
+    shown = wrap_text(note)
+    lines = shown.splitlines()
+    assert len(lines) > 1 and shown.split() == note.split()  # every word whole, in order
+    assert all(len(line) <= 80 for line in lines if long_path not in line)
+    assert any(line.strip() == long_path for line in lines)  # a word longer than a line stands alone, uncut
+    assert all(line.startswith("    ") for line in lines[1:])  # hanging under the footnote's text
+    assert wrap_text("short\nkept as is") == "short\nkept as is"
+    assert prose({"query_mismatch": 1, "no_prior_call": 2}) == "query mismatch 1, no prior call 2"
+    assert prose(None) == "n/a" and prose([3, 3, 6]) == "3, 3, 6" and prose({}) == "none" and prose(0.456) == "0.46"
+
+
+def test_no_python_repr_in_the_demo_study_and_ivr12_notes(demo):
+    """Every table the demo's saved studies and IVR-12 summaries render (captions, cells, notes): no
+    dict, list or None repr (`{'query_mismatch': 1}`, `Pearson None`)."""
+    from kbvqa.report import summaries as S
+
+    tables = [t for p in sorted((demo / "studies").glob("*.study.json"))
+              for t in S.study_tables(json.loads(p.read_text(encoding="utf-8")))]
+    for p in sorted((demo / "interleaved").glob("*.summary.json")):
+        s = json.loads(p.read_text(encoding="utf-8"))
+        tables += [*S.ivr12_terminal_tables(s), *S.ivr12_tables(s)]
+    compare = json.loads((demo / "interleaved" / "ivr12.compare.json").read_text(encoding="utf-8"))
+    tables += [S.ivr12_compare_terminal_table(compare), S.ivr12_compare_table(compare)]
+    assert len(tables) >= 8
+    text = [*(t.caption for t in tables), *(str(c) for t in tables for c in t.columns),
+            *(t.fmt(v) for t in tables for r in t.rows for v in r), *(n for t in tables for n in t.notes)]
+    bad = [line for line in text if "{'" in line or "['" in line or "None" in line]
+    assert not bad, bad
+    assert any("length-score: Pearson n/a" in n for t in tables for n in t.notes)

@@ -5,7 +5,8 @@
     kbvqa reference audit-export DIR [--out DIR/audit.csv]
     kbvqa reference audit-import DIR [--sheet DIR/audit.csv] [--out DIR/references.jsonl]
 
-`build` prints the funnel as one JSON document (also written to DIR/funnel.json); the stages that
+`build` prints a short summary (items in, ok and stopped per stage, and why, the warnings once) and
+writes the whole funnel to DIR/funnel.json; `--json` prints that document instead. The stages that
 need a model end each item that reaches them with a `NeedsModel` reason when none is configured.
 Exit codes follow the per-record jobs' convention with "ok" meaning an item that got a draft: 3
 when no item did (an offline build always ends so, after the deterministic stages), 4 under
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -63,6 +64,8 @@ def build(
     deadline: Optional[float] = DEADLINE,
     structured_output: Optional[str] = STRUCTURED_OUTPUT,
     max_retries: Optional[int] = MAX_RETRIES,
+    as_json: bool = typer.Option(False, "--json", help="Print the whole funnel (DIR/funnel.json) as one JSON "
+                                                       "object instead of the short summary."),
 ) -> None:
     """Build draft interleaved references: URL scoring, image harvesting, candidate scoring, the entity
     image search, synthesis, the five-rule filter on each tag, de-duplication and the consistency check
@@ -79,14 +82,10 @@ def build(
                                   web_tools=web_tool_options(opts.config))
     except _errors() as e:
         fail(e)
-    if console.is_terminal:
-        Console(stderr=True).print(f"reference build → {out}")
-        print_table("reference funnel (items)", ["stage", "in", "ok", "stopped"],
-                    [[s["stage"], s["in"], s["ok"], json.dumps(s["stopped"]) if s["stopped"] else "-"]
-                     for s in result.stages])
-        for w in result.warnings:
-            console.print(f"note: {w}", markup=False)
-    emit_json(result.as_dict())
+    if as_json:
+        emit_json(result.as_dict())
+    else:
+        print_funnel(result, out)
     stopped: dict[str, int] = {}
     for s in result.stages:
         for why, n in s["stopped"].items():
@@ -134,3 +133,17 @@ def audit_import(
     except _errors() as e:
         fail(e)
     emit_json(res)
+
+
+def print_funnel(result: Any, out: Path) -> None:
+    """The build's short summary on stdout: one row per stage (items in, ok, stopped and why), each
+    warning once, and where the whole funnel is."""
+    from kbvqa.report.tables import prose, wrap_text
+
+    print_table(f"reference build: {out}", ["stage", "in", "ok", "stopped"],
+                [[s["stage"], s["in"], s["ok"], prose(s["stopped"]) if s["stopped"] else "-"] for s in result.stages])
+    last = result.stages[-1] if result.stages else {"ok": 0}
+    typer.echo(wrap_text(f"drafts: {last['ok']}; the whole funnel (units, examples, options): "
+                         f"{out / 'funnel.json'} (--json prints it)"))
+    for w in dict.fromkeys(result.warnings):
+        typer.echo(wrap_text(f"note: {w}"))
