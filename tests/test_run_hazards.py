@@ -327,3 +327,32 @@ def test_a_10_mb_reply_is_refused_not_stored():
         big, small = asyncio.run(both())
     assert big.status == "error" and "max_reply_bytes = 4194304" in big.reason and not big.text
     assert small.status == "ok" and small.text == "fine"
+
+
+def test_a_run_whose_stages_never_wait_still_stops_at_once(tmp_path):
+    """A rules-only stage never awaits: without the runner yielding per record, a Ctrl-C or SIGTERM
+    (a cancel of the run's task) would be seen only after the last record."""
+    import asyncio
+
+    from kbvqa.runner import run_stages
+
+    class Busy(Stage):
+        name = "busy"
+
+        async def run(self, record, ctx):
+            sum(range(2000))  # CPU only, no await
+            return record
+
+    out = tmp_path / "o.jsonl"
+
+    async def main():
+        task = asyncio.create_task(run_stages(recs(2000), [Busy()], Context(), out=out, progress=False))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    m = json.loads(manifest_path(out).read_text())
+    assert m["state"] == "interrupted" and 0 < m["counts"]["ok"] < 500

@@ -203,6 +203,9 @@ class _Pending:
         return self.exhausted or self.error is not None or (self.limit is not None and self.pos >= self.limit)
 
     async def next(self) -> Task | None:
+        # a record whose stages never wait (rules-only audit) would never hand the loop back: yield
+        # once per record so Ctrl-C and SIGTERM (runner.interrupt) stop the run now, not at its end
+        await asyncio.sleep(0)
         while True:
             if self._it is not None:
                 rec = self._take_sync()  # no await inside: workers share the iterator without a lock
