@@ -494,6 +494,7 @@ def ivr12_files(predictions: Path, samples: Path, judges: list[Any], opts: IVR12
     from kbvqa.evaluate import ivr12 as iv
     from kbvqa.pipelines.score_options import IVR12Options
     from kbvqa.runner import read_results
+    from kbvqa.runner.lock import side_path
 
     opts = _options(IVR12Options, opts, settings)
     stage = opts.stage
@@ -533,7 +534,7 @@ def ivr12_files(predictions: Path, samples: Path, judges: list[Any], opts: IVR12
         "out": str(out), "manifest": str(run_summary.manifest),
         "run": {"ok": run_summary.ok, "error": run_summary.error, "invalid": run_summary.invalid,
                 "skipped": run_summary.skipped, "calls": run_summary.usage.calls}})
-    summary_path = out.with_name(out.stem + ".summary.json")
+    summary_path = side_path(out, ".summary.json")
     summary["summary"] = str(summary_path)
     summary_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return summary
