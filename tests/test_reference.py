@@ -838,6 +838,11 @@ def test_synthesis_shows_at_most_ten_candidates_entity_images_included(tmp_path,
     assert units["not_shown_over_cap"] == {"best_link": 3}
     assert [x["sha256"] for x in line["draft"]["not_shown"]] == [x["sha256"] for x in imgs[7:10]]
     assert line["draft"]["images"][0]["sha256"] == imgs[12]["sha256"]  # Image 10 is the last entity image
+    before = {**rec, "dedup": {"kept": [*rec["candidates"]["kept"], *rec["entities"]["added"]]}}  # §3.2's order
+    with FakeLLMServer(handler=lambda req: Reply(content="Text.\n" + tag_line(len(images_of(req)) - 1))) as srv:
+        (early,) = run_stage("synthesis", [before], tmp_path, roles={"vision": client(srv)}, journal="before.jsonl",
+                             config=ReferenceConfig(filter_placement="before_synthesis"))
+    assert early["funnel"]["draft"]["candidates_shown"] == 10 and early["draft"]["images"] == line["draft"]["images"]
 
 
 def test_a_refused_draft_recovers_on_resume_with_the_default_cache_and_replays_exactly(tmp_path, qimg, monkeypatch):

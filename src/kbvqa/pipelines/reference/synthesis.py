@@ -91,14 +91,15 @@ def salvage(text: str, n: int) -> tuple[str, list[int], list[dict[str, Any]]]:
 
 
 def usable(text: str, n: int) -> None:
-    """Refuse a draft with nothing usable once its unresolvable tags are gone (no prose left)."""
-    clean, used, violations = salvage(text, n)
-    if not _TAG.sub("", clean).strip():
-        kinds = ", ".join(sorted({v["kind"] for v in violations})) or "no text"
-        raise Invalid(f"synthesis: nothing usable remains once the {len(violations)} unresolvable image tag(s) "
-                      f"({kinds}) are removed: the reply has no text" + (f"; first: {violations[0]['tag']!r}: "
-                                                                         f"{violations[0]['detail']}" if violations
-                                                                         else ""))
+    """Refuse a draft with nothing usable once its unresolvable tags are gone: no prose left."""
+    clean, _, violations = salvage(text, n)
+    if _TAG.sub("", clean).strip():
+        return
+    if not violations:
+        raise Invalid("synthesis: nothing usable remains: the reply is image tags only, with no text")
+    kinds = ", ".join(sorted({v["kind"] for v in violations}))
+    raise Invalid(f"synthesis: nothing usable remains: no text once the {len(violations)} unresolvable image "
+                  f"tag(s) ({kinds}) are removed; first: {violations[0]['tag']!r}: {violations[0]['detail']}")
 
 
 def keep_images(draft: dict[str, Any], keep: list[int]) -> dict[str, Any]:
