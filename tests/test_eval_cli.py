@@ -57,7 +57,7 @@ def test_eval_equals_answer_then_score(bench, tmp_path):
     """One command, the same predictions and the same numbers as `kbvqa answer` + `kbvqa score ... --json`."""
     b, _root, idx = bench
     pred = tmp_path / "P.jsonl"
-    _json(["answer", *_answer_flags(b, idx), "--out", pred])
+    _json(["answer", *_answer_flags(b, idx), "--out", pred, "--json"])
     by_hand = {m: _json(["score", "infoseek", "-p", pred, "-r", b.samples, "--mode", m.split("-")[1], "--json"])
                for m in METRICS[:3]}
     by_hand["retrieval"] = _json(["score", "retrieval", "--records", pred.with_suffix(".retrieval.jsonl"),
@@ -201,9 +201,11 @@ def test_report_compare(bench, tmp_path):
     assert "judge" in res.stderr and "not comparable" in res.stderr
     rows = {r["run"]: r for r in doc["rows"]}
     assert rows["a"]["infoseek-strict final_score"] == rows["strict"]["infoseek-strict final_score"]
-    assert rows["a"]["judge correct"] == 1.0 and rows["b"]["judge correct"] == 0.0 and rows["strict"]["judge n"] is None
+    assert rows["a"]["judge accuracy"] == 1.0 and rows["b"]["judge accuracy"] == 0.0 and rows["strict"]["judge n"] is None
+    assert rows["a"]["judge accuracy_graded"] == 1.0  # seed 001's over all responses, kbvqa's over graded beside it
     text = md.read_text()
-    assert f"judge correct (%) {FLAG}".replace("(", "\\(").replace(")", "\\)").replace("!", "\\!") in text
+    assert f"judge accuracy (%) {FLAG}".replace("(", "\\(").replace(")", "\\)").replace("!", "\\!") in text
+    assert "accuracy = correct / all responses \\(seed 001's definition" in text  # markdown-escaped
     assert "NOT comparable" in text and "scorer infoseek-strict, time\\_leniency=True \\(every run\\)" in text
     assert "jA" in text and "jB" in text
 

@@ -172,5 +172,6 @@ def test_score_judge_table_labels_both_kinds_of_figure(tmp_path):
                                   srv.base_url, "--judge-model", "j"])
     assert res.exit_code == 0, res.output
     out = res.stdout
-    assert "accuracy (correct / graded)" in out and "n graded" in out and "n invalid" in out
+    assert "accuracy (correct / all responses, seed 001's)" in out and "accuracy_graded (correct / graded)" in out
+    assert "n graded" in out and "n invalid" in out and "n responses" in out
     assert "SimpleQA correct (over all n)" in out and "simpleqa-judge (3 items)" in out

@@ -1,5 +1,6 @@
-"""Invalid is visible everywhere: every judge-based figure is an accuracy over graded verdicts with
-n graded, n invalid and n error beside it, and an invalid or failed verdict is never a wrong answer —
+"""Invalid is visible everywhere: every judge-based figure is given as seed 001's accuracy (correct /
+all responses) and kbvqa's over graded verdicts, with n graded, n invalid and n error beside them, and
+an invalid or failed verdict is never a wrong answer in the graded figure —
 in `kbvqa eval` (results.json and its table), `kbvqa report compare`, `kbvqa study by-type` /
 `study compare` with `--scorer judge-verdicts`, the HTML report and the viewer's judge pages. The
 judge is a scripted server on 127.0.0.1."""
@@ -68,9 +69,12 @@ def evaluated(tmp_path_factory):
 def test_simpleqa_rates_and_the_graded_accuracy_are_distinct():
     m = simpleqa_metrics(["correct", "correct", "incorrect", "not_attempted", "invalid", None])
     assert m["n"] == 6 and m["n_graded"] == 4 and m["n_invalid"] == 1 and m["n_error"] == 1
-    assert m["accuracy"] == 0.5  # 2 correct of 4 graded
-    assert m["correct"] == pytest.approx(2 / 6)  # SimpleQA's rate over all n, invalid and error included
-    assert simpleqa_metrics(["invalid", None])["accuracy"] is None  # nothing graded: no accuracy
+    assert m["accuracy_graded"] == 0.5  # 2 correct of 4 graded (kbvqa's)
+    assert m["accuracy"] == pytest.approx(2 / 6)  # seed 001's: correct over all responses, invalid and error included
+    assert m["correct"] == m["accuracy"]  # SimpleQA's rate over all n is the same quantity
+    none = simpleqa_metrics(["invalid", None])
+    assert none["accuracy_graded"] is None and none["accuracy"] == 0.0  # nothing graded: no graded accuracy
+    assert simpleqa_metrics([])["accuracy"] is None
 
 
 def test_eval_results_and_table_count_invalid_verdicts_apart(evaluated):
@@ -81,19 +85,29 @@ def test_eval_results_and_table_count_invalid_verdicts_apart(evaluated):
     n = b.n_samples
     assert c["n"] == n and c["judge_invalid"] == 2 and c["judge_error"] == 1 and c["graded"] == n - 3
     s = j["summary"]
-    assert v["accuracy"] == pytest.approx(s["n_correct"] / (n - 3))  # invalid and error are not wrong answers
-    assert v["correct"] == pytest.approx(s["n_correct"] / n)  # SimpleQA's rate, labelled as such
-    assert "SimpleQA" in j["scorer"]["definitions"]["simpleqa"] and "n_graded" in j["scorer"]["definitions"]["accuracy"]
+    assert v["accuracy_graded"] == pytest.approx(s["n_correct"] / (n - 3))  # invalid and error are not wrong answers
+    assert v["accuracy"] == pytest.approx(s["n_correct"] / n)  # seed 001's: over all responses
+    assert j["headline"][:2] == ["accuracy", "accuracy_graded"]
+    defs = j["scorer"]["definitions"]
+    assert "SimpleQA" in defs["simpleqa"] and "n_graded" in defs["accuracy_graded"] and "seed 001" in defs["accuracy"]
     assert j["scorer"]["name"] == "simpleqa-judge" and j["scorer"]["options"] == {"graded_text": "full"}
+    # the prompt used is named in results.json: short golds, SimpleQA's rubric for every item
+    assert j["scorer"]["prompt_version"] == "judge.simpleqa@1" and j["scorer"]["prompt_versions"] == {
+        "judge.simpleqa@1": n}
     jv = doc["metrics"]["judge-verdicts"]
     assert jv["counts"]["graded"] == n - 3 and jv["counts"]["judge_invalid"] == 2 and jv["counts"]["judge_error"] == 1
-    assert jv["values"]["accuracy"] == pytest.approx(round(100 * s["n_correct"] / (n - 3), 2))
+    assert jv["values"]["accuracy_graded"] == pytest.approx(round(100 * s["n_correct"] / (n - 3), 2))
+    assert jv["values"]["accuracy"] == pytest.approx(round(100 * s["n_correct"] / n, 2))
     # the table printed on stdout: the judge's invalid and error verdicts in their own columns
     out = res.stdout
     assert "judge invalid" in out and "judge error" in out and "graded" in out
     row = next(line for line in out.splitlines() if "│ judge " in line and "│ accuracy " in line)
     cells = [x.strip() for x in row.split("│")[1:-1]]
     assert cells[0] == "judge" and cells[3:5] == [str(n), str(n - 3)] and cells[-2:] == ["1", "2"]
+    assert cells[2] == f"{100 * s['n_correct'] / n:.2f}"  # seed 001's accuracy, over all responses
+    graded = next(line for line in out.splitlines() if "│ judge " in line and "│ accuracy_graded " in line)
+    assert [x.strip() for x in graded.split("│")[1:-1]][2] == f"{100 * s['n_correct'] / (n - 3):.2f}"
+    assert "accuracy = correct / all" in out and "accuracy_graded = correct /" in out
 
 
 def test_report_compare_shows_graded_invalid_and_error_beside_n(evaluated):
@@ -135,12 +149,15 @@ def test_study_by_type_leaves_invalid_and_error_out_of_the_accuracy(tmp_path):
     o = obj["overall"]
     assert (o["n"], o["n_graded"], o["n_invalid"], o["n_error"], o["correct"]) == (6, 4, 1, 1, 2)
     assert o["estimate"] == 50.0  # 2 of 4 graded; counting invalid and error as wrong would give 33.3
+    assert o["accuracy_all"] == pytest.approx(100 * 2 / 6, abs=0.01)  # seed 001's, beside it
+    assert obj["accounting"]["accuracy_all"] == pytest.approx(100 * 2 / 6, abs=0.01)
     g = {x["group"]: x for x in obj["groups"]}
     assert g["String"]["accuracy"] == 100.0 and (g["String"]["n_graded"], g["String"]["n_invalid"]) == (2, 1)
     assert g["Numerical"]["accuracy"] == 0.0 and (g["Numerical"]["n_graded"], g["Numerical"]["n_error"]) == (2, 1)
     table = _run(["study", "by-type", "--scorer", "judge-verdicts", "-p", verdicts, "-r", refs, "--no-report",
                   "--resamples", "200"]).stdout
     assert "graded" in table and "invalid" in table and "accuracy over graded verdicts" in table
+    assert "accuracy (all) %" in table and "33.33" in table
 
     # the HTML report of the same study: the columns and the rule travel with it
     (tmp_path / "by.study.json").write_text(res.stdout)
@@ -161,6 +178,10 @@ def test_study_compare_pairs_only_graded_items(tmp_path):
     assert m["accuracy_a"] == 50.0 and m["accuracy_b"] == 100.0
     assert m["n_paired"] == 4 and m["n_unpaired_ungraded"] == 2 and m["gained"] == 2 and m["lost"] == 0
     assert (m["accounting_a"]["n_invalid"], m["accounting_a"]["n_error"]) == (1, 1)
+    assert m["accounting_a"]["accuracy_all"] == pytest.approx(100 * 2 / 6, abs=0.01)  # seed 001's, beside
+    table = _run(["study", "compare", "--references-a", refs, "--references-b", refs, "--scorer", "judge-verdicts",
+                  "--method", f"m={verdicts},{other}", "--no-report", "--resamples", "200"]).stdout
+    assert "accuracy (all responses)" in table and "33.33%" in table
 
 
 def test_viewer_judge_listing_gives_the_accuracy_over_graded_with_the_counts(tmp_path):

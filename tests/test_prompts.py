@@ -48,6 +48,7 @@ PINNED = {  # prompt id -> sha256 of its text
     "ivr12.image@1": "3c9b442aa396208e6ae0457bcc91d42c4d5efde1f61f1805c7d26d71f089968c",
     "ivr12.presentation@1": "45d474b342bf50aa4a917dc68fc8452b2a5f8f68e98cef07ebae1414d62cb443",
     "judge.simpleqa@1": "b6b8bfe3ddec3e5fb5a44fdee89973bf416db0a797323befeaa06bc3d4d463cc",
+    "judge.paragraph@1": "7c588e4a9b4c3f0ddaf23a3f7ab523e06de404c57eb08a1dff560f4416e4ff05",
     "reference.candidate_score@1": "34f9db3226fac12453aa23a77f25838490ab85a46cd28b94010a3c652882321a",
     "reference.consistency_check@1": "f13421060239796611643344d2a983a110e60d2fd8cf08a6d33bf7a3ce52db5b",
     "reference.entity_check@1": "030ef4043808720485481b78367a608140150b543c9d92c663634749b113a5b5",

@@ -173,7 +173,9 @@ def judge(
     max_retries: Optional[int] = MAX_RETRIES,
 ) -> None:
     """SimpleQA-style grading (correct / incorrect / not_attempted) of the whole answer, or of its short
-    answer with --graded-text short; accuracy is over graded verdicts, invalid and error counted apart."""
+    answer with --graded-text short; a paragraph gold (NoteVQA layout, or over 40 words) is graded on its
+    conclusion (judge.paragraph). accuracy = correct / all responses (seed 001's), accuracy_graded =
+    correct / graded, with invalid and error counted beside them."""
     from kbvqa.cli.options import flags
     from kbvqa.pipelines.score import judge_files, judge_of
     from kbvqa.pipelines.score_options import JudgeOptions, from_config

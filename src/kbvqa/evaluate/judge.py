@@ -20,11 +20,22 @@ What is graded: by default the whole answer with image tags removed (`load_predi
 `graded_text="short"`, and its scorer is named `simpleqa-judge[short-answer]` (`scorer_name`) so two
 runs graded on different text are never compared as one metric.
 
-Two kinds of figure, never to be confused (kbvqa's rule, the same in every table and JSON):
+Which rubric: a short gold gets SimpleQA's (`judge.simpleqa`: the answer must state the gold); a
+paragraph gold — every reference of a NoteVQA-layout file, or a gold of more than PARAGRAPH_WORDS
+words — gets kbvqa's `judge.paragraph`, which grades the answer's conclusion (the identification,
+decision or recommendation asked for) against the reference's, allows missing secondary details and
+calls any contradiction of a central claim incorrect (`gold_kind`, `JudgeConfig.rubric_for`). Each
+journal line names its `rubric` (prompt id, gold kind, why); the scorer name says `[paragraph]` or
+`[mixed-rubric]`; both prompts are registered, so a prompt file can replace either.
 
-* **accuracy** = correct / n_graded, where n_graded counts the verdicts correct, incorrect and
-  not_attempted. An ``invalid`` reply or an ``error`` (failed call) is not a grade: it is left out of
-  the denominator and reported beside the figure as n_invalid / n_error, never as a wrong answer;
+Three figures, never to be confused (the same names in every table and JSON):
+
+* **accuracy** = correct / n, all responses: seed 001's "proportion of responses classified as
+  correct" (35.7% = 90/252). n is every reference id: a missing or empty prediction is a response
+  (not_attempted, no call); an invalid reply or a failed call is a response that is not correct;
+* **accuracy_graded** = correct / n_graded, where n_graded counts the verdicts correct, incorrect and
+  not_attempted: kbvqa's figure, with an ``invalid`` reply or an ``error`` (failed call) left out of
+  the denominator and reported beside it as n_invalid / n_error. The two agree when both are 0;
 * **SimpleQA's aggregates** (`simpleqa_metrics`: correct, incorrect, not_attempted, invalid, error as
   rates, accuracy_given_attempted, f1) are rates over all n items, invalid and error included, as
   the original reports them; tables label them "SimpleQA ... (over all n)".
@@ -42,18 +53,19 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal, Protocol, Sequence
+from typing import Any, Iterable, Literal, Mapping, NamedTuple, Protocol, Sequence
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kbvqa.data.jsonl import gc_paused
+from kbvqa.data.notevqa import looks_like_notevqa
 from kbvqa.data.schema import Provenance, Verdict
 from kbvqa.evaluate import METRICS
 from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
 from kbvqa.models import prompts
 from kbvqa.models.replies import Reply
 from kbvqa.models.jsonx import extract_json
-from kbvqa.models.prompts.judge import SIMPLEQA
+from kbvqa.models.prompts.judge import PARAGRAPH, SIMPLEQA
 from kbvqa.runner import Context, Invalid, RunSummary, Stage, StageConfig, read_results
 from kbvqa.runner.job import Job
 from kbvqa.stages import register_stage
@@ -65,29 +77,85 @@ __all__ = [
     "PROMPT_VERSION", "JudgeReply", "build_judge_messages", "judge_answer", "strict_parse",
     "legacy_parse", "simpleqa_metrics", "ChatClient", "JudgeCallError", "JudgeConfig", "JudgeStage",
     "judge_job", "run_judge", "JudgeRun", "verdict_of_line", "load_judge_references", "scorer_name",
-    "GRADED", "FIGURES",
+    "GRADED", "FIGURES", "PARAGRAPH_PROMPT_VERSION", "PARAGRAPH_WORDS", "gold_kind", "rubric_counts", "rubric_of",
+    "prompt_label", "read_judge_references", "JudgeReference",
 ]
 
 PROMPT_VERSION = SIMPLEQA.id
+#: kbvqa's rubric for paragraph golds (`judge.paragraph`): the answer's conclusion against the reference's.
+PARAGRAPH_PROMPT_VERSION = PARAGRAPH.id
+#: A gold answer of more words than this is a paragraph and is graded with `judge.paragraph` (kbvqa's
+#: threshold): SimpleQA-, InfoSeek- and E-VQA-style golds are a few words, NoteVQA's short references
+#: average 107.5 (seed 001 §3.2); 40 words is two or three sentences, past any short answer, and short
+#: of every paragraph a reference writer would call an explanation.
+PARAGRAPH_WORDS = 40
+#: Which rubric a record's gold gets: auto (paragraph for a NoteVQA-layout reference file or a gold
+#: over PARAGRAPH_WORDS words, else SimpleQA's), or one of them for every record.
+GOLD_KINDS = ("auto", "short", "paragraph")
 METRIC = "simpleqa-judge"
 LABELS = ("correct", "incorrect", "not_attempted")
 #: The labels that are grades (the accuracy's denominator); invalid and error are not.
 GRADED = LABELS
 #: What each judge figure is, written beside it in every summary (`definitions`).
 FIGURES = {
-    "accuracy": "correct / n_graded; n_graded = correct + incorrect + not_attempted verdicts (kbvqa's rule: "
-                "invalid replies and failed calls are not grades, they are counted apart as n_invalid and n_error)",
+    "accuracy": "correct / n, all responses (seed 001 §3.3: \"the proportion of responses classified as "
+                "correct\"); n counts every reference id: a missing or empty prediction is a response graded "
+                "not_attempted, an invalid reply or a failed judge call a response that is not correct",
+    "accuracy_graded": "correct / n_graded; n_graded = correct + incorrect + not_attempted verdicts (kbvqa's "
+                       "figure: invalid replies and failed calls are not grades, counted apart as n_invalid and "
+                       "n_error); equal to accuracy when both are 0",
     "simpleqa": "correct, incorrect, not_attempted, invalid, error, accuracy_given_attempted, f1: SimpleQA's "
                 "aggregates, rates over all n items (invalid and error included in the denominator)",
 }
 
 
-def scorer_name(graded_text: str = "full") -> str:
-    """The judge's scorer name for the text it graded: `simpleqa-judge` (the whole answer, tags
-    removed) or `simpleqa-judge[short-answer]`."""
+def scorer_name(graded_text: str = "full", rubric: str = "short") -> str:
+    """The judge's scorer name for the text it graded and the rubric it graded with: `simpleqa-judge`
+    (the whole answer, tags removed, SimpleQA's rubric), with `[short-answer]` for the short answer
+    only and `[paragraph]` (`judge.paragraph` for every record) or `[mixed-rubric]` (both, by gold),
+    so runs graded differently never share a column."""
     if graded_text not in ("full", "short"):
         raise ValueError(f"graded text must be 'full' or 'short', not {graded_text!r}")
-    return METRIC if graded_text == "full" else f"{METRIC}[short-answer]"
+    if rubric not in ("short", "paragraph", "mixed"):
+        raise ValueError(f"rubric must be 'short', 'paragraph' or 'mixed', not {rubric!r}")
+    tags = [t for t, on in (("short-answer", graded_text == "short"), ("paragraph", rubric == "paragraph"),
+                            ("mixed-rubric", rubric == "mixed")) if on]
+    return METRIC + (f"[{','.join(tags)}]" if tags else "")
+
+
+def gold_kind(target: str, layout: str = "", *, words: int = PARAGRAPH_WORDS) -> tuple[str, str]:
+    """("paragraph" | "short", why): a reference from a NoteVQA-layout file, or a gold of more than
+    `words` words, is a paragraph."""
+    if layout == "notevqa":
+        return "paragraph", "NoteVQA layout: the short reference is a paragraph"
+    n = len(target.split())
+    if n > words:
+        return "paragraph", f"gold of {n} words (more than {words})"
+    return "short", f"gold of {n} words (at most {words})"
+
+
+def rubric_counts(records: Iterable[Mapping[str, Any]], config: JudgeConfig | None = None) -> dict[str, int]:
+    """How many records each judge prompt grades (prompt id -> n), before any call: for summaries and
+    the manifest's run_config."""
+    config = config or JudgeConfig()
+    # at call time, as `_ask` does: a prompt file that replaces one has its own id
+    counts: Counter[str] = Counter(prompts.get(config.rubric_for(r)[0]).id for r in records)
+    return dict(sorted(counts.items()))
+
+
+def rubric_of(counts: Mapping[str, int]) -> str:
+    """short / paragraph / mixed: which rubric a run's records were graded with (for `scorer_name`)."""
+    used = {("paragraph" if prompts.get(pid).name == PARAGRAPH.name else "short") for pid, n in counts.items() if n}
+    return "mixed" if len(used) > 1 else (used.pop() if used else "short")
+
+
+def prompt_label(counts: Mapping[str, int]) -> str:
+    """The prompt(s) a run used, as one string: `judge.simpleqa@1`, or `judge.paragraph@1 (12) +
+    judge.simpleqa@1 (3)` when the golds called for both."""
+    used = [(pid, n) for pid, n in counts.items() if n]
+    if len(used) <= 1:
+        return used[0][0] if used else PROMPT_VERSION
+    return " + ".join(f"{pid} ({n})" for pid, n in used)
 
 
 #: Record fields a verdict depends on; a resumed journal must agree with the input on all of them.
@@ -214,12 +282,13 @@ async def judge_answer(client: ChatClient, question: str, target: str, predicted
 
 def simpleqa_metrics(labels: Iterable[str | None | Verdict]) -> dict[str, Any]:
     """SimpleQA aggregates over all n items (errors and invalid replies stay in the denominator),
-    plus kbvqa's accuracy over graded verdicts and the counts beside it (module docstring, FIGURES).
+    seed 001's accuracy over all responses, kbvqa's over graded verdicts, and the counts beside them
+    (module docstring, FIGURES).
 
     correct/incorrect/not_attempted/invalid/error are rates over n; accuracy_given_attempted =
     correct / (correct + incorrect) (0 if nothing attempted); f1 = harmonic mean of correct and
-    accuracy_given_attempted (0 if both are 0). accuracy = n_correct / n_graded, None when nothing
-    was graded.
+    accuracy_given_attempted (0 if both are 0). accuracy = n_correct / n (every response; None when
+    n is 0); accuracy_graded = n_correct / n_graded (None when nothing was graded).
     """
     counts: Counter[str] = Counter()
     n = 0
@@ -239,18 +308,33 @@ def simpleqa_metrics(labels: Iterable[str | None | Verdict]) -> dict[str, Any]:
     n_graded = sum(counts[k] for k in GRADED)
     return {**rate, "accuracy_given_attempted": aga, "f1": f1, "n": n,
             **{f"n_{k}": counts[k] for k in ("correct", "incorrect", "not_attempted", "invalid", "error")},
-            "n_graded": n_graded, "accuracy": counts["correct"] / n_graded if n_graded else None}
+            "n_graded": n_graded, "accuracy": counts["correct"] / n if n else None,
+            "accuracy_graded": counts["correct"] / n_graded if n_graded else None}
 
 
 # --------------------------------------------------------------------------------------------------
 # references
 
 
-@gc_paused()
+class JudgeReference(NamedTuple):
+    """One gold: the question, the target as the judge reads it, and the file's layout ("notevqa"
+    for a NoteVQA-style line, else ""), which decides the rubric (`gold_kind`)."""
+
+    question: str
+    target: str
+    layout: str = ""
+
+
 def load_judge_references(path: str | Path) -> dict[str, tuple[str, str]]:
-    """id -> (question, target) from kbvqa JSONL (`id`, `question`, `answers`; NoteVQA-style `answer`) or a CSV with
+    """id -> (question, target) (`read_judge_references` without the layout)."""
+    return {k: (r.question, r.target) for k, r in read_judge_references(path).items()}
+
+
+@gc_paused()
+def read_judge_references(path: str | Path) -> dict[str, JudgeReference]:
+    """id -> JudgeReference from kbvqa JSONL (`id`, `question`, `answers`; NoteVQA-style `answer`) or a CSV with
     `data_id`/`id`, `problem`/`question` and `answer` (SimpleQA / ARA style)."""
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, JudgeReference] = {}
     if str(path).lower().endswith(".csv"):
         for ln, row in read_csv(path):
             did = row.get("data_id") or row.get("id")
@@ -259,7 +343,7 @@ def load_judge_references(path: str | Path) -> dict[str, tuple[str, str]]:
             target = (row.get("answer") or "").strip()
             if not target:
                 raise ScoreInputError(path, ln, "answer", f"empty gold answer for {did!r}")
-            out[did] = (row.get("problem") or row.get("question") or "", target.replace("|", " / "))
+            out[did] = JudgeReference(row.get("problem") or row.get("question") or "", target.replace("|", " / "))
     else:
         for ln, obj in read_jsonl(path):
             did = obj.get("id", obj.get("data_id"))
@@ -271,7 +355,7 @@ def load_judge_references(path: str | Path) -> dict[str, tuple[str, str]]:
             if not texts:
                 raise ScoreInputError(path, ln, "answers", f"no gold answer for {did!r}")
             target = texts[0] if len(texts) == 1 else "any one of: " + " | ".join(texts)
-            out[did] = (obj.get("question") or "", target)
+            out[did] = JudgeReference(obj.get("question") or "", target, "notevqa" if looks_like_notevqa(obj) else "")
     return out
 
 
@@ -281,8 +365,20 @@ def load_judge_references(path: str | Path) -> dict[str, tuple[str, str]]:
 
 class JudgeConfig(StageConfig):
     role: str = "judge"  # the model role that grades
-    prompt_version: str = PROMPT_VERSION
+    prompt_version: str = PROMPT_VERSION  # short golds
+    paragraph_prompt_version: str = PARAGRAPH_PROMPT_VERSION  # paragraph golds (`gold_kind`)
+    gold: Literal["auto", "short", "paragraph"] = "auto"  # GOLD_KINDS: by gold, or one rubric for all
+    paragraph_words: int = Field(PARAGRAPH_WORDS, ge=1)
     temperature: float = 0.0
+
+    def rubric_for(self, record: Mapping[str, Any]) -> tuple[str, str, str]:
+        """(prompt version, "short" | "paragraph", why) for one record: its target and `gold_layout`."""
+        if self.gold == "auto":
+            kind, why = gold_kind(str(record.get("target") or ""), str(record.get("gold_layout") or ""),
+                                  words=self.paragraph_words)
+        else:
+            kind, why = self.gold, f"gold = {self.gold!r} (set for every record)"
+        return (self.paragraph_prompt_version if kind == "paragraph" else self.prompt_version), kind, why
 
 
 @METRICS.register("simpleqa-judge", family="judge",
@@ -294,11 +390,13 @@ class JudgeStage(Stage):
     name = "simpleqa-judge"
     version = "1"
     config_model = JudgeConfig
-    prompts = (SIMPLEQA,)
+    prompts = (SIMPLEQA, PARAGRAPH)
 
     def prompt_versions(self) -> dict[str, str]:
-        p = prompts.get(self.config.prompt_version)
-        return {p.id: p.sha256}
+        """Every prompt this configuration may send (short and paragraph golds)."""
+        wanted = {"short": [self.config.prompt_version], "paragraph": [self.config.paragraph_prompt_version],
+                  "auto": [self.config.prompt_version, self.config.paragraph_prompt_version]}[self.config.gold]
+        return {p.id: p.sha256 for p in map(prompts.get, wanted)}
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         rid = record["id"]
@@ -308,15 +406,17 @@ class JudgeStage(Stage):
         pred = record.get("prediction")
         if pred is not None and not isinstance(pred, str):
             raise ValueError(f"record {rid!r}: field 'prediction' must be a string or null, got {pred!r}")
+        version, kind, why = self.config.rubric_for(record)
+        rubric = {"prompt": prompts.get(version).id, "gold": kind, "why": why}
         if not pred:  # no answer is not attempted by definition: no call
             v = Verdict(sample_id=rid, metric=METRIC, label="not_attempted", value=0.0, rationale="no answer")
         else:
             client = ctx.role(self.config.role)
             res, prov = await _ask(client, record["question"], record["target"], pred,
-                                   prompt_version=self.config.prompt_version, temperature=self.config.temperature)
+                                   prompt_version=version, temperature=self.config.temperature)
             ctx.add_usage(getattr(res, "usage", None))
             v = _verdict(rid, parse_judge_result(res), prov)
-        return {**record, "verdict": v.model_dump(mode="json", exclude_none=True)}
+        return {**record, "rubric": rubric, "verdict": v.model_dump(mode="json", exclude_none=True)}
 
 
 def judge_job(client: ChatClient, config: JudgeConfig | None = None) -> Job:

@@ -206,7 +206,10 @@ class ItemScores:
                 "n_unknown_ids": self.n_unknown, "n_duplicate_predictions": self.n_duplicates,
                 "duplicates": "last prediction per id wins",
                 "accuracy_over": "graded items (invalid and error verdicts excluded, counted apart)"
-                if self.judged else "every item (a missing prediction is wrong)"}
+                if self.judged else "every item (a missing prediction is wrong)",
+                # judge verdicts: seed 001's accuracy (correct / all responses) beside the graded one
+                **({"accuracy_all": round(100.0 * float(self.correct.mean()), 4) if self.n else None}
+                   if self.judged else {})}
 
 
 def load_references(path: str | Path, scorer: str, *, qtypes: str | Path | None = None) -> Any:
@@ -283,15 +286,24 @@ def by_group(scores: ItemScores, by: str = "question_type", labels: dict[str, st
         ci = _graded_ci(scores.correct[idx][graded[idx]], n_resamples, _sub_seed(seed, g))
         rows.append({"group": g, "n": int(idx.size), **_graded_counts(scores, idx),
                      "correct": int(scores.correct[idx].sum()), "n_missing": int(scores.missing[idx].sum()), "accuracy": ci["estimate"],
-                     "ci_low": ci["low"], "ci_high": ci["high"]})
+                     "ci_low": ci["low"], "ci_high": ci["high"], **_over_all(scores, idx, n_resamples, seed, g)})
     overall = _graded_ci(scores.correct[graded], n_resamples, _sub_seed(seed, "__all__"))
     everything = np.arange(scores.n)
     return {"kind": "by-group", "scorer": scores.scorer, "scorer_detail": scores.scorer_detail, "by": by,
             "method": scores.label, "groups": rows, "judged": scores.judged,
             "overall": {"n": scores.n, **_graded_counts(scores, everything), "correct": int(scores.correct.sum()),
-                        **overall},
+                        **overall, **_over_all(scores, everything, n_resamples, seed, "__all__")},
             "n_unlabelled": n_unlabelled, "bootstrap": _boot_meta(n_resamples, seed),
             "accounting": scores.accounting()}
+
+
+def _over_all(scores: ItemScores, idx: np.ndarray, n_resamples: int, seed: Any, group: str) -> dict[str, Any]:
+    """For judge verdicts, seed 001's accuracy beside the graded one: correct / all responses of `idx`
+    (invalid, failed and missing count as not correct), with its CI; nothing for other scorers."""
+    if not scores.judged:
+        return {}
+    ci = _graded_ci(scores.correct[idx], n_resamples, _sub_seed(seed, f"{group}/all"))
+    return {"accuracy_all": ci["estimate"], "ci_all_low": ci["low"], "ci_all_high": ci["high"]}
 
 
 def _graded_counts(scores: ItemScores, idx: np.ndarray) -> dict[str, int]:

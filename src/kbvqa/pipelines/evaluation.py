@@ -355,10 +355,11 @@ def _score_judge(sc: _Scoring, metric: str) -> dict[str, Any]:
     rep = _run_judge(sc)
     s = rep.summary
     scorer = _judge_scorer(s, METRICS.entry("simpleqa-judge").help)
-    values = {k: s[k] for k in ("accuracy", "correct", "accuracy_given_attempted", "f1", "incorrect", "not_attempted")}
+    values = {k: s[k] for k in ("accuracy", "accuracy_graded", "correct", "accuracy_given_attempted", "f1",
+                                "incorrect", "not_attempted")}
     counts = {"n": s["n"], "graded": s["n_graded"], "missing": s["n_missing"], **_pred_counts(s),
               "judge_error": s["n_error"], "judge_invalid": s["n_invalid"], "empty": s["n_empty"]}
-    return _entry(scorer, values, ["accuracy", "correct", "accuracy_given_attempted"], counts, s,
+    return _entry(scorer, values, ["accuracy", "accuracy_graded", "accuracy_given_attempted"], counts, s,
                   files={"journal": s["out"], "manifest": s["manifest"]}, notes=[*sc.judge_notes, *rep.footer])
 
 
@@ -366,7 +367,8 @@ def _judge_scorer(s: Mapping[str, Any], detail: str) -> dict[str, Any]:
     """A judge-based metric's scorer entry: its name says what text was graded (`simpleqa-judge` or
     `simpleqa-judge[short-answer]`), with the prompt, the judge model and what each figure is."""
     return {"name": s["scorer"], "detail": detail, "options": {"graded_text": s["graded_text"]},
-            "prompt_version": s["prompt_version"], "judge": _judge_provenance(s),
+            "prompt_version": s["prompt_version"], "prompt_versions": dict(s.get("prompt_versions") or {}),
+            "judge": _judge_provenance(s),
             "definitions": dict(s.get("definitions") or {})}
 
 
@@ -375,8 +377,11 @@ def _study_summary(items: Any) -> dict[str, Any]:
     over the graded items (every item, for a scorer that reads predictions; without invalid and error
     verdicts for judge-verdicts), the counts beside it in `accounting`."""
     acc = items.accuracy
-    return {"scorer": items.scorer, "accuracy": None if acc is None else round(acc, 2),
-            "correct": int(items.correct.sum()), **items.accounting()}
+    out = {"scorer": items.scorer, "accuracy": None if acc is None else round(acc, 2),
+           "correct": int(items.correct.sum()), **items.accounting()}
+    if items.judged:  # judge verdicts: seed 001's accuracy over all responses, kbvqa's over graded beside it
+        out.update(accuracy=round(100 * out["correct"] / items.n, 2) if items.n else None, accuracy_graded=out["accuracy"])
+    return out
 
 
 def _score_study(sc: _Scoring, metric: str) -> dict[str, Any]:
@@ -400,9 +405,12 @@ def _score_study(sc: _Scoring, metric: str) -> dict[str, Any]:
     scorer["name"] = s["scorer"] if metric != JUDGE_VERDICTS else f"{JUDGE_VERDICTS} ({scorer['name']})"
     counts = {"n": s["n"], "missing": s["n_missing"], "error": sc.answer_counts.get("error", 0),
               "invalid": sc.answer_counts.get("invalid", 0)}
+    values, headline = {"accuracy": s["accuracy"]}, ["accuracy"]
     if items.judged:
         counts.update(graded=s["n_graded"], judge_invalid=s["n_invalid"], judge_error=s["n_error"])
-    return _entry(scorer, {"accuracy": s["accuracy"]}, ["accuracy"], counts, s,
+        values["accuracy_graded"] = s["accuracy_graded"]
+        headline.append("accuracy_graded")
+    return _entry(scorer, values, headline, counts, s,
                   files={"input": str(source)}, notes=notes)
 
 

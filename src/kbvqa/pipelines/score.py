@@ -274,20 +274,24 @@ def judge_files(predictions: Path, references: Path, judge: Any, opts: JudgeOpti
     if judge is None:
         raise ValueError("no judge configured: pass --config/--judge-role, --judge-base-url and --judge-model, "
                          "or --judge-replay")
-    scorer = jd.scorer_name(graded_text)
-    refs = jd.load_judge_references(references)
+    refs = jd.read_judge_references(references)
     preds = _predictions(predictions, refs, graded_text)
     by_id, unknown, dup = last_prediction_per_id(preds, refs)
-    records = [{"id": did, "question": q, "target": target, "prediction": by_id.get(did), "missing": did not in by_id,
-                "graded_text": graded_text} for did, (q, target) in refs.items()]
+    records = [{"id": did, "question": r.question, "target": r.target, "prediction": by_id.get(did),
+                "missing": did not in by_id, "graded_text": graded_text, **({"gold_layout": r.layout} if r.layout else {})}
+               for did, r in refs.items()]
+    rubrics = jd.rubric_counts(records, opts.stage)  # prompt id -> records it grades (short / paragraph golds)
+    scorer = jd.scorer_name(graded_text, jd.rubric_of(rubrics))
     out = out or _beside(predictions, "judge")
     got = jd.run_judge(records, judge, out=out, resume=opts.resume, concurrency=opts.concurrency, progress=progress,
                        config=opts.stage,
                        run_config={"task": "simpleqa-judge", "scorer": scorer, "graded_text": graded_text,
+                                   "prompts": rubrics,
                                    "predictions": _abs(predictions), "references": _abs(references),
                                    "options": opts.used()})
     prov = getattr(judge, "provenance", None)
-    summary: dict[str, Any] = {"scorer": scorer, "graded_text": graded_text, "prompt_version": jd.PROMPT_VERSION,
+    summary: dict[str, Any] = {"scorer": scorer, "graded_text": graded_text, "prompt_version": jd.prompt_label(rubrics),
+                               "prompt_versions": rubrics,
                                **jd.simpleqa_metrics(got.verdicts.values()), "definitions": dict(jd.FIGURES),
                                "n_missing": sum(1 for r in records if r["missing"]),
                                "n_empty": sum(1 for r in records if not r["missing"] and not r["prediction"]),
@@ -306,14 +310,19 @@ def judge_files(predictions: Path, references: Path, judge: Any, opts: JudgeOpti
 
 
 def judge_rows(s: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The judge table: accuracy over graded verdicts with n graded / invalid / error beside it, then
+    """The judge table: accuracy over all responses (seed 001's) and over graded verdicts, with n /
+    graded / invalid / error beside them, then
     SimpleQA's own aggregates, labelled as rates over all n (kbvqa.evaluate.judge.FIGURES). The
     summary keeps SimpleQA's fractions; the table shows percentages (kbvqa.units)."""
     from kbvqa.units import percent
 
-    acc = s.get("accuracy")
+    def pct(key: str) -> Any:
+        return "n/a" if s.get(key) is None else percent(s[key], fraction=True)
+
     rows: list[tuple[str, Any]] = [
-        ("accuracy (correct / graded) (%)", "n/a" if acc is None else percent(acc, fraction=True)),
+        ("accuracy (correct / all responses, seed 001's) (%)", pct("accuracy")),
+        ("accuracy_graded (correct / graded) (%)", pct("accuracy_graded")),
+        ("n responses (missing predictions included, not correct)", s["n"]), ("n correct", s["n_correct"]),
         ("n graded", s["n_graded"]), ("n invalid", s["n_invalid"]), ("n error", s["n_error"])]
     rows += [(f"SimpleQA {k} (over all n) (%)", percent(s[k], fraction=True))
              for k in ("correct", "incorrect", "not_attempted", "invalid", "error", "accuracy_given_attempted", "f1")]

@@ -10,9 +10,12 @@ short answer — `simpleqa-judge` vs `simpleqa-judge[short-answer]`) the metric'
 their header and the notes say which run used which — never compared silently. Runs scored against
 different reference files are flagged the same way.
 
-A judge-based metric (judge, judge-verdicts) has its n graded, n invalid and n error as columns beside
-its n: its accuracy is over graded verdicts, and an invalid or failed verdict is never a wrong answer
-(kbvqa.evaluate.judge); the SimpleQA rates (correct, accuracy_given_attempted) are over all n.
+A judge-based metric (judge, judge-verdicts) shows two accuracies, named: `accuracy` = correct / all n
+responses (seed 001's definition; a missing prediction is a response that is not correct) and
+`accuracy_graded` = correct / graded (kbvqa's, invalid and failed verdicts left out), with n graded, n
+invalid and n error as columns beside its n (kbvqa.evaluate.judge); the SimpleQA rates
+(accuracy_given_attempted, f1) are over all n. A results file written when `accuracy` meant correct /
+graded is read with its figures renamed (`upgrade_judge_values`), so a column never mixes the two.
 
 Reads JSON only (report may import data, runner and report): the metric entries of a results file
 are taken as `kbvqa eval` wrote them; a bare summary is interpreted here by its shape.
@@ -86,11 +89,13 @@ def summary_metric(s: Mapping[str, Any], path: str | Path = "<summary>") -> tupl
         scorer = {"name": scorer_name, "options": {"graded_text": s.get("graded_text")},
                   "prompt_version": s.get("prompt_version"),
                   "judge": {k: v for k, v in (s.get("judge_provenance") or {}).items() if v is not None}}
-        values = {k: s.get(k) for k in ("accuracy", "correct", "accuracy_given_attempted", "f1", "incorrect",
-                                        "not_attempted")}
+        if "accuracy_graded" not in s:  # written when `accuracy` was correct / graded
+            s = {**s, "accuracy_graded": s.get("accuracy"), "accuracy": s.get("correct")}
+        values = {k: s.get(k) for k in ("accuracy", "accuracy_graded", "correct", "accuracy_given_attempted", "f1",
+                                        "incorrect", "not_attempted")}
         counts = {"n": s.get("n"), "graded": s.get("n_graded"), "missing": s.get("n_missing"), **_pred_counts(s),
                   "judge_error": s.get("n_error"), "judge_invalid": s.get("n_invalid"), "empty": s.get("n_empty")}
-        return "judge", _metric(scorer, values, ["accuracy", "correct", "accuracy_given_attempted"], counts, s)
+        return "judge", _metric(scorer, values, list(JUDGE_HEADLINE), counts, s)
     if isinstance(scorer_name, str) and scorer_name.startswith("evqa") and "by_question_type" in s:
         values = {"accuracy": s["accuracy"], "accuracy_excluding_2_hop": s.get("accuracy_excluding_2_hop"),
                   "coverage": s.get("coverage")}
@@ -109,6 +114,33 @@ def summary_metric(s: Mapping[str, Any], path: str | Path = "<summary>") -> tupl
                                     [f"{st} R@{k}" for st in s["stages"] for k in shown], counts, s)
     raise ValueError(f"{path}: neither a `kbvqa eval` results file nor a `kbvqa score ... --json` summary "
                      "(InfoSeek, E-VQA, judge or retrieval)")
+
+
+#: The figures a judge metric leads with: seed 001's accuracy, kbvqa's over graded verdicts, SimpleQA's
+#: accuracy given attempted (`correct`, SimpleQA's rate over all n, equals `accuracy` and stays in values).
+JUDGE_HEADLINE = ["accuracy", "accuracy_graded", "accuracy_given_attempted"]
+
+
+def upgrade_judge_values(metric: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """A judge-based metric entry of an older results file, whose `accuracy` was correct / graded,
+    with its figures named as now: that figure becomes `accuracy_graded` and `accuracy` is correct /
+    all n (the judge's SimpleQA `correct` rate; for judge-verdicts, from the counts). An entry that
+    has `accuracy_graded`, or is not judge-based, is returned as it is."""
+    values = entry.get("values") or {}
+    if judge_counts(entry.get("counts")) is None or "accuracy_graded" in values or "accuracy" not in values:
+        return entry
+    s = entry.get("summary") or {}
+    if "correct" in values and metric in ("judge", "simpleqa-judge"):
+        now = values["correct"]
+    elif isinstance(s.get("correct"), int) and s.get("n"):
+        now = round(100 * s["correct"] / s["n"], 2)
+    else:
+        now = None
+    headline = list(entry.get("headline") or [])
+    headline = ["accuracy", "accuracy_graded", *(h for h in headline if h not in ("accuracy", "accuracy_graded",
+                                                                                    "correct"))]
+    return {**entry, "values": {**values, "accuracy": now, "accuracy_graded": values["accuracy"]},
+            "headline": headline}
 
 
 def _read_json(path: Path) -> Any:
@@ -139,7 +171,8 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         info = {"pipeline": answer.get("pipeline"), "references": doc.get("references") or {},
                 "samples": doc.get("samples") or {}, "kbvqa_version": doc.get("kbvqa_version"),
                 "git": (doc.get("git") or {}).get("commit"), "answer_counts": answer.get("counts")}
-        return Run(label, path, "eval", {str(k): dict(v) for k, v in metrics.items()}, info)
+        return Run(label, path, "eval", {str(k): upgrade_judge_values(str(k), dict(v)) for k, v in metrics.items()},
+                   info)
     name, entry = summary_metric(doc, path)
     return Run(label or path.name.removesuffix(".json"), path, "score-summary", {name: entry}, {})
 
@@ -177,6 +210,11 @@ def shown_figure(metric: str, entry: Mapping[str, Any], key: str, value: Any) ->
                 or (name.startswith("simpleqa-judge") and metric in ("judge", "simpleqa-judge")))
     return f"{key} {PCT}", percent(value, fraction=fraction)
 
+
+#: What a judge metric's two accuracies are, in every table note.
+JUDGE_ACCURACIES = ("accuracy = correct / all responses (seed 001's definition; missing predictions, invalid and "
+                    "failed verdicts count as responses not correct); accuracy_graded = correct / graded (kbvqa's: "
+                    "invalid and failed verdicts excluded, counted in their columns)")
 
 #: SimpleQA's own aggregates: rates over all n items, invalid and error included (kbvqa.evaluate.judge)
 _SIMPLEQA_RATES = ("correct", "incorrect", "not_attempted", "accuracy_given_attempted", "f1")
@@ -277,8 +315,8 @@ def compare_table(doc: Mapping[str, Any]) -> ResultTable:
     for m, e in doc["metrics"].items():
         if "judge_counts" in e:
             rates = [c for c in e["columns"] if c in _SIMPLEQA_RATES]
-            notes.append(f"{m}: accuracy = correct / graded (invalid and error verdicts excluded, counted in their "
-                         "columns)" + (f"; {', '.join(rates)}: SimpleQA's rates over all n" if rates else ""))
+            notes.append(f"{m}: {JUDGE_ACCURACIES}" + (f"; {', '.join(rates)}: SimpleQA's rates over all n"
+                                                       if rates else ""))
         if e["consistent"]:
             scorer = next(iter(e["scorers"].values()), "none")
             notes.append(f"{m}: scorer {scorer} (every run)")
@@ -326,9 +364,11 @@ def results_table(doc: Mapping[str, Any]) -> ResultTable:
                          c.get("invalid"), jc.get("error"), jc.get("invalid")])
         notes.append(f"{m}: scorer {scorer_identity(e.get('scorer'))}")
         if jc:
-            notes.append(f"{m}: accuracy = correct / graded ({jc.get('graded')} graded; {jc.get('invalid')} invalid "
-                         f"and {jc.get('error')} failed judge verdicts excluded, not counted wrong)"
-                         + (f"; {', '.join(simpleqa)}: SimpleQA's rates over all n" if simpleqa else ""))
+            notes.append(f"{m}: accuracy = correct / all {c.get('n')} responses (seed 001's definition; "
+                         f"{c.get('missing')} missing predictions and {jc.get('invalid')} invalid and "
+                         f"{jc.get('error')} failed judge verdicts count as responses not correct); accuracy_graded "
+                         f"= correct / {jc.get('graded')} graded (kbvqa's: those verdicts excluded, not counted "
+                         "wrong)" + (f"; {', '.join(simpleqa)}: SimpleQA's rates over all n" if simpleqa else ""))
     a = doc.get("answer") or {}
     counts = ", ".join(f"{k} {v}" for k, v in (a.get("counts") or {}).items())
     columns = ["metric", "figure", "value", "n (items)", "graded", "missing", "answer error", "answer invalid",

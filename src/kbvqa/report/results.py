@@ -78,7 +78,9 @@ def _by_group(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
     by = obj.get("by", "group")
     method = obj.get("method") or "predictions"
     judged = bool(obj.get("judged"))  # judge verdicts: graded / invalid / error beside every accuracy
-    extra = (lambda g: [g["n_graded"], g["n_invalid"], g["n_error"]]) if judged else (lambda g: [])
+    # judge verdicts: seed 001's accuracy over all responses beside kbvqa's over graded verdicts
+    extra = (lambda g: [g["n_graded"], g["n_invalid"], g["n_error"], g.get("accuracy_all")]) if judged else (
+        lambda g: [])
     rows = [[g["group"], g["n"], *extra(g), g["correct"], g["n_missing"], g["accuracy"], g["ci_low"], g["ci_high"]]
             for g in obj["groups"]]
     o = obj["overall"]
@@ -86,15 +88,17 @@ def _by_group(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
                  o["high"]])
     b = obj["bootstrap"]
     notes = [f"{b['method']}, {b['n_resamples']} resamples, seed {b['seed']}; missing predictions count as wrong"
-             + ("; accuracy over graded verdicts: invalid replies and failed judge calls are excluded and counted "
-                "apart (kbvqa's rule)" if judged else ""),
+             + ("; accuracy (all) = correct / all responses (seed 001's definition: invalid replies and failed "
+                "judge calls count as responses not correct); accuracy (graded) is over graded verdicts, with "
+                "invalid replies and failed judge calls excluded and counted apart (kbvqa's); the CI is the "
+                "graded accuracy's" if judged else ""),
              f"unknown prediction ids ignored: {obj['accounting']['n_unknown_ids']}; duplicate predictions: "
              f"{obj['accounting']['n_duplicate_predictions']} (last wins)"]
     if obj.get("n_unlabelled"):
         notes.append(f"{obj['n_unlabelled']} items have no '{by}' value (group '(none)')")
     t = ResultTable(stem, f"Accuracy by {by} – {method}", scorer,
-                    [by, "n", *(["graded", "invalid", "error"] if judged else []), "correct", "missing",
-                     "accuracy (%)", "CI low", "CI high"], rows, notes)
+                    [by, "n", *(["graded", "invalid", "error", "accuracy (all) (%)"] if judged else []), "correct",
+                     "missing", "accuracy (graded) (%)" if judged else "accuracy (%)", "CI low", "CI high"], rows, notes)
     nan = float("nan")  # a group without a graded item has no accuracy: no bar
     png = plots.plot_group_bars([g["group"] for g in obj["groups"]],
                                 {method: [tuple(nan if g[k] is None else g[k]
@@ -118,6 +122,9 @@ def _compare(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
                       *(f"{m['method']}: graded {m['accounting_a']['n_graded']} / {m['accounting_b']['n_graded']}, "
                         f"invalid {m['accounting_a']['n_invalid']} / {m['accounting_b']['n_invalid']}, error "
                         f"{m['accounting_a']['n_error']} / {m['accounting_b']['n_error']} ({a} / {b})"
+                        + (f"; accuracy over all responses {m['accounting_a']['accuracy_all']:.2f}% / "
+                           f"{m['accounting_b']['accuracy_all']:.2f}%" if None not in (
+                               m['accounting_a'].get('accuracy_all'), m['accounting_b'].get('accuracy_all')) else "")
                         for m in obj["methods"] if obj.get("judged"))],
                      float_digits=2)
     prs = [[p["method_1"], p["method_2"], p["diff_a"], p["diff_b"], p["status"]] for p in obj["pairs"]]
@@ -186,16 +193,22 @@ def _scores_table(files: list[Path]) -> ResultTable:
         s = json.loads(f.read_text(encoding="utf-8"))
         scorer = s.get("scorer") or (f"infoseek-{s['mode']}" if "mode" in s else
                                      ("infoseek-official" if "final_score" in s else "unknown"))
-        main = s.get("accuracy", s.get("final_score"))
-        # a judge summary: accuracy over graded verdicts, with graded / invalid / error beside it
+        main, graded = s.get("accuracy", s.get("final_score")), None
+        # a judge summary: accuracy over all responses and over graded verdicts, graded / invalid / error beside
+        if "n_graded" in s:
+            # a summary written when `accuracy` was correct / graded: its figures renamed, as report compare does
+            main, graded = (s.get("accuracy"), s.get("accuracy_graded")) if "accuracy_graded" in s else (
+                s.get("correct"), s.get("accuracy"))
         ungraded = [s.get("n_graded"), s.get("n_invalid"), s.get("n_error")] if "n_graded" in s else [None] * 3
         judged = judged or "n_graded" in s
-        rows.append([f.stem, scorer, main, s.get("n"), *ungraded, s.get("coverage")])
-    notes = ["judge summaries: accuracy = correct / graded; invalid and error verdicts are excluded and counted apart "
-             "(SimpleQA's rates over all n are in the summary file)"] if judged else []
+        rows.append([f.stem, scorer, main, graded, s.get("n"), *ungraded, s.get("coverage")])
+    notes = ["judge summaries: accuracy = correct / all responses (seed 001's definition; missing predictions, "
+             "invalid and failed verdicts count as not correct); accuracy (graded) = correct / graded, invalid and "
+             "error verdicts excluded and counted apart (kbvqa's); SimpleQA's rates over all n are in the summary "
+             "file"] if judged else []
     return ResultTable("scores", "Score summaries", "per row (see the scorer column)",
-                       ["file", "scorer", "accuracy / final score", "n", "graded", "invalid", "error", "coverage"],
-                       rows, notes)
+                       ["file", "scorer", "accuracy / final score", "accuracy (graded)", "n", "graded", "invalid",
+                        "error", "coverage"], rows, notes)
 
 
 def _image_ablation(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:

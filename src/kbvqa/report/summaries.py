@@ -29,14 +29,17 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
     if kind == "by-group":
         by = res["by"]
         judged = bool(res.get("judged"))  # judge verdicts: graded / invalid / error beside every accuracy
-        extra = (lambda g: [g["n_graded"], g["n_invalid"], g["n_error"]]) if judged else (lambda g: [])
+        # judge verdicts: seed 001's accuracy over all responses first, then kbvqa's over graded verdicts
+        extra = (lambda g: [g["n_graded"], g["n_invalid"], g["n_error"], g.get("accuracy_all")]) if judged else (
+            lambda g: [])
         rows: list[list[Any]] = [[g["group"], g["n"], *extra(g), g["accuracy"], _ci(g["ci_low"], g["ci_high"])]
                                  for g in res["groups"]]
         o = res["overall"]
         rows.append(["all", o["n"], *extra(o), o["estimate"], _ci(o["low"], o["high"])])
         grounded = " (grounded subset)" if res.get("subset") else ""
         return ResultTable("by-group", f"{res['method']}: accuracy by {by}{grounded}", res["scorer"],
-                           [by, "n", *(["graded", "invalid", "error"] if judged else []), "accuracy %", "95% CI"],
+                           [by, "n", *(["graded", "invalid", "error", "accuracy (all) %"] if judged else []),
+                            "accuracy (graded) %" if judged else "accuracy %", "95% CI"],
                            rows, judged_note(res) + _subset_note(res.get("subset")))
     if kind == "compare":
         a, b = res["splits"]
@@ -50,6 +53,9 @@ def study_table(res: Mapping[str, Any]) -> ResultTable:
                 f"{m['method']}: {a} graded {m['accounting_a']['n_graded']} (invalid {m['accounting_a']['n_invalid']}, "
                 f"error {m['accounting_a']['n_error']}), {b} graded {m['accounting_b']['n_graded']} (invalid "
                 f"{m['accounting_b']['n_invalid']}, error {m['accounting_b']['n_error']}); paired {m['n_paired']}"
+                + (f"; accuracy (all responses) {a} {m['accounting_a']['accuracy_all']:.2f}%, {b} "
+                   f"{m['accounting_b']['accuracy_all']:.2f}%" if m['accounting_a'].get('accuracy_all') is not None
+                   and m['accounting_b'].get('accuracy_all') is not None else "")
                 for m in res["methods"]]
         return ResultTable("compare", f"{a} vs {b}{grounded}", res["scorer"],
                            ["method", f"acc {a}", f"acc {b}", "delta", "95% CI", f"rank {a}", f"rank {b}"], rows,
@@ -89,18 +95,25 @@ def judged_note(res: Mapping[str, Any]) -> list[str]:
     """The rule under every table of judge verdicts (kbvqa.evaluate.judge)."""
     if not res.get("judged"):
         return []
-    return ["accuracy over graded verdicts (correct / incorrect / not_attempted); invalid replies and failed judge "
-            "calls are not grades: excluded from the accuracy and counted apart (kbvqa's rule)"]
+    return ["accuracy (all) = correct / all responses, seed 001's definition (missing predictions, invalid replies "
+            "and failed judge calls count as responses not correct); accuracy over graded verdicts (correct / "
+            "incorrect / not_attempted) is kbvqa's: invalid replies and failed judge calls are not grades, excluded "
+            "from it and counted apart; CIs and paired comparisons are over graded verdicts"]
 
 
 def ungraded_note(res: Mapping[str, Any]) -> list[str]:
     """A 2x2's items left out because a verdict of either run was invalid or error."""
+    aw, awo = ((res.get(f"accounting_{k}") or {}).get("accuracy_all") for k in ("with", "without"))
+    alls = ([f"accuracy over all responses (seed 001's; invalid, failed and missing count as not correct): with "
+             f"{aw:.2f}%, without {awo:.2f}%; the accuracies and the 2x2 above are over graded verdicts"]
+            if aw is not None and awo is not None else [])
     u = res.get("ungraded") or {}
     if not u.get("n_unpaired"):
-        return []
+        return alls
     w, wo = u["with"], u["without"]
     return [f"{u['n_unpaired']} of {res['overall'].get('n_items')} items not paired: no grade in one run (with: "
-            f"invalid {w['n_invalid']}, error {w['n_error']}; without: invalid {wo['n_invalid']}, error {wo['n_error']})"]
+            f"invalid {w['n_invalid']}, error {w['n_error']}; without: invalid {wo['n_invalid']}, error {wo['n_error']})",
+            *alls]
 
 
 def agent_tools_tables(res: Mapping[str, Any]) -> list[ResultTable]:
