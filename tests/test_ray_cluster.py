@@ -206,7 +206,7 @@ def test_relative_paths_from_another_working_directory(two_nodes, tmp_path, monk
         out = json.loads(_cli("--executor", "ray", "--ray-actors", "2", "answer", "--pipeline", "agent", "--samples",
                               "../bench/one.jsonl", "--kb", "../bench/kb.sqlite", "--index", "idx", "--kb-images",
                               "../bench", "--today", "2026-12-01", "--llm", srv.base_url, "--model", "fake-agent",
-                              "--out", "out/agent.jsonl").strip().splitlines()[-1])
+                              "--out", "out/agent.jsonl", "--json").strip().splitlines()[-1])
     assert out["ok"] == 1
     (line,) = read_results(tmp_path / "work/out/agent.jsonl")
     # the image search found the KB's pictures (a relative --kb-images read on a worker would find none)

@@ -82,7 +82,7 @@ def test_the_readme_session_runs_with_the_documented_exit_codes(session, monkeyp
     assert index["vectors"] == n and index["images_missing"] == 0
     ans = json.loads(_run(["answer", "--samples", "infoseek_val.csv", "--kb", "kb.sqlite", "--index", "idx/images",
                            "--images", "images", "--pipeline", "extractive", "--out",
-                           "preds.jsonl"]).strip().splitlines()[-1])
+                           "preds.jsonl", "--json"]).strip().splitlines()[-1])
     assert ans["ok"] == n  # every bare image id resolved to images/<id>.jpg
 
     score = json.loads(_run(["score", "infoseek", "-p", "preds.jsonl", "-r", "infoseek_val.csv", "--mode", "strict",

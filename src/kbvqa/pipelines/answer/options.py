@@ -143,8 +143,8 @@ class AnswerOptions(JobOptions):
     def _index_stem(cls, v: Path | None) -> Path | None:
         """`kbvqa index images --out idx/images` writes `idx/images.json` and `.npy`; `--index` takes
         that stem, or the folder holding exactly one such index (`idx/`)."""
-        if v is None or not Path(v).is_dir():
-            return v
+        if v is None or not Path(v).is_dir() or Path(v).with_suffix(".json").is_file():
+            return v  # a stem (also when a folder of the same name stands beside its files)
         stems = sorted(j.with_suffix("") for j in Path(v).glob("*.json") if j.with_suffix(".npy").is_file())
         if len(stems) != 1:
             found = ", ".join(str(s) for s in stems) or "none"
