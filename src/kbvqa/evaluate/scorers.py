@@ -112,7 +112,8 @@ def _judged(verdicts: Any, refs: Any, backend: Any) -> tuple[list[dict[str, Any]
 
 SCORERS.add("judge-verdicts", StudyScorer(_reference_ids, _judged, read=_verdicts),
             help="the SimpleQA-style judge's labels (the runs are `kbvqa score judge` outputs; any format of "
-                 "references, e.g. NoteVQA); accuracy over graded verdicts, invalid and error counted apart")
+                 "references, e.g. NoteVQA); accuracy over graded verdicts, invalid and error counted apart, "
+                 "with seed 001's accuracy over all responses beside it")
 
 
 def semantic_backend(scorer: str, threshold: float | None = None) -> Any:

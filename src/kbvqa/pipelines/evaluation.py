@@ -11,8 +11,9 @@ kbvqa already has, kept separable:
    implementation. Per-item verdicts go beside the predictions (`DIR/predictions.<metric>.jsonl`, the
    judge's journal `DIR/predictions.judge.jsonl`), where `kbvqa view DIR` finds them. The judge grades
    the whole answer, image tags removed, unless `--graded-text short` (scorer `simpleqa-judge[short-answer]`);
-   every judge-based figure is an accuracy over graded verdicts with n graded, n invalid and n error
-   beside it (kbvqa.evaluate.judge);
+   every judge-based figure is given as `accuracy` (correct / all responses, seed 001's) and
+   `accuracy_graded` (correct / graded) with n graded, n invalid and n error beside them
+   (kbvqa.evaluate.judge);
 3. **results**: `DIR/results.json` (kind `kbvqa-eval`): the config (keys redacted), the kbvqa version and
    git commit, the answer run (manifest, counts by status, usage) and per metric the scorer that produced
    it (name, detail, options, judge model), its values, its counts (n, missing, error / invalid
