@@ -1,9 +1,10 @@
 """IVR-12 judge prompts (seed 001 §3.3): one strict-JSON call per group and one for the model-judged gate.
 
 The wording of the criteria is not here: it is the rubric (`kbvqa/evaluate/rubrics/ivr12.toml`, a
-versioned data file a user may edit, which marks entry by entry what is the paper's — nine of the
-twelve dimension names, the groups — and what is kbvqa's: three names, the gates, every criterion),
-rendered into `criteria_raw`. These templates are the frame — what the judge is shown and the reply
+versioned data file a user may edit, which marks entry by entry what is the paper's — eight of the
+twelve dimensions' names, the groups — and what is kbvqa's: four names, the 6/3/3 group sizes read
+from Table 3, the gates, every criterion), rendered into `criteria_raw`; which dimensions a group
+call grades is the rubric's grouping, so a user's rubric may group differently. These templates are the frame — what the judge is shown and the reply
 contract, in kbvqa's words (the paper's judge prompts are in an appendix our copy lacks) — so a
 verdict's provenance names both the frame (`ivr12.<group>@version`, hashed here) and the rubric (its
 sha256, added by the stage).
