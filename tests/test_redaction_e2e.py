@@ -69,9 +69,10 @@ def test_the_judge_never_writes_an_echoed_key(bench, echo):
 @pytest.mark.parametrize("pipeline", ["agent", "direct"])
 def test_answer_pipelines_never_write_an_echoed_key(bench, pipeline):
     extra = ["--kb-images", "bench"] if pipeline == "agent" else []
+    kb = [] if pipeline == "direct" else ["--kb", "bench/kb.sqlite"]  # direct reads no KB (--kb is refused)
     with FakeLLMServer(handler=_echo_500) as srv:
         res = runner.invoke(app, ["answer", "--pipeline", pipeline, "--samples", "bench/two.jsonl",
-                                  "--kb", "bench/kb.sqlite", "--llm", srv.base_url, "--model", "m",
+                                  *kb, "--llm", srv.base_url, "--model", "m",
                                   "--api-key-env", "MY_MODEL_KEY", "--max-retries", "0", "--out", "run/p.jsonl",
                                   *extra])
     assert KEY not in res.output
