@@ -356,3 +356,27 @@ def test_a_run_whose_stages_never_wait_still_stops_at_once(tmp_path):
     asyncio.run(main())
     m = json.loads(manifest_path(out).read_text())
     assert m["state"] == "interrupted" and 0 < m["counts"]["ok"] < 500
+
+
+def test_a_full_disk_under_a_sqlite_side_file_names_it(tmp_path, monkeypatch):
+    """The agent's tool cache and cassette are SQLite files the driver writes (runner.outbox): SQLite
+    says 'database or disk is full', with no path; the failure names the file."""
+    import sqlite3
+
+    from kbvqa.data.kvstore import KVStore
+    from kbvqa.data.outbox import EntryWrite
+    from kbvqa.runner.outbox import Writer
+
+    def full(self, *a, **k):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(KVStore, "put_now", full)
+    db = tmp_path / "o.cassette" / "tools.sqlite"
+    writer = Writer()
+    try:
+        with pytest.raises(OSError) as err:
+            writer.apply([EntryWrite(str(db), "entries", "k", "v", "", 0.0)])
+    finally:
+        writer.close()
+    assert err.value.errno == errno.ENOSPC and isinstance(err.value.__cause__, sqlite3.OperationalError)
+    assert write_failure(err.value).startswith(f"cannot write {db}: SQLite: database or disk is full")
