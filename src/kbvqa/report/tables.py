@@ -49,9 +49,11 @@ _LATEX_SPECIAL = {
 
 def fmt_value(v: Any, digits: int | None = 2) -> str:
     """A value as every table shows it: floats with two decimals (`digits`; None: as they are), NaN as
-    n/a, booleans as yes/no, None as an empty cell."""
+    n/a, booleans as yes/no, None as an empty cell, a mapping or a list as `prose` (never a repr)."""
     if v is None:
         return ""
+    if isinstance(v, (Mapping, list, tuple, set, frozenset)):
+        return prose(v)
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
