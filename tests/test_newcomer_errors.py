@@ -37,6 +37,10 @@ def test_a_misspelt_kb_images_folder_and_kb_with_direct_are_refused_in_one_line(
     assert res.exit_code == 2 and "--pipeline direct answers without retrieval and never reads a KB: drop --kb" \
         in res.output
     assert not out.exists()
+    res = runner.invoke(app, ["reference", "build", "--samples", str(demo / "bench" / "community.jsonl"),
+                              "--trajectories", str(demo / "agent" / "predictions.jsonl"), "--out", str(tmp_path / "b"),
+                              "--kb", str(demo / "bench" / "kb.sqlite"), "--kb-images", str(demo / "benchh")])
+    assert res.exit_code == 2 and "--kb-images" in res.output and not (tmp_path / "b").exists()
 
 
 def test_index_takes_the_stem_or_the_folder_holding_one_index(demo, tmp_path):

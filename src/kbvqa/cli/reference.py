@@ -42,7 +42,8 @@ def build(
     out: Path = typer.Option(..., "--out", help="Build folder: stage journals, images/, funnel.json."),
     kb: Optional[Path] = typer.Option(None, "--kb", help="KB (SQLite or wiki JSON); --tools local harvests its "
                                                          "images."),
-    kb_images: Optional[Path] = typer.Option(None, "--kb-images", help="Folder holding the KB's image files."),
+    kb_images: Optional[Path] = typer.Option(None, "--kb-images", exists=True, file_okay=False,
+                                             help="Folder holding the KB's image files (must exist)."),
     images: Optional[Path] = typer.Option(None, "--images", help="Folder the samples' images are relative to "
                                                                  "(default: the samples file's folder)."),
     tools: Optional[str] = typer.Option(
