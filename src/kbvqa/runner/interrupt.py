@@ -60,3 +60,17 @@ def sigterm_cancels(task: asyncio.Task) -> Iterator[list[bool]]:
         loop.remove_signal_handler(signal.SIGTERM)
         with contextlib.suppress(TypeError, ValueError, OSError):
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def keep_sigterm() -> Iterator[None]:
+    """Put SIGTERM's handler back after code that replaces it: `ray.init` installs one that calls
+    sys.exit(15), which would end a run mid-record instead of interrupting it."""
+    main = hasattr(signal, "SIGTERM") and threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and previous is not None:
+            with contextlib.suppress(TypeError, ValueError, OSError):
+                signal.signal(signal.SIGTERM, previous)

@@ -45,6 +45,7 @@ from kbvqa.data.outbox import mark_worker
 from kbvqa.data.schema import Usage
 from kbvqa.runner.executor import EXECUTORS, Emit, ExecutorError, ExecutorMissing, NodeInputMissing, Task, \
     TaskSource, WorkersLost
+from kbvqa.runner.interrupt import keep_sigterm
 from kbvqa.runner.stage import Context, Stage, run_record
 
 __all__ = ["RayExecutor", "StageActor", "node_inputs", "shutdown_session"]
@@ -244,14 +245,13 @@ class RayExecutor:
             return "reused", 0.0
         t0 = time.perf_counter()
         kwargs: dict[str, Any] = {"log_to_driver": False, **self.init_kwargs}
-        if self.address:
-            ray.init(address=self.address, **kwargs)
-        else:
+        if not self.address:
             for k, v in LOCAL_ENV.items():
                 os.environ.setdefault(k, v)  # read by ray.init and the processes it starts
             kwargs.setdefault("include_dashboard", False)
             kwargs.setdefault("object_store_memory", LOCAL_OBJECT_STORE)
-            ray.init(address="local", **kwargs)
+        with keep_sigterm():  # SIGTERM stays the runner's: an interruption, not Ray's sys.exit(15)
+            ray.init(address=self.address or "local", **kwargs)
         _SESSION["started"] = True
         if not _SESSION["exit_hook"]:
             atexit.register(shutdown_session)

@@ -554,7 +554,7 @@ def run(records: Iterable[dict] | AsyncIterable[dict], stages: Sequence[Stage], 
     """Synchronous wrapper around `run_stages` (for the CLI and scripts; not from inside an event
     loop). `close=True` closes the context's HTTP pools inside the loop that used them."""
 
-    async def main() -> RunSummary:
+    async def main() -> RunSummary | None:
         task = asyncio.current_task()
         assert task is not None
         with sigterm_cancels(task) as terminated:  # SIGTERM ends the run as Ctrl-C does (runner.interrupt)
@@ -564,9 +564,12 @@ def run(records: Iterable[dict] | AsyncIterable[dict], stages: Sequence[Stage], 
                 if not terminated:
                     raise
                 task.uncancel()
-                raise Terminated("SIGTERM") from None
+                return None  # raised below, outside the loop: a KeyboardInterrupt inside it skips its shutdown
             finally:
                 if close:
                     await ctx.aclose()
 
-    return asyncio.run(main())
+    summary = asyncio.run(main())
+    if summary is None:
+        raise Terminated("SIGTERM")
+    return summary
