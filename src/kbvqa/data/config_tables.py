@@ -27,7 +27,8 @@ CONFIG_TABLES: dict[str, tuple[str, ...] | None] = {
 #: top level is the audit's table — its stage tables and settings (tests/test_config_typos.py keeps
 #: this in step with AuditOptions).
 AUDIT_TOP_LEVEL = ("verify", "derive", "posedness", "leakage", "stages", "run", "input", "kb", "out", "fmt",
-                   "config", "skip_invalid", "llm_concurrency", "concurrency", "limit", "resume", "allow_empty")
+                   "config", "skip_invalid", "llm_concurrency", "verifier_models", "concurrency", "limit", "resume",
+                   "allow_empty")
 
 
 def check_tables(doc: dict[str, Any], path: str | Path, error: Callable[[str], Exception] = ValueError) -> None:
