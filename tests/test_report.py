@@ -153,3 +153,41 @@ def test_ivr12_and_funnel_plots_mark_absent_figures_and_rule_measures(tmp_path):
     png = plot_funnel([("text", 17, 3, 0), ("candidate", 0, 0, 12)], tmp_path / "funnel.png", start=("posts in", 20),
                       title="funnel")
     assert png.stat().st_size > 3000
+
+
+def _judge_summary(**over):
+    """A `score judge --json` summary: 2 correct of 5 responses, 4 graded (1 invalid), as written now."""
+    return {"scorer": "simpleqa-judge", "prompt_version": "judge.simpleqa@1", "n": 5, "n_correct": 2, "n_graded": 4,
+            "n_invalid": 1, "n_error": 0, "n_missing": 0, "correct": 0.4, "accuracy": 0.4, "accuracy_graded": 0.5,
+            "judge_provenance": {"backend": "openai", "model": "j"}, **over}
+
+
+def test_judge_summaries_give_both_accuracies_and_older_files_are_renamed(tmp_path):
+    """The HTML report's score table and `report compare` show correct / all responses as `accuracy`
+    and correct / graded as `accuracy_graded`; a summary or results file written when `accuracy` was
+    correct / graded is read with that figure moved to `accuracy_graded`, never mixed into `accuracy`."""
+    from kbvqa.report.compare import summary_metric, upgrade_judge_values
+
+    new, old = tmp_path / "new.json", tmp_path / "old.json"
+    new.write_text(json.dumps(_judge_summary()))
+    legacy = _judge_summary(accuracy=0.5)
+    del legacy["accuracy_graded"]
+    old.write_text(json.dumps(legacy))
+    res = build_report([], tmp_path / "rep", scores=[new, old])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| accuracy / final score \\(%\\) | accuracy \\(graded\\) \\(%\\) |" in md and "correct / all responses" in md
+    rows = [line for line in md.splitlines() if line.startswith("| new") or line.startswith("| old")]
+    assert len(rows) == 2 and all("| 40.00 | 50.00 |" in r for r in rows), rows  # both files, the same figures
+    assert "seed 001" in res.html.read_text()
+    for s in (_judge_summary(), legacy):
+        _, entry = summary_metric(s)
+        assert entry["values"]["accuracy"] == 0.4 and entry["values"]["accuracy_graded"] == 0.5
+        assert entry["headline"][:2] == ["accuracy", "accuracy_graded"]
+    # an eval results entry of an older kbvqa: judge-verdicts' percent over graded, recomputed over all n
+    old_entry = {"values": {"accuracy": 50.0}, "headline": ["accuracy"], "summary": {"correct": 2, "n": 5},
+                 "counts": {"n": 5, "graded": 4, "judge_invalid": 1, "judge_error": 0}}
+    up = upgrade_judge_values("judge-verdicts", old_entry)
+    assert up["values"] == {"accuracy": 40.0, "accuracy_graded": 50.0} and up["headline"] == ["accuracy",
+                                                                                            "accuracy_graded"]
+    assert upgrade_judge_values("infoseek-strict", {"values": {"accuracy": 50.0}, "counts": {"n": 5}})["values"] == {
+        "accuracy": 50.0}

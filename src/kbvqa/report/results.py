@@ -31,6 +31,7 @@ from kbvqa.report.summaries import (agent_failures_table, agent_tools_tables, bu
                                      judged_note, modification_rates_table, recall_by_variant_table, ungraded_note,
                                      variant_tables)
 from kbvqa.report.tables import ResultTable, md_escape, to_markdown, write_table
+from kbvqa.units import percent
 
 __all__ = ["ReportOutput", "collect_inputs", "build_report"]
 
@@ -199,6 +200,7 @@ def _scores_table(files: list[Path]) -> ResultTable:
             # a summary written when `accuracy` was correct / graded: its figures renamed, as report compare does
             main, graded = (s.get("accuracy"), s.get("accuracy_graded")) if "accuracy_graded" in s else (
                 s.get("correct"), s.get("accuracy"))
+            main, graded = percent(main, fraction=True), percent(graded, fraction=True)  # the judge's are fractions
         ungraded = [s.get("n_graded"), s.get("n_invalid"), s.get("n_error")] if "n_graded" in s else [None] * 3
         judged = judged or "n_graded" in s
         rows.append([f.stem, scorer, main, graded, s.get("n"), *ungraded, s.get("coverage")])
@@ -207,8 +209,8 @@ def _scores_table(files: list[Path]) -> ResultTable:
              "error verdicts excluded and counted apart (kbvqa's); SimpleQA's rates over all n are in the summary "
              "file"] if judged else []
     return ResultTable("scores", "Score summaries", "per row (see the scorer column)",
-                       ["file", "scorer", "accuracy / final score", "accuracy (graded)", "n", "graded", "invalid",
-                        "error", "coverage"], rows, notes)
+                       ["file", "scorer", "accuracy / final score (%)", "accuracy (graded) (%)", "n", "graded",
+                        "invalid", "error", "coverage"], rows, notes)
 
 
 def _image_ablation(obj: dict[str, Any], stem: str, plot_dir: Path) -> _Section:
