@@ -380,3 +380,19 @@ def test_a_full_disk_under_a_sqlite_side_file_names_it(tmp_path, monkeypatch):
         writer.close()
     assert err.value.errno == errno.ENOSPC and isinstance(err.value.__cause__, sqlite3.OperationalError)
     assert write_failure(err.value).startswith(f"cannot write {db}: SQLite: database or disk is full")
+
+
+def test_a_pipeline_lends_its_lock_to_its_job_and_nobody_else(tmp_path):
+    """`kbvqa answer` holds the output's lock across the job and the retrieval records it writes after;
+    the job inside nests, a second acquisition anywhere else is refused, even in this process."""
+    from kbvqa.runner.lock import OutputLock, OutputLocked
+
+    out = tmp_path / "p.jsonl"
+    with OutputLock(out, lend=True):
+        s = Job([Counting()], Context()).run(recs(2), out=out, progress=False)
+        assert s.ok == 2 and lock_path(out).exists()  # the job's release left the pipeline's lock alone
+        side_path(out, ".retrieval.jsonl").write_text("", encoding="utf-8")
+    assert not lock_path(out).exists()
+    with OutputLock(out):
+        with pytest.raises(OutputLocked, match="another kbvqa run"):
+            Job([Counting()], Context()).run(recs(2), out=out, progress=False)

@@ -60,16 +60,29 @@ def lock_path(out: Path) -> Path:
     return side_path(out, ".lock")
 
 
-class OutputLock:
-    """`with OutputLock(out):` — held for the whole run, released on exit (or by the kernel on death)."""
+#: lock files held by a pipeline that writes side files after its Job.run (`OutputLock(out, lend=True)`):
+#: the job's own acquisition inside it nests instead of refusing its own pipeline
+_LENT: set[Path] = set()
 
-    def __init__(self, out: Path):
+
+class OutputLock:
+    """`with OutputLock(out):` — held for the whole run, released on exit (or by the kernel on death).
+    `lend=True`: a pipeline holding it across Job.run and the side files it writes after (retrieval
+    records, a summary) lends it to the runs inside; any other second acquisition is refused, in this
+    process too."""
+
+    def __init__(self, out: Path, *, lend: bool = False):
         self.out = Path(out)
         self.path = lock_path(self.out)
+        self.lend = lend
         self._fd: int | None = None
+        self._nested = False
 
     def acquire(self) -> "OutputLock":
         if fcntl is None:
+            return self
+        if self.path.absolute() in _LENT:
+            self._nested = True
             return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tries = 0
@@ -94,10 +107,17 @@ class OutputLock:
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "output": str(self.out),
                                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode())
         self._fd = fd
+        if self.lend:
+            _LENT.add(self.path.absolute())
         return self
 
     def release(self) -> None:
+        if self._nested:
+            self._nested = False
+            return
         if self._fd is not None:
+            if self.lend:
+                _LENT.discard(self.path.absolute())
             try:
                 self.path.unlink(missing_ok=True)  # while still held: see the module docstring
             except OSError:  # pragma: no cover - a read-only folder now: the free lock is harmless

@@ -45,7 +45,8 @@ def read_manifest(out: Path) -> tuple[Path | None, dict[str, Any]]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and (path == manifest_path(out) or Path(str(data.get("output", ""))).name == out.name):
+        describes_out = Path(str(data.get("output", ""))).name == out.name if isinstance(data, dict) else False
+        if isinstance(data, dict) and (path == manifest_path(out) or describes_out):
             return path, data
     return None, {}
 

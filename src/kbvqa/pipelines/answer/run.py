@@ -56,17 +56,20 @@ def prepare_answer(opts: AnswerOptions) -> PreparedAnswer:
 def run_answer(prepared: PreparedAnswer, opts: AnswerOptions, out: Path, *,
                progress: bool = False) -> tuple[Any, Path]:
     """Run the answer Job over the samples into `out` (resume, manifest) and write its Recall@K
-    records to `<out stem>.retrieval.jsonl`, as `kbvqa answer` does. Returns (RunSummary, records)."""
+    records to `<out>.retrieval.jsonl` (runner.lock.side_path), as `kbvqa answer` does. Returns
+    (RunSummary, records)."""
     from kbvqa.data.formats import SampleRecords
     from kbvqa.pipelines.answer import write_retrieval_records
 
+    from kbvqa.runner.lock import OutputLock, side_path
+
     assert opts.samples is not None  # prepare_answer refused a run without samples
     run = opts.run
-    summary = prepared.job.run(SampleRecords(opts.samples, opts.fmt, allow_empty=run.allow_empty), out=out,
-                               concurrency=run.concurrency, limit=run.limit, progress=progress, resume=run.resume,
-                               # absolute: the viewer finds the references beside an episode from anywhere
-                               run_config={"index": str(opts.index) if opts.index else None,
-                                           "samples": str(Path(opts.samples).resolve())})
-    from kbvqa.runner.lock import side_path
-
-    return summary, write_retrieval_records(out, side_path(out, ".retrieval.jsonl"))
+    with OutputLock(out, lend=True):  # the retrieval records are a side file: written under the same lock
+        summary = prepared.job.run(SampleRecords(opts.samples, opts.fmt, allow_empty=run.allow_empty), out=out,
+                                   concurrency=run.concurrency, limit=run.limit, progress=progress,
+                                   resume=run.resume,
+                                   # absolute: the viewer finds the references beside an episode from anywhere
+                                   run_config={"index": str(opts.index) if opts.index else None,
+                                               "samples": str(Path(opts.samples).resolve())})
+        return summary, write_retrieval_records(out, side_path(out, ".retrieval.jsonl"))
