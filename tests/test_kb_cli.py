@@ -171,3 +171,14 @@ def test_jobs_that_open_a_damaged_kb(wiki, tmp_path):
             assert r.stderr.strip().count("\n") == 0, r.stderr
         else:
             assert "1 x KBError" in r.stderr, r.stderr
+
+
+def test_a_wiki_file_damaged_inside_is_one_line(tmp_path, wiki):
+    data = bytearray(wiki.read_bytes())
+    at = data.index(b"lattice")
+    data[at:at + 4] = b'\x00"}{'
+    bad = tmp_path / "inside.json"
+    bad.write_bytes(bytes(data))
+    r = runner.invoke(app, ["kb", "import", str(bad), "-o", str(tmp_path / "o.sqlite"), "--no-progress"])
+    assert r.exit_code == 1 and r.output.strip().count("\n") == 0, r.output  # the parser's pointer line joined
+    assert f"{bad}: invalid JSON" in r.output and "Traceback" not in r.output

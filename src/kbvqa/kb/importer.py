@@ -140,6 +140,11 @@ def _open_raw(path: Path):
     return raw, (gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw)
 
 
+def _one_line(exc: BaseException) -> str:
+    """A JSON parser's message on one line (yajl's points at the bad byte on a second one)."""
+    return " ".join(str(exc).split())
+
+
 def _sniff(path: Path) -> str:
     """'mapping' (url -> article), 'jsonl' (article per line) or 'array'; by content, not by name."""
     raw, f = _open_raw(path)
@@ -170,7 +175,7 @@ def _sniff(path: Path) -> str:
                 return "mapping"  # {} : an empty KB
             prefix, ev, value = next(events)
         except (ijson.JSONError, ijson.IncompleteJSONError) as e:
-            raise KBFormatError(f"{path}: invalid JSON at the start of the file: {e}") from None
+            raise KBFormatError(f"{path}: invalid JSON at the start of the file: {_one_line(e)}") from None
         except StopIteration:
             raise KBFormatError(f"{path}: truncated JSON at the start of the file") from None
         # The first value is itself an object -> url -> article mapping; a string/list -> an article.
@@ -191,7 +196,7 @@ def _iter_mapping(path: Path, f) -> Iterator[tuple[str, str, Any]]:
             yield f"article {n} (key {key!r})", key, value
     except (ijson.JSONError, ijson.IncompleteJSONError) as e:
         where = f"after article {n} (key {last!r})" if last is not None else "before the first article"
-        raise KBFormatError(f"{path}: invalid JSON {where}: {e}") from None
+        raise KBFormatError(f"{path}: invalid JSON {where}: {_one_line(e)}") from None
 
 
 def _iter_array(path: Path, f) -> Iterator[tuple[str, str, Any]]:
@@ -202,7 +207,7 @@ def _iter_array(path: Path, f) -> Iterator[tuple[str, str, Any]]:
             url = value.get("url") if isinstance(value, dict) else None
             yield f"item {n - 1}" + (f" (url {url!r})" if url else ""), url, value
     except (ijson.JSONError, ijson.IncompleteJSONError) as e:
-        raise KBFormatError(f"{path}: invalid JSON after item {n - 1}: {e}") from None
+        raise KBFormatError(f"{path}: invalid JSON after item {n - 1}: {_one_line(e)}") from None
 
 
 def _iter_jsonl(path: Path, f) -> Iterator[tuple[str, str, Any]]:
