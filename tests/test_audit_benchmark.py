@@ -94,7 +94,7 @@ def scripted(model_b_disagrees: bool = True):
             label = "entailed" if answer.lower() in section.lower() else "not_supported"
             if answer == "South America":  # Peru is in South America: the models disagree on it
                 label = "not_supported" if model_b_disagrees and req["model"] == "fake-b" else "entailed"
-            if answer == "Asakusa":  # the shrine's own name, not what it is named after
+            if answer in ("Asakusa", "45", "Ron Dennis"):  # another value read in every section: mismatched
                 label = "contradicted"
             return ok(json.dumps({"label": label, "rationale": "scripted"}))
         if "repair benchmark answers" in system:

@@ -74,7 +74,7 @@ def test_prompt_registry_is_versioned_and_pinned():
     pinned = {  # a wording change must bump the version and update this table
         "audit.verify_section@2": "098dd43ea7d4a489f09f5c5368648a42b6967839f3e5d2e044ad5f1ecfa52482",
         "audit.correct_answer@2": "4de7046c0c89579bc001d363c684594435084a9ef2ecb127df34c667a517ac1d",
-        "audit.posedness@1": "0e60f0118499d1a21245b887738581ab1ce13778b127ab65007b0f8cd1945a83",
+        "audit.posedness@2": "b533995c71947beb411852b45c17323fb85a2007e58dc625c1a8d339606e3ae9",
         "audit.final_check@1": "cede14d400eb385d60a9c701491f85ac2b67a1e254cf7f2abf9af59e0d29bacc",
     }
     audit_prompts = {p.id: p.sha256 for p in prompts.all_prompts().values() if p.name.startswith("audit.")}
@@ -166,7 +166,14 @@ def test_correction_accepted_only_when_the_evidence_states_it():
     assert validate_correction("McLaren Group", units)[0] == "McLaren Group"
     assert validate_correction("Ron Dennis", units) is None and validate_correction("", units) is None
 
+    # unsupported (no verifier found support): removed, the repairer is not asked to rescue it
     good = FakeClient(verify_section=verdict("not_supported"),
+                      correct_answer={"status": "mismatched", "answer": "McLaren Group", "rationale": "owner"})
+    out = run(rec("Who owns this car?", ["Ron Dennis"]), {"verifier": good, "repairer": good})
+    assert out["answers"] == ["Ron Dennis"] and out["audit"]["action"] == "drop"
+    assert out["audit"]["answer_support"] == "unsupported" and "correct_answer" not in good.calls
+    # mismatched (a verifier reads a different value in every section): corrected to the evidence's span
+    good = FakeClient(verify_section=verdict("contradicted"),
                       correct_answer={"status": "mismatched", "answer": "McLaren Group", "rationale": "owner"})
     out = run(rec("Who owns this car?", ["Ron Dennis"]), {"verifier": good, "repairer": good})
     a = out["audit"]
@@ -175,7 +182,7 @@ def test_correction_accepted_only_when_the_evidence_states_it():
     assert d["settled_by"] == "llm" and d["backend"] == "fake" and d["version"] == "audit.correct_answer@2"
     assert d["llm"]["accepted"] is True and any(h["stage"] == "derive" for h in out["history"])
 
-    bad = FakeClient(verify_section=verdict("not_supported"),
+    bad = FakeClient(verify_section=verdict("contradicted"),
                      correct_answer={"status": "mismatched", "answer": "Bruce McLaren", "rationale": "guess"})
     out = run(rec("Who owns this car?", ["Ron Dennis"]), {"verifier": bad, "repairer": bad})
     a = out["audit"]

@@ -59,7 +59,11 @@ def test_unsupported_is_dropped_and_missing_kb_is_not_an_error():
     missing = run_all(rec("Who owns this car?", ["X"], url="https://en.wikipedia.org/wiki/Nope"))
     assert missing["audit"]["answer_support"] == "unsupported"
     assert missing["audit"]["stages"]["derive"]["reason"] == "missing_kb"
-    assert missing["audit"]["action"] == "keep"  # default policy keeps what could not be checked
+    # the paper requires the evidence to exist in the KB snapshot: a missing article is Unsupported, removed
+    assert missing["audit"]["action"] == "drop" and "missing_kb" in missing["audit"]["reasons"]
+    cfg = AuditConfig(derive=DeriveConfig(on_missing_kb="keep"))
+    kept = run_all(rec("Who owns this car?", ["X"], url="https://en.wikipedia.org/wiki/Nope"), config=cfg)
+    assert kept["audit"]["action"] == "keep"
 
 
 def test_policy_is_configurable():
@@ -78,8 +82,11 @@ def test_full_date_reduced_to_the_year_the_evidence_states():
 def test_machine_date_rewritten_in_evidence_form():
     kb = InMemoryKB([Article(url=URL, title="t", sections=[Section(index=0, text="In service on 27 October 1989.")])])
     out = run_all(rec("When did this aircraft enter service?", ["1989 10 27"], answer_type="Time"), kb=kb)
+    assert out["answers"] == ["1989 10 27"] and "answer_format" not in out["audit"]["tags"]  # left as annotated
+    cfg = AuditConfig(derive=DeriveConfig(normalise_formats=True))  # kbvqa's option, reported apart
+    out = run_all(rec("When did this aircraft enter service?", ["1989 10 27"], answer_type="Time"), kb=kb, config=cfg)
     assert out["audit"]["answer_support"] == "supported" and out["answers"] == ["27 October 1989"]
-    assert "answer_format" in out["audit"]["tags"]
+    assert {"answer_format", "format_normalised"} <= set(out["audit"]["tags"])
 
 
 def test_string_correction_only_to_an_evidence_span():
@@ -96,9 +103,10 @@ def test_string_correction_only_to_an_evidence_span():
 def test_sample_evidence_used_before_kb_and_alternatives_pruned():
     r = Sample(id="e1", question="Which region is this plant native to?", answers=["Europe", "Mars"],
                evidence=[Evidence(text="It is native to Europe.")], entity={"url": "https://x/none"}).dump()
-    out = run_all(r)
+    out = run_all(r, config=AuditConfig(derive=DeriveConfig(prune_unsupported_alternatives=True)))
     assert out["audit"]["stages"]["verify"]["evidence_source"] == "sample"
     assert out["answers"] == ["Europe"] and "alternatives_pruned" in out["audit"]["tags"]
+    assert run_all(r)["answers"] == ["Europe", "Mars"]  # default: supported answers left as annotated
 
 
 def test_country_demonym_counts_as_support():

@@ -23,7 +23,7 @@ PINNED = {  # prompt id -> sha256 of its text
     "answer.short@1": "be3c40f39746b7ebd707c269890fa7d59211132c13f98c684fde978aa1d8775c",
     "audit.correct_answer@2": "4de7046c0c89579bc001d363c684594435084a9ef2ecb127df34c667a517ac1d",
     "audit.final_check@1": "cede14d400eb385d60a9c701491f85ac2b67a1e254cf7f2abf9af59e0d29bacc",
-    "audit.posedness@1": "0e60f0118499d1a21245b887738581ab1ce13778b127ab65007b0f8cd1945a83",
+    "audit.posedness@2": "b533995c71947beb411852b45c17323fb85a2007e58dc625c1a8d339606e3ae9",
     "audit.verify_section@2": "098dd43ea7d4a489f09f5c5368648a42b6967839f3e5d2e044ad5f1ecfa52482",
     "augment.entity_type@1": "a31e2c5be9a08544bb8adb3353a42533049c379ed7231c27727d3df7c2036172",
     "curate.aesthetic@1": "d4d10b6929bdc7363b122e02a04ebb6be2be96765c6861f1aa2cba6b1a91bd37",

@@ -42,7 +42,9 @@ def run_cmd(
                                          help="Run on an input with no samples (otherwise an error)."),
     llm: Optional[str] = option(O, "llm", help="OpenAI-compatible server URL: fills the verifier, repairer and "
                                                "checker roles with one model (needs --model)."),
-    model: Optional[str] = option(O, "model", help="Model name on the --llm server."),
+    model: Optional[list[str]] = option(O, "model", help="Model name on the --llm server; give it twice "
+                                                         "(--model A --model B) for two independent verifiers, "
+                                                         "as the paper (the first also repairs and checks)."),
     api_key_env: Optional[str] = option(O, "api_key_env", help="Environment variable holding the --llm key."),
     llm_concurrency: Optional[int] = option(O, "llm_concurrency", min=1,
                                             help="Requests in flight to --llm (default: --concurrency)."),
@@ -61,10 +63,14 @@ def run_cmd(
     from kbvqa.pipelines.audit import audit_options, run_audit
     from kbvqa.report.summaries import audit_summary_table
 
+    given = {**locals(), "model": model[0] if model else None, "verifier_models": model if model and len(model) > 1 else None}
     try:
-        summary = run_audit(audit_options(**flags(O, locals())), progress=not as_json)
+        summary = run_audit(audit_options(**flags(O, given)), progress=not as_json)
     except _input_errors() as exc:
         fail(exc)
+    notice = (summary.get("verification") or {}).get("notice")
+    if notice:
+        typer.echo(f"note: {notice}", err=True)
     r = summary["run"]
     if as_json:
         emit_json(summary)

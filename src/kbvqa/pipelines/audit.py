@@ -31,7 +31,12 @@ uniqueness check). An `audit.toml`:
     model = "qwen3-30b-a3b"
     base_url = "http://127.0.0.1:8000/v1"
 
-`kbvqa audit run IN --kb KB --llm URL --model NAME` is the shortcut for one model in all three roles.
+`kbvqa audit run IN --kb KB --llm URL --model NAME` is the shortcut for one model in all three roles;
+`--model A --model B` (several) makes each a verifier of its own on that server (the paper's two
+independent verifiers, §4.1 step 1), the first also the repairer and checker. Removal is decided by
+the model verifiers (an instance is unsupported only when every one of them finds no support). A run
+with one model verifier says "one verifier: the paper uses two", a rules-only run that it is kbvqa's
+offline stand-in, in the summary (`verification`), the manifest and on stderr.
 
 Every setting of one run is an `AuditOptions` (the stage tables above, `[audit.run]` concurrency /
 limit / resume / allow_empty, `[audit.models]` llm / model / call limits, llm_concurrency,
@@ -107,6 +112,8 @@ class AuditOptions(JobOptions, AuditConfig):
     config: Path | None = None  # the audit.toml: these settings and the [models.*] roles
     skip_invalid: bool = False  # a malformed input row is skipped (and counted) instead of stopping the run
     llm_concurrency: int | None = Field(None, ge=1)  # requests in flight to --llm (None: run.concurrency)
+    # --model given several times: each name a verifier of its own on --llm (the first fills repairer/checker)
+    verifier_models: list[str] | None = None
     run: AuditRun = Field(default_factory=AuditRun)
     models: ModelFlags = Field(default_factory=ModelFlags)
 
@@ -147,8 +154,47 @@ def audit_roles(opts: AuditOptions, env: dict[str, str] | None = None) -> dict[s
     `--model` fill verifier, repairer and checker with ONE shared OpenAI-compatible client, so its
     concurrency limit (llm_concurrency, else run.concurrency) covers all three; they replace those
     roles from the file. The call limits (None: each role's own setting) apply to every role."""
-    return opts.models.roles(opts.config, fill=LLM_ROLES, concurrency=opts.llm_concurrency or opts.run.concurrency,
-                             env=env)
+    concurrency = opts.llm_concurrency or opts.run.concurrency
+    roles = opts.models.roles(opts.config, fill=LLM_ROLES, concurrency=concurrency, env=env)
+    names = list(dict.fromkeys(opts.verifier_models or []))
+    if len(names) > 1:
+        if opts.models.model not in (None, names[0]):
+            raise OptionsError(f"--model {opts.models.model!r} is not the first of the verifier models {names}")
+        first = roles.get("verifier") if opts.models.model else None
+        clients = [first] if first is not None else []
+        for name in names[len(clients):]:
+            flags = opts.models.model_copy(update={"model": name})
+            clients.append(flags.roles(None, fill=("verifier",), concurrency=concurrency, env=env)["verifier"])
+        roles["verifier"] = clients
+        for role in ("repairer", "checker"):
+            roles.setdefault(role, clients[0])
+    return roles
+
+
+def model_verifiers(config: AuditConfig, roles: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The model verifiers the verify stage of `config` will ask with `roles`: name and model each."""
+    from kbvqa.stages.audit.llm import expand
+
+    if "verify" not in config.stages:
+        return []
+    cfg = config.verify
+    names = [v for v in cfg.verifiers if v != "rules"]
+    if cfg.llm != "off" and cfg.llm_role not in names and roles.get(cfg.llm_role) is not None:
+        names.append(cfg.llm_role)
+    out = []
+    for n in names:
+        if roles.get(n) is not None:
+            out += [{"verifier": v, "model": getattr(c, "model", None)} for v, c in expand(n, roles[n])]
+    return out
+
+
+def verification(verifiers: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run says about who decided removals: the model verifiers and, with fewer than the
+    paper's two, the notice."""
+    from kbvqa.stages.audit.verify import verification_notice
+
+    notice = verification_notice(len(verifiers))
+    return {"model_verifiers": verifiers, **({"notice": notice} if notice else {})}
 
 
 def load_audit_roles(config: str | Path | None = None, *, env: dict[str, str] | None = None,
@@ -225,7 +271,9 @@ def verifier_agreement(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def audit_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Counts per answer_support label, action and tag, overall and by question type; the flags
+    """Counts per answer_support label, action and tag, overall and by question type; who decided
+    removals (`verification`: the model verifiers, and the notice with fewer than two); answers
+    corrected (mismatched) apart from answers only format-normalised; the flags
     (`flagged`: samples whose answer the audit questions, every rewrite included; by reason, with
     the inconclusive `truncated_evidence` apart), the unsupported reasons, which path decided each
     sample (rules / llm / undecided: the rules could not decide and no model was configured), and
@@ -241,10 +289,19 @@ def audit_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     flagged = 0
     by_type: dict[str, dict[str, Counter[str]]] = {}
     kept: list[dict[str, Any]] = []
+    seen_verify, model_names = False, set()
+    corrected = normalised = kept_by_policy = 0
     for rec in records:
         total += 1
         lab, act = _label(rec)
         audit = rec.get("audit") or {}
+        v = (audit.get("stages") or {}).get("verify")
+        if v is not None:
+            seen_verify = True
+            model_names.update(v.get("model_verifiers") or [])
+        corrected += "answer_corrected" in (audit.get("reasons") or [])
+        normalised += "format_normalised" in (audit.get("tags") or [])
+        kept_by_policy += "kept_by_dataset_policy" in (audit.get("tags") or [])
         qt = str(rec.get("answer_type") or rec.get("question_type") or "unknown")
         support[lab] += 1
         action[act] += 1
@@ -275,6 +332,10 @@ def audit_summary(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     agreement = verifier_agreement(kept)
     if agreement["per_verifier"]:
         out["verifiers"] = agreement
+    if seen_verify:
+        out["verification"] = verification([{"verifier": n, "model": None} for n in sorted(model_names)])
+    out["answer_changes"] = {"corrected": corrected, "format_normalised": normalised}
+    out["kept_by_dataset_policy"] = kept_by_policy
     return out
 
 
@@ -316,10 +377,14 @@ def audit_with(opts: AuditOptions, kb: Any, *, roles: dict[str, Any] | None = No
         kb = open_kb(opts.kb)
     out = opts.out or default_out(opts.input)
     records = SampleRecords(opts.input, opts.fmt, skip_invalid=opts.skip_invalid, allow_empty=opts.run.allow_empty)
+    who = verification(model_verifiers(opts, roles or {}))
     rs = audit_job(opts, kb=kb, roles=roles).run(
         records, out=out, close=close, concurrency=opts.run.concurrency, resume=opts.run.resume,
-        limit=opts.run.limit, progress=progress, run_config={"input": str(Path(opts.input).resolve()), "options": opts.used()})
+        limit=opts.run.limit, progress=progress,
+        run_config={"input": str(Path(opts.input).resolve()), "options": opts.used(), "verification": who})
     summary = audit_summary(read_results(out))
+    if "verify" in opts.stages:
+        summary["verification"] = who
     summary["run"] = {"total": rs.total, "ok": rs.ok, "error": rs.error, "invalid": rs.invalid,
                       "skipped": rs.skipped, "seconds": round(rs.seconds, 3), "out": str(rs.out),
                       "manifest": str(rs.manifest)}

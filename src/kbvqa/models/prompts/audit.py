@@ -57,12 +57,12 @@ CORRECT_ANSWER = register(Prompt(
 ))
 
 POSEDNESS = register(Prompt(
-    name="audit.posedness", version="1",
+    name="audit.posedness", version="2",
     system=("You review visual question answering items whose question refers to the entity in an "
             "image (\"this building\", \"this bird\"). You flag questions that admit more than one "
             "correct answer and propose the smallest edit that fixes them. " + _JSON_ONLY),
     user=("Question: {question}\n"
-          "Annotated answer: {answer}\n"
+          "Annotated answer(s) (every alternative the benchmark accepts): {answers}\n"
           "Evidence:\n{evidence}\n\n"
           "Possible problems (zero or more):\n"
           "- missing_attribute_constraint: the question does not say which property or unit is meant "
@@ -73,10 +73,10 @@ POSEDNESS = register(Prompt(
           "(\"where\" - country, region, city?).\n"
           "If there is a problem, `suggested_question` adds only the missing constraint, as stated by "
           "the evidence; it keeps the wording otherwise, keeps referring to the entity as in the "
-          "original, and must not contain the answer. Otherwise `suggested_question` is null.\n"
+          "original, and must not contain any of the answers. Otherwise `suggested_question` is null.\n"
           'Return {{"tags": [<zero or more of the three names>], "suggested_question": "<string or null>", '
           '"rationale": "<one sentence>"}}'),
-    fields=("question", "answer", "evidence"),
+    fields=("question", "answers", "evidence"),
 ))
 
 FINAL_CHECK = register(Prompt(

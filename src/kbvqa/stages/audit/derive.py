@@ -1,26 +1,31 @@
-"""Audit stage 2: answer derivability and evidence-grounded correction.
+"""Audit stage 2: answer derivability and evidence-grounded correction (§4.1 step 2).
 
-Labels (the paper's Supported & Matched / Supported but Mismatched / Unsupported):
-- supported: stage 1's consensus found the answer stated in the evidence;
-- mismatched: the evidence states a different value for what the question asks (a number for the
-  same quantity, a range containing a single number, a date at another precision, a shorter form of
-  the same name). The corrector rewrites the answer only to a span copied from the evidence: numbers
-  as the evidence writes them, with the evidence's unit unless the question already names it, number
-  words as digits when the question asks for a number, single value vs range as the question asks.
-  Without such a span the sample is dropped with a reason;
-- unsupported: nothing in the evidence bears on the answer (reason `not_in_evidence`; `missing_kb` when
-  there was no article to read; `truncated_evidence` when the answer is missing from evidence that
-  was cut off and no full section was available: inconclusive, kept by default).
+Labels (the paper's Supported & Matched / Supported but Mismatched / Unsupported), from stage 1:
+- supported (consensus entailed): the answer is left as annotated. Normalising its format -
+  alternatives the evidence does not support pruned, InfoSeek's machine dates and numbers ("1989 10
+  27", "28.0-30.0") and bare counts written as the evidence writes them, an official long country
+  name written as the evidence's shorter one - is kbvqa's option (`normalise_formats`, off by
+  default), tagged `format_normalised` and counted apart from corrections;
+- mismatched (consensus contradicted: the evidence states a different value for what the question
+  asks): corrected to a span copied from the evidence - the rules' single value first (a number for
+  the same quantity, a range containing the value, a date at another precision, a shorter form of
+  the name), else the repairer role's proposal when the evidence states it. Numbers as the evidence
+  writes them, with its unit unless the question names it, single value vs range as the question
+  asks. With no evidence value the sample is removed ("if no evidence-supported value can be derived,
+  the instance is removed");
+- unsupported (no verifier found support, or the entity's KB article is missing: "whether the
+  evidence ... exists in the KB snapshot"): removed, never corrected (reason `not_in_evidence` /
+  `missing_kb`; `truncated_evidence` when the answer is missing from evidence that was cut off and no
+  full section was available: inconclusive, kept by default).
 
-Rewrites of a supported answer are repairs too, each tagged: alternatives the evidence does not
-support pruned (only alternatives that are different answers, not rewordings of a supported one),
-InfoSeek's machine dates and numbers ("1989 10 27", "28.0-30.0", "4.10") written as the evidence
-writes them, a bare count written with the evidence's thousands separator, and an official long name
-("United States of America") written as the shorter name the evidence uses. Several supported alternatives
-that are different answers (share no word) are tagged `distinct_alternatives`: the answer is not
-unique. Every rewrite and every label other than supported is a flag (`audit.flags`).
+Several supported alternatives that are different answers (share no word) are tagged
+`distinct_alternatives`: the answer is not unique. Every label other than supported, and every
+change to the answers, is a flag (`audit.flags`).
 
-The filter policy (what to do with each label) is part of this stage's config.
+Per-dataset policy (`evqa_keep_all`, on): E-VQA's fixed split keeps all 4,750 questions (§4.2: "most
+edits happen in question constraints. Hence the fixed evaluation split remains 4,750 questions"), so
+an E-VQA sample this stage would remove is kept as it is and tagged `kept_by_dataset_policy`, its
+reason recorded (`record.drop`). InfoSeek's policy is the paper's removal above.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from kbvqa.data.schema import Answer, Sample
 from kbvqa.data import matching as mt
@@ -38,7 +43,7 @@ from kbvqa.models.prompts.audit import CORRECT_ANSWER
 from kbvqa.stages.audit.evidence import (EvidenceUnit, end_asked, evidence_for, match_answer, numeric_candidates,
                                          range_wanted, supporting_spans, undecidable)
 from kbvqa.stages.audit.llm import llm_correct, resolve_role, validate_correction
-from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record, update_flags
+from kbvqa.stages.audit.record import add_tag, apply_policy, drop, escalate, join_record, provenance, split_record, update_flags
 
 _GENERIC_TAILS = ("architecture", "style", "municipality", "company", "corporation", "inc", "ltd", "limited",
                   "plc", "co")
@@ -51,24 +56,36 @@ _BARE_DIGITS = re.compile(r"\d{4,}")
 
 
 class DeriveConfig(StageConfig):
-    """Correction switches and the filter policy."""
+    """Correction switches and the filter policy (the defaults are the paper's)."""
 
     correct: bool = True
     # the evidence's unit on a corrected number: auto = on a range always, on a single value unless the
     # question already names that unit
     keep_units: Literal["auto", "always", "never"] = "auto"
-    prune_unsupported_alternatives: bool = True
+    # kbvqa's format normalisation of supported answers (the paper leaves them as annotated): the
+    # switch turns on the four rewrites below; each can also be set alone
+    normalise_formats: bool = False
+    prune_unsupported_alternatives: bool = False
     flag_distinct_alternatives: bool = True
-    rewrite_machine_dates: bool = True  # "1989 10 27" -> the evidence's "27 October 1989"
-    rewrite_number_format: bool = True  # "28.0-30.0" -> "28 to 30 days"; a bare "1010" -> the evidence's "1,010"
-    rewrite_long_names: bool = True  # an official long name -> the shorter name the evidence writes
+    rewrite_machine_dates: bool = False  # "1989 10 27" -> the evidence's "27 October 1989"
+    rewrite_number_format: bool = False  # "28.0-30.0" -> "28 to 30 days"; a bare "1010" -> the evidence's "1,010"
+    rewrite_long_names: bool = False  # an official long name -> the shorter name the evidence writes
     on_mismatched: Literal["repair", "drop", "keep"] = "repair"
     on_unsupported: Literal["drop", "keep"] = "drop"
-    on_missing_kb: Literal["drop", "keep"] = "keep"
+    on_missing_kb: Literal["drop", "keep"] = "drop"  # the paper: the evidence must exist in the KB snapshot
+    evqa_keep_all: bool = True  # E-VQA's fixed split keeps every question (§4.2)
     on_truncated: Literal["drop", "keep"] = "keep"  # answer missing from cut-off evidence: inconclusive
     llm: Literal["auto", "on", "off"] = "auto"  # ask role `llm_role` to correct what the rules cannot
     llm_role: str = "repairer"
     max_section_chars: int = 0  # 0 = whole sections go to the model
+
+    @model_validator(mode="after")
+    def _normalise_all(self) -> "DeriveConfig":
+        if self.normalise_formats:
+            for k in ("prune_unsupported_alternatives", "rewrite_machine_dates", "rewrite_number_format",
+                      "rewrite_long_names"):
+                object.__setattr__(self, k, True)
+        return self
 
     @field_validator("keep_units", mode="before")
     @classmethod
@@ -245,6 +262,7 @@ class DeriveStage(Stage):
             keep = [a for a in sample.answers if all(a is not b for b in prune)]
             self._set_answers(sample, keep, f"alternatives not stated in the evidence removed: {[a.text for a in prune]}")
             add_tag(audit, "alternatives_pruned")
+            add_tag(audit, "format_normalised")
             escalate(audit, "repair", "alternatives_pruned")
         if cfg.flag_distinct_alternatives and any(distinct_answers(a, b) for i, a in enumerate(supported)
                                                   for b in supported[i + 1:]):
@@ -256,6 +274,7 @@ class DeriveStage(Stage):
             self._set_answers(sample, [Answer(text=new)] + [a for a in sample.answers if a is not first],
                               f"answer written as the evidence writes it ({new!r})")
             add_tag(audit, "answer_format")
+            add_tag(audit, "format_normalised")
             escalate(audit, "repair", "answer_format")
         return verdict
 
@@ -277,11 +296,11 @@ class DeriveStage(Stage):
         if reason == "truncated_evidence":
             add_tag(audit, "truncated_evidence")
             if self.config.on_truncated == "drop":
-                escalate(audit, "drop", "truncated_evidence")
+                drop(audit, "truncated_evidence")
             return {"label": "unsupported", "reason": reason, "rationale": rationale}
         add_tag(audit, "unsupported")
         if self.config.on_unsupported == "drop":
-            escalate(audit, "drop", "unsupported")
+            drop(audit, "unsupported")
         return {"label": "unsupported", "reason": reason, "rationale": rationale}
 
     def _mismatched(self, sample: Sample, audit: dict[str, Any], new_text: str | None, why: str,
@@ -293,13 +312,13 @@ class DeriveStage(Stage):
         add_tag(audit, "answer_mismatch")
         if new_text is None:
             if cfg.on_mismatched != "keep":
-                escalate(audit, "drop", reason or "no_single_evidence_value")
+                drop(audit, reason or "no_single_evidence_value")
             return {"label": "mismatched", "reason": reason or "no_single_evidence_value", "rationale": why}
         if cfg.on_mismatched == "repair":
             self._set_answers(sample, [Answer(text=new_text)], why)
             escalate(audit, "repair", "answer_corrected")
         elif cfg.on_mismatched == "drop":
-            escalate(audit, "drop", "answer_mismatch")
+            drop(audit, "answer_mismatch")
         return {"label": "mismatched", "correction": new_text, "rationale": why}
 
     async def _llm_correct(self, client: Any, sample: Sample, units: list[EvidenceUnit], audit: dict[str, Any],
@@ -324,7 +343,7 @@ class DeriveStage(Stage):
                                  f"repairer proposed {reply.answer!r}, which the evidence does not state; dropped",
                                  "correction_not_in_evidence")
             if self.config.on_mismatched == "keep":  # the policy keeps mismatches, but this one is unverified
-                escalate(audit, "drop", "correction_not_in_evidence")
+                drop(audit, "correction_not_in_evidence")
             return {**v, "settled_by": "llm", "llm": llm}
         if reply.status == "matched":
             add_tag(audit, "repairer_disagrees")  # the verifiers did not find it: their consensus stands
@@ -337,13 +356,14 @@ class DeriveStage(Stage):
         return {**v, "settled_by": "llm", "llm": llm}
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        """Rules settle: missing KB article; verifier consensus entailed (supported); yes/no answers no
-        model verifier judged (unchecked, kept); a single correction value the rules find in the
-        evidence (numbers, ranges, coarser dates, stripped names); an answer missing from truncated
-        evidence (inconclusive). Only the rest (unsupported, or contradicted without one value) goes
-        to the repairer role when configured."""
+        """Rules settle: missing KB article (unsupported); verifier consensus entailed (supported, left
+        as annotated); not_supported (unsupported: removed, no correction attempted); yes/no answers
+        no model verifier judged (unchecked, kept); for a contradicted consensus a single correction
+        value the rules find in the evidence (numbers, ranges, coarser dates, stripped names). Only a
+        contradicted sample without one rules value goes to the repairer role when configured."""
         sample, audit = split_record(record)
         cfg = self.config
+        apply_policy(sample, audit, cfg.evqa_keep_all)
         v = audit["stages"].get("verify", {})
         units = evidence_for(sample, audit, ctx.kb)
         vlabel = v.get("label") or ("entailed" if any(any(match_answer(a, u.text, sample.question, u.title)
@@ -358,7 +378,7 @@ class DeriveStage(Stage):
             audit["answer_support"] = "unsupported"
             add_tag(audit, "missing_kb")
             if cfg.on_missing_kb == "drop":
-                escalate(audit, "drop", "missing_kb")
+                drop(audit, "missing_kb")
         elif vlabel != "entailed" and undecidable(sample.answers) and not model_judged:
             # yes/no is never written verbatim: rules abstain rather than flag (a model verifier decides)
             verdict = {"label": "unchecked", "reason": "yes_no_answer",
@@ -369,22 +389,23 @@ class DeriveStage(Stage):
         elif vlabel == "entailed":
             verdict = self._supported(sample, units, audit)
             audit["answer_support"] = "supported"
-        else:
+        elif vlabel == "contradicted":  # Supported but Mismatched: corrected to what the evidence states
             fix = self._correct(sample, units) if cfg.correct else None
             client = resolve_role(ctx, cfg.llm, cfg.llm_role) if cfg.correct and units else None
-            reason = v.get("reason") or ("truncated_evidence" if truncated else "not_in_evidence")
             if fix is not None:
                 verdict = self._mismatched(sample, audit, fix[0], fix[1])
             elif client is not None:
-                verdict = await self._llm_correct(client, sample, units, audit, ctx, vlabel, reason)
-            elif vlabel == "contradicted":
+                verdict = await self._llm_correct(client, sample, units, audit, ctx, vlabel, "not_in_evidence")
+            else:
                 verdict = self._mismatched(sample, audit, None, "evidence states a different value but no "
                                            "single one to correct to")
-            elif reason == "truncated_evidence":
+        else:  # Unsupported: removed, never corrected
+            reason = v.get("reason") or ("truncated_evidence" if truncated else "not_in_evidence")
+            if reason == "truncated_evidence":
                 verdict = self._unsupported(audit, reason, "no answer alternative is stated in the evidence, "
                                                            "which is cut off: inconclusive")
             else:
-                verdict = self._unsupported(audit, reason, "no answer alternative is stated in the evidence")
+                verdict = self._unsupported(audit, reason, "no verifier found the answer in the evidence")
             if verdict.get("reason") == "truncated_evidence":
                 needs.append("truncated_evidence")
         verdict.setdefault("settled_by", "rules")

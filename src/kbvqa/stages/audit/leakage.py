@@ -3,8 +3,13 @@
 Checks on the final question/answer: (i) the question does not state the answer (normalised,
 word-bounded, country/demonym aware; an answer offered as one option of a choice question "X or Y?"
 is not a leak); (ii) the final answer is still stated in the evidence; (iii) the answer is unique (one
-answer left, and the evidence does not state two values for the quantity). A question edit made by
-stage 3 that introduces a leak is rolled back to the question stage 3 received.
+answer left, and the evidence does not state two values for the quantity).
+
+Two simplifications are kbvqa's, not the paper's (§4.1 step 4: "any leakage-inducing edits are
+rolled back and rewritten conservatively", "the revised question yields a unique answer"): a question
+edit made by stage 3 that leaks is rolled back to the question stage 3 received and not rewritten
+(tag `leak_rolled_back`; the ambiguity tag stays for a reviewer), and a non-unique answer is tagged
+`not_unique` and kept, not repaired. E-VQA samples are never removed here either (`evqa_keep_all`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import FINAL_CHECK
 from kbvqa.stages.audit.evidence import evidence_for, match_answer
 from kbvqa.stages.audit.llm import llm_final_check, resolve_role
-from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record, update_flags
+from kbvqa.stages.audit.record import add_tag, apply_policy, drop, join_record, provenance, split_record, update_flags
 
 
 class LeakageConfig(StageConfig):
@@ -28,6 +33,7 @@ class LeakageConfig(StageConfig):
     llm: Literal["auto", "on", "off"] = "auto"  # final check by role `llm_role` when configured
     llm_role: str = "checker"
     on_not_answerable: Literal["drop", "keep"] = "drop"  # the checker finds the answer not in the evidence
+    evqa_keep_all: bool = True  # E-VQA's fixed split keeps every question (§4.2): nothing is removed
     max_section_chars: int = 0
 
 
@@ -87,6 +93,7 @@ class LeakageStage(Stage):
         unique → tag not_unique."""
         sample, audit = split_record(record)
         cfg = self.config
+        apply_policy(sample, audit, cfg.evqa_keep_all)
         checks: dict[str, Any] = {}
         notes: list[str] = []
 
@@ -103,7 +110,7 @@ class LeakageStage(Stage):
             add_tag(audit, "answer_leak")
             notes.append(f"question states the answer {leak!r}")
             if cfg.on_leak == "drop":
-                escalate(audit, "drop", "answer_leak")
+                drop(audit, "answer_leak")
 
         derive = audit["stages"].get("derive", {})
         support = audit.get("answer_support")
@@ -117,7 +124,7 @@ class LeakageStage(Stage):
             if not ok:
                 add_tag(audit, "final_unsupported")
                 notes.append("final answer is not stated in the evidence")
-                escalate(audit, "drop", "final_unsupported")
+                drop(audit, "final_unsupported")
 
         distinct = _distinct_answers(sample.answers)
         unique = len(distinct) <= 1
@@ -151,12 +158,12 @@ class LeakageStage(Stage):
                     add_tag(audit, "answer_leak")
                     notes.append("checker: question gives the answer away")
                     if cfg.on_leak == "drop":
-                        escalate(audit, "drop", "answer_leak")
+                        drop(audit, "answer_leak")
             if not reply.answerable:
                 add_tag(audit, "not_answerable")
                 notes.append("checker: the evidence does not support the answer to this question")
                 if cfg.on_not_answerable == "drop":
-                    escalate(audit, "drop", "not_answerable")
+                    drop(audit, "not_answerable")
             if not reply.unique:
                 checks["unique"] = False
                 add_tag(audit, "not_unique")

@@ -154,9 +154,13 @@ def rank_units(sample: Sample, units: list[EvidenceUnit]) -> list[EvidenceUnit]:
 
 
 async def llm_verifier_label(label: str, client: Any, sample: Sample, units: list[EvidenceUnit], ctx: Context,
-                             *, stop_at_entailed: bool, max_chars: int = 0) -> dict[str, Any]:
-    """One model verifier over the sections, one call per section; sample label entailed if any
-    section is, else contradicted if any is, else not_supported."""
+                             *, stop_at_entailed: bool, max_chars: int = 0,
+                             contradicted: str = "all") -> dict[str, Any]:
+    """One model verifier over the sections, one call per section, shown every answer alias; sample
+    label entailed if any section is, else contradicted when every section is (`contradicted="any"`:
+    when one is), else not_supported."""
+    from kbvqa.stages.audit.verify import combine
+
     sections = []
     for u in rank_units(sample, units):
         text = u.text if not max_chars else u.text[:max_chars]
@@ -166,8 +170,7 @@ async def llm_verifier_label(label: str, client: Any, sample: Sample, units: lis
         sections.append({**u.dump(), "label": r.label, "rationale": r.rationale})
         if stop_at_entailed and r.label == "entailed":
             break
-    labels = [s["label"] for s in sections]
-    combined = "entailed" if "entailed" in labels else "contradicted" if "contradicted" in labels else "not_supported"
+    combined = combine([s["label"] for s in sections], contradicted)
     return {"verifier": label, **client_provenance(client, AP.VERIFY_SECTION), "label": combined,
             "sections": sections, "sections_total": len(units)}
 
@@ -230,7 +233,7 @@ def minimal_edit(before: str, after: str, min_similarity: float) -> str | None:
 async def llm_posedness(client: Any, sample: Sample, units: list[EvidenceUnit], ctx: Context,
                         max_chars: int = 0) -> tuple[PosednessReply, dict[str, Any]]:
     r = await ask(client, AP.POSEDNESS, PosednessReply, ctx, question=sample.question,
-                  answer=sample.answers[0].text if sample.answers else "",
+                  answers=sample.answer_texts,
                   evidence=evidence_payload(units, max_chars))
     assert isinstance(r, PosednessReply)
     return r, client_provenance(client, AP.POSEDNESS)

@@ -13,6 +13,10 @@ A repaired question (the rules' or a model's) must stay coherent with the answer
 unit of the answer's dimension other than the answer's own ("in months" for an answer in days) is
 not applied (`repair_unit_conflict` / the model's suggestion rejected).
 Everything else is tagged and left to a model repairer or a human.
+
+Who decides (§4.1 step 3 tags ambiguity with a model): with the repairer role configured its tags
+decide and the rules' tags are only proposals; without it the rules tag alone (kbvqa's offline
+stand-in, where every "where ..." question is spatial).
 """
 
 from __future__ import annotations
@@ -167,7 +171,7 @@ def tag_question(sample: Sample, units: list[EvidenceUnit]) -> list[dict[str, An
 @register_stage
 class PosednessStage(Stage):
     name = "posedness"
-    version = "2"
+    version = "3"
     config_model = PosednessConfig
     prompts = (POSEDNESS,)
 
@@ -203,57 +207,64 @@ class PosednessStage(Stage):
         llm["accepted"] = True
         return llm, list(reply.tags), sug
 
+    def _templates(self, sample: Sample, audit: dict[str, Any], units: list[EvidenceUnit],
+                   found: list[dict[str, Any]], only: set[str] | None = None) -> list[str]:
+        """Apply the rules' evidence-backed template repairs (of the tags in `only`, None: all), one
+        after another; the tags repaired."""
+        applied: list[str] = []
+        for item in found:
+            if only is not None and item["tag"] not in only:
+                continue
+            if "repair" in item and item["repair"] != sample.question:
+                # repairs are computed on the original wording; apply them one after another
+                new = tag_question(sample.model_copy(update={}), units)
+                cand = next((n.get("repair") for n in new if n["tag"] == item["tag"]), None)
+                conflict = unit_conflict(cand, sample, units) if cand else None
+                if conflict and not unit_conflict(sample.question, sample, units):
+                    item["rationale"] += f"; repair not applied ({conflict})"
+                    add_tag(audit, "repair_unit_conflict")
+                    continue
+                if cand and cand != sample.question:
+                    sample.record_change(self.name, "question", sample.question, cand,
+                                         f"{item['tag']}: {item['rationale']}", f"{self.name}@{self.version}")
+                    sample.question = cand
+                    applied.append(item["tag"])
+        return applied
+
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         """Rules settle: dropped samples (not reviewed further), samples with no evidence behind
-        their answer (not repaired), and samples whose every rules tag got an evidence-backed
-        template repair. The rest (no tag found, or a tag the templates cannot repair) go to the
-        repairer role when configured: its tags are added, and its suggested question is applied
-        only when it is a minimal edit that does not state the answer."""
+        their answer (not repaired). With the repairer role configured, every other sample goes to
+        it and its tags decide: the rules' tags are only proposals (kept under `proposed`, not
+        added); its suggested question is applied only when it is a minimal edit that does not state
+        an answer, else the rules' template repair of a tag the model also gave. Without a model the
+        rules' tags and template repairs stand alone (kbvqa's offline stand-in)."""
         sample, audit = split_record(record)
         units = evidence_for(sample, audit, ctx.kb)
         found = tag_question(sample, units)
         before = sample.question
-        applied = []
         evidence_backed = audit.get("answer_support") in ("supported", "mismatched", None)
         may_repair = self.config.repair and audit.get("action") != "drop" and evidence_backed
-        if may_repair:
-            for item in found:
-                if "repair" in item and item["repair"] != sample.question:
-                    # repairs are computed on the original wording; apply them one after another
-                    new = tag_question(sample.model_copy(update={}), units)
-                    cand = next((n.get("repair") for n in new if n["tag"] == item["tag"]), None)
-                    conflict = unit_conflict(cand, sample, units) if cand else None
-                    if conflict and not unit_conflict(sample.question, sample, units):
-                        item["rationale"] += f"; repair not applied ({conflict})"
-                        add_tag(audit, "repair_unit_conflict")
-                        continue
-                    if cand and cand != sample.question:
-                        sample.record_change(self.name, "question", sample.question, cand,
-                                             f"{item['tag']}: {item['rationale']}", f"{self.name}@{self.version}")
-                        sample.question = cand
-                        applied.append(item["tag"])
-        tags = [i["tag"] for i in found]
-        for t in tags:
-            add_tag(audit, t)
-        rationale = "; ".join(i["rationale"] for i in found) or "no ambiguity pattern"
-        extra: dict[str, Any] = {"settled_by": "rules"}
-        settled = (audit.get("action") == "drop" or not evidence_backed or not units
-                   or (found and all(i["tag"] in applied for i in found)))
+        settled = audit.get("action") == "drop" or not evidence_backed or not units
         client = None if settled else resolve_role(ctx, self.config.llm, self.config.llm_role)
-        if client is not None:
-            llm, llm_tags, sug = await self._llm(client, sample, units, audit, ctx, may_repair)
-            extra = {"settled_by": "llm", "llm": llm}
-            for t in llm_tags:
-                add_tag(audit, t)
-                if t not in tags:
-                    tags.append(t)
+        extra: dict[str, Any] = {"settled_by": "rules"}
+        rationale = "; ".join(i["rationale"] for i in found) or "no ambiguity pattern"
+        if client is None:
+            applied = self._templates(sample, audit, units, found) if may_repair else []
+            tags = [i["tag"] for i in found]
+        else:
+            llm, tags, sug = await self._llm(client, sample, units, audit, ctx, may_repair)
+            extra = {"settled_by": "llm", "llm": llm, "proposed": [i["tag"] for i in found]}
+            applied = []
             if sug is not None:
                 sample.record_change(self.name, "question", sample.question, sug,
-                                     f"{', '.join(llm_tags)}: {llm['rationale']}", llm["version"])
+                                     f"{', '.join(tags)}: {llm['rationale']}", llm["version"])
                 sample.question = sug
-                applied += [t for t in llm_tags if t not in applied]
-            if llm_tags:
-                rationale = "; ".join(x for x in (rationale if found else "", f"model: {llm['rationale']}") if x)
+                applied = list(tags)
+            elif may_repair and tags:
+                applied = self._templates(sample, audit, units, found, only=set(tags))
+            rationale = f"model: {llm['rationale']}" if tags else f"model: clear ({llm['rationale']})"
+        for t in tags:
+            add_tag(audit, t)
         if applied:
             escalate(audit, "repair", "question_repaired")
         audit["stages"][self.name] = {

@@ -48,6 +48,35 @@ def escalate(audit: dict[str, Any], action: str, reason: str | None = None) -> N
         audit["reasons"].append(reason)
 
 
+EVQA_TYPES = frozenset({"automatic", "templated", "multi_answer", "2_hop"})
+EVQA_DATASETS = frozenset({"inaturalist", "landmarks", "evqa", "e-vqa", "encyclopedic_vqa"})
+KEEP_ALL = "keep_all: E-VQA's fixed split keeps every question (seed 000 §4.2)"
+
+
+def is_evqa(sample: Sample) -> bool:
+    """An E-VQA sample: its dataset_name (iNaturalist / Google Landmarks) or question type says so."""
+    return (str(sample.dataset or "").lower() in EVQA_DATASETS
+            or str(sample.question_type or "").lower() in EVQA_TYPES)
+
+
+def apply_policy(sample: Sample, audit: dict[str, Any], keep_all: bool) -> None:
+    """Record the per-dataset drop policy on the sample's audit (`audit.policy`) when it is E-VQA's."""
+    if keep_all and is_evqa(sample):
+        audit["policy"] = KEEP_ALL
+
+
+def drop(audit: dict[str, Any], reason: str) -> None:
+    """Remove the sample for `reason`, unless its dataset's policy keeps every row: then it stays as
+    it is, tagged `kept_by_dataset_policy`, with the reason it would have been removed for."""
+    if audit.get("policy") == KEEP_ALL:
+        add_tag(audit, "kept_by_dataset_policy")
+        audit.setdefault("would_drop", [])
+        if reason not in audit["would_drop"]:
+            audit["would_drop"].append(reason)
+        return
+    escalate(audit, "drop", reason)
+
+
 def add_tag(audit: dict[str, Any], tag: str) -> None:
     if tag not in audit["tags"]:
         audit["tags"].append(tag)

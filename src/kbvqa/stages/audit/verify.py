@@ -2,16 +2,22 @@
 
 Each evidence unit (the sample's own evidence when the dataset provides it, else each section of the
 entity's KB article) gets a label per verifier: entailed / contradicted / not_supported. A verifier's
-sample label is entailed if any unit is, else contradicted if any unit is, else not_supported. N
-verifiers are combined by a consensus policy: `all` (the paper's default: the sample counts as
-unsupported only when every verifier fails to find support), `any` (unsupported as soon as one
-verifier fails to find support) or `majority`.
+sample label is entailed if any unit is; contradicted only when every unit it read contradicts (the
+authors' grounding judge; `contradicted = "any"` is kbvqa's earlier reading: one contradicting unit
+is enough); else not_supported. N verifiers are combined by a consensus policy: `all` (the paper's:
+the sample is unsupported only when every verifier fails to find support), `any` (unsupported as
+soon as one verifier fails to find support) or `majority`.
 
-The rules verifier is always available; other verifiers are model roles from `ctx.roles` that
-implement `SectionVerifier`. Model verifiers run only where the rules cannot decide: a rules match
-settles a sample (no model call) unless the sample belongs to a class the rules cannot judge
-(`classes.model_classes`: taxonomy rank, answer role), in which case the rules' match abstains and the
-model verifiers decide. `decided_by` (rules / llm / undecided) says which path made the call.
+Who decides (§4.1 step 1: "only instances that are consistently classified as Unsupported by both
+verifiers are removed"). With model verifiers configured (role `verifier`, one client or several)
+they alone vote: the rules verifier may only settle a sample before them when an answer alternative
+is written word for word in a unit (`verbatim_match`), and never votes against them (its lenient
+matches - most parts of a list, inflections, a section title - and its "contradicted" are recorded
+with `counted: false`). With exactly one model verifier the stage says so ("one verifier: the paper
+uses two"). Without any, the rules verifier decides alone: kbvqa's offline stand-in, not the paper's
+protocol; its "contradicted" keeps kbvqa's targeted reading (a quantity of the same kind in a sentence
+about the question), since a rules section label is not a section-level judgement.
+`decided_by` (rules / llm / undecided) says which path made the call.
 """
 
 from __future__ import annotations
@@ -20,13 +26,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
+from kbvqa.data import matching as mt
 from kbvqa.data.schema import Sample
 from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import VERIFY_SECTION
 from kbvqa.stages.audit.classes import model_classes
-from kbvqa.stages.audit.evidence import (EvidenceUnit, expand_truncated, kb_evidence, rules_section_label,
-                                         sample_evidence)
+from kbvqa.stages.audit.evidence import (EvidenceUnit, expand_truncated, kb_evidence, match_answer,
+                                         rules_section_label, sample_evidence)
 from kbvqa.stages.audit.llm import expand, gather_strict, llm_verifier_label, resolve_role
 from kbvqa.stages.audit.record import join_record, provenance, split_record
 
@@ -39,17 +46,52 @@ class SectionVerifier(Protocol):
     async def verify_section(self, question: str, answers: list[str], title: str, text: str) -> dict[str, Any]: ...
 
 
-def _combine(labels: list[str]) -> str:
+ONE_VERIFIER = "one verifier: the paper uses two"
+RULES_ONLY = ("no model verifier: the rules-only audit is kbvqa's offline stand-in (the paper removes only "
+              "what two model verifiers both find unsupported)")
+_VERBATIM_KINDS = frozenset({"phrase", "number", "date"})
+
+
+def combine(labels: list[str], contradicted: str = "all") -> str:
+    """A verifier's sample label from its unit labels: entailed if any unit is; contradicted when all
+    units are (`contradicted = "all"`, the authors' rule) or any is (`"any"`); else not_supported."""
     if "entailed" in labels:
         return "entailed"
-    if "contradicted" in labels:
+    hit = all if contradicted == "all" else any
+    if labels and hit(x == "contradicted" for x in labels):
         return "contradicted"
     return "not_supported"
 
 
+_combine = combine
+
+
+def verification_notice(n_models: int) -> str | None:
+    """What a run with `n_models` model verifiers must say about itself (None: two or more)."""
+    return RULES_ONLY if n_models == 0 else ONE_VERIFIER if n_models == 1 else None
+
+
+def verbatim_match(sample: Sample, units: list[EvidenceUnit]) -> dict[str, Any] | None:
+    """The one rules finding that may settle a sample before the model verifiers: an answer alternative
+    (every `&&` part) written word for word, case and punctuation aside, in one unit's text (not its
+    title), matched as that phrase, number or date. Yes/no answers never qualify."""
+    for a in sample.answers:
+        parts = [p for p in (a.parts or [a.text]) if p.strip()]
+        if not parts or mt.norm(a.text) in ("yes", "no"):
+            continue
+        for u in units:
+            m = match_answer(a, u.text, sample.question)
+            if not m or any(x.kind not in _VERBATIM_KINDS for x in m):
+                continue
+            spans = [mt.find_phrase(u.text, p) for p in parts]
+            if all(spans):
+                return {"answer": a.text, "section_id": u.section_id, "span": "; ".join(s for s in spans if s)}
+    return None
+
+
 def counted(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The verifier results that vote: a rules match on a sample the rules cannot judge abstains
-    when model verifiers are present (`counted: false`)."""
+    """The verifier results that vote: with model verifiers present the rules verifier abstains
+    (`counted: false`)."""
     return [r for r in results if r.get("counted", True)] or results
 
 
@@ -74,22 +116,25 @@ class VerifyConfig(StageConfig):
     max_sections: int = 0  # 0 = every section
     llm: Literal["auto", "on", "off"] = "auto"  # add role `llm_role` as verifier(s): when configured / required / never
     llm_role: str = "verifier"
-    rules_settle: bool = True  # a rules entailment is final: model verifiers are not asked
+    rules_settle: bool = True  # a verbatim rules match is final: model verifiers are not asked
+    # a verifier's sample label is contradicted when all units it read contradict (the authors') or any (kbvqa's)
+    contradicted: Literal["all", "any"] = "all"
     stop_at_entailed: bool = True  # a model verifier stops at its first entailed section
     max_section_chars: int = 0  # 0 = whole sections go to the model
 
 
 @register_stage
 class VerifyStage(Stage):
-    """Stage 1. With model verifiers configured, the rules verifier (when listed) runs first and
-    settles, without any model call: samples with no evidence (missing_kb / no_evidence) and, when
-    `rules_settle`, samples where the rules find an answer alternative stated word-bounded in a
-    section. Under the default consensus `all` that second shortcut changes nothing but cost (one
-    entailing verifier already makes the sample entailed); under `any`/`majority` set
-    `rules_settle = false` to let the models overrule a rules match."""
+    """Stage 1. With model verifiers configured, the rules settle without any model call only samples
+    with no evidence (missing_kb / no_evidence: unsupported) and, when `rules_settle`, samples whose
+    answer is written verbatim in a unit (`verbatim_match`); every other sample is decided by the
+    model verifiers' consensus, the rules' label kept beside it without a vote. Under the default
+    consensus `all` the verbatim shortcut changes nothing but cost (one entailing verifier already
+    makes the sample entailed); under `any`/`majority` set `rules_settle = false` to let the models
+    overrule it."""
 
     name = "verify"
-    version = "3"
+    version = "4"
     config_model = VerifyConfig
     prompts = (VERIFY_SECTION,)
 
@@ -113,11 +158,18 @@ class VerifyStage(Stage):
         return out
 
     def _rules_label(self, sample: Sample, units: list[EvidenceUnit]) -> dict[str, Any]:
+        from kbvqa.stages.audit.derive import correct_date, correct_string
+
         sections = []
         for u in units:
             label, why, kind = rules_section_label(sample.question, sample.answers, u.text, u.title)
+            if label == "not_supported":  # the same answer at another precision or in a shorter form
+                other = next((r for a in sample.answers for r in (correct_date(a, u.text), correct_string(a, u.text))
+                              if r), None)
+                if other is not None:
+                    label, why = "contradicted", other[1]
             sections.append({**u.dump(), "label": label, "rationale": why, **({"match": kind} if kind else {})})
-        label = _combine([s["label"] for s in sections])
+        label = combine([s["label"] for s in sections], "any")  # kbvqa's targeted contradiction
         out = {"verifier": "rules", "backend": "rules", "model": None, "version": f"{self.name}@{self.version}",
                "label": label, "sections": sections}
         if label == "entailed":
@@ -139,30 +191,37 @@ class VerifyStage(Stage):
                 if label not in ("entailed", "contradicted", "not_supported"):
                     raise Invalid(f"verifier {vname!r} returned no usable label: {reply!r:.200}")
                 sections.append({**u.dump(), "label": label, "rationale": str(reply.get("rationale", ""))})
-            return {"verifier": vname, **prov, "label": _combine([s["label"] for s in sections]),
+            return {"verifier": vname, **prov, "label": combine([s["label"] for s in sections],
+                                                                self.config.contradicted),
                     "sections": sections}
         if not hasattr(role, "chat"):
             raise TypeError(f"role {vname!r} cannot verify sections (needs chat() or verify_section())")
         return await llm_verifier_label(vname, role, sample, units, ctx, stop_at_entailed=self.config.stop_at_entailed,
-                                        max_chars=self.config.max_section_chars)
+                                        max_chars=self.config.max_section_chars,
+                                        contradicted=self.config.contradicted)
 
     async def _verify_units(self, sample: Sample, units: list[EvidenceUnit], ctx: Context,
                             verifiers: list[tuple[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
-        """Per-verifier results over `units`, and whether the rules settled it (models not asked)."""
+        """Per-verifier results over `units`, and whether the rules settled it (models not asked).
+        With model verifiers the rules' result never votes; it settles only a verbatim match."""
         results: list[dict[str, Any] | None] = [None] * len(verifiers)
         for i, (name, client) in enumerate(verifiers):
             if client is None:
                 results[i] = self._rules_label(sample, units)
-        decisive = [r for r in results if r is not None and r["label"] == "entailed" and not r.get("needs_model")]
         models = [(i, n, c) for i, (n, c) in enumerate(verifiers) if c is not None]
-        if models and decisive and self.config.rules_settle:
-            return [r for r in results if r is not None], True
+        rules = [r for r in results if r is not None]
+        if not models:
+            return rules, False
+        for r in rules:
+            r["counted"] = False
+        exact = verbatim_match(sample, units) if self.config.rules_settle and rules else None
+        if exact is not None and not any(r.get("needs_model") for r in rules):
+            for r in rules:
+                r["verbatim"] = exact
+            return rules, True
         got = await gather_strict([self._model_label(n, c, sample, units, ctx) for _, n, c in models])
         for (i, _, _), r in zip(models, got):
             results[i] = r
-        for r in results:  # a rules match the rules cannot judge does not vote against the models
-            if models and r is not None and r.get("needs_model") and r["label"] == "entailed":
-                r["counted"] = False
         return [r for r in results if r is not None], False
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -177,14 +236,17 @@ class VerifyStage(Stage):
             source = "kb"
         if cfg.max_sections:
             units = units[:cfg.max_sections]
+        models = [n for n, c in verifiers if c is not None]
+        notice = verification_notice(len(models))
+        about = {"model_verifiers": models, **({"notice": notice} if notice else {})}
         if not units:
             verdict = {"label": "not_supported", "reason": missing or "no_evidence", "evidence_source": None,
                        "rationale": "no evidence text to verify against", "verifiers": [],
-                       "settled_by": "rules", "decided_by": "rules", **provenance(self)}
+                       "settled_by": "rules", "decided_by": "rules", **about, **provenance(self)}
             audit["stages"][self.name] = verdict
             return join_record(sample, audit)
         results, settled = await self._verify_units(sample, units, ctx, verifiers)
-        label = consensus([r["label"] for r in counted(results)], cfg.consensus)
+        label = "entailed" if settled else consensus([r["label"] for r in counted(results)], cfg.consensus)
         if label != "entailed" and source == "sample" and cfg.fallback_to_kb:
             kb_units, _ = kb_evidence(sample, ctx.kb)
             if cfg.max_sections:
@@ -196,26 +258,28 @@ class VerifyStage(Stage):
                     k = by_name.get(r["verifier"])
                     if k is not None:
                         r["sections"] += k["sections"]
-                        r["label"] = _combine([s["label"] for s in r["sections"]])
-                        for key in ("needs_model", "counted", "sections_total"):
+                        rule = "any" if r.get("backend") == "rules" else cfg.contradicted
+                        r["label"] = combine([s["label"] for s in r["sections"]], rule)
+                        for key in ("needs_model", "counted", "sections_total", "verbatim"):
                             if key in k:
                                 r[key] = k[key]
                 label = "entailed" if settled else consensus([r["label"] for r in counted(results)], cfg.consensus)
                 source = "sample+kb"
         entailed = sorted({(s["source"], s["section_id"]) for r in results for s in r["sections"]
                            if s["label"] == "entailed"}, key=str)
-        models = [n for n, c in verifiers if c is not None]
         needs = next((r["needs_model"] for r in results if r.get("needs_model")), [])
         voting = counted(results)
         audit["stages"][self.name] = {
             "label": label, "consensus": cfg.consensus, "evidence_source": source,
             "entailed_sections": [list(e) for e in entailed],
             "rationale": f"{sum(r['label'] == 'entailed' for r in voting)}/{len(voting)} verifiers found support"
-                         + (f"; rules match settled it, model verifiers {models} not asked" if settled else "")
+                         + (f"; the answer is written verbatim in the evidence: model verifiers {models} not asked"
+                            if settled else "")
+                         + (f"; {notice}" if notice and models else "")
                          + (f"; the rules cannot judge {needs}" if needs else ""),
             "settled_by": "rules" if settled or not models else "consensus",
             "decided_by": "rules" if settled or (not models and not needs) else "llm" if models else "undecided",
-            **({"needs_model": needs} if needs else {}),
+            **({"needs_model": needs} if needs else {}), **about,
             "verifiers": results, **provenance(self),
         }
         return join_record(sample, audit)
