@@ -388,7 +388,7 @@ class JudgeStage(Stage):
     """Grade one {id, question, target, prediction} record with the `judge` role; adds `verdict`."""
 
     name = "simpleqa-judge"
-    version = "1"
+    version = "2"  # 2: a rubric per gold (judge.paragraph for paragraph golds), `rubric` on each line
     config_model = JudgeConfig
     prompts = (SIMPLEQA, PARAGRAPH)
 
