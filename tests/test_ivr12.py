@@ -470,6 +470,9 @@ def test_rules_mode_on_demo_answers_and_references(demo, tmp_path):
                                                                   "usefulness"}
     assert d["accuracy"]["paper_ref"].startswith("§4.1") and d["relevance_necessity_placement"]["paper_ref"].startswith("§5")
     assert s["provenance"]["dimension_names_from_paper"] == "8 of 12" and s["gating"]["source"] == "kbvqa"
+    from kbvqa.report.summaries import ivr12_tables  # the printed table names the rubric's grouping too
+
+    assert any("grouping 6/3/3 (kbvqa)" in note for note in ivr12_tables(s)[0].notes)
     assert s["gates"]["tags_resolve"]["source"] == "kbvqa" and s["gates"]["addresses_subject"]["decided_by"] == {}
     assert s["gates"]["tags_resolve"]["pass"] == 15 and s["gates"]["addresses_subject"]["n_a"] == 15
     lines = {x["id"]: x for x in read_results(tmp_path / "agent.ivr12.jsonl")}
