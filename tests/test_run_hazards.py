@@ -191,13 +191,14 @@ def test_a_full_filesystem_ends_in_one_line(tiny_fs, tmp_path):
     done = len(list(read_results(out)))
     assert 0 < done < 150
     m = json.loads(manifest_path(out).read_text())
-    assert m["state"] in ("failed", "running")  # failed when the disk had room for the manifest itself
+    # the running manifest kept room for its last word: overwritten in place when no new file fits
+    assert m["state"] == "failed" and m["counts"]["ok"] == done and "No space left on device" in m["error"]
     subprocess.run(["mount", "-o", "remount,size=16m", str(tiny_fs)], check=True)
     res = CliRunner().invoke(app, ["audit", "run", str(inp), "--kb", str(wiki), "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     rows = list(read_results(out))
     assert len(rows) == 150 and len({r["id"] for r in rows}) == 150 and all(r["attempts"] == 1 for r in rows)
-    assert json.loads(manifest_path(out).read_text())["attempts"][-1]["state"] in ("failed", "interrupted")
+    assert json.loads(manifest_path(out).read_text())["attempts"][-1]["state"] == "failed"
 
 
 # --- size caps (item 8) ---------------------------------------------------------------------------
@@ -396,3 +397,26 @@ def test_a_pipeline_lends_its_lock_to_its_job_and_nobody_else(tmp_path):
     with OutputLock(out):
         with pytest.raises(OutputLocked, match="another kbvqa run"):
             Job([Counting()], Context()).run(recs(2), out=out, progress=False)
+
+
+def test_a_full_disk_overwrites_the_running_manifest_in_place(tmp_path, monkeypatch):
+    import builtins
+
+    from kbvqa.runner.manifest import write_manifest
+
+    path = tmp_path / "o.manifest.json"
+    write_manifest(path, {"state": "running"}, reserve=4096)
+    size = path.stat().st_size
+    real_open = builtins.open
+
+    def no_new_files(file, mode="r", *a, **k):
+        if str(file).endswith(".tmp") and "w" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device", str(file))
+        return real_open(file, mode, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", no_new_files)
+    write_manifest(path, {"state": "failed", "counts": {"ok": 3}})
+    assert json.loads(path.read_text()) == {"state": "failed", "counts": {"ok": 3}} and path.stat().st_size == size
+    with pytest.raises(OSError):  # too big for the room it has: raised, the old manifest left whole
+        write_manifest(path, {"state": "failed", "error": "x" * 10_000})
+    assert json.loads(path.read_text())["state"] == "failed" and not list(tmp_path.glob("*.tmp"))

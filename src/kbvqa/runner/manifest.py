@@ -10,6 +10,7 @@ config values under key-like names are redacted and model clients contribute onl
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -199,19 +200,40 @@ def base_manifest(*, stages: Sequence[Any], roles: Mapping[str, Any], run_config
     return manifest
 
 
-def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+def write_manifest(path: Path, manifest: dict[str, Any], *, reserve: int = 0) -> None:
     """Write atomically (temp file + os.replace) so a crash never leaves half a manifest; a write that
-    fails (a full disk) removes its temporary file and raises."""
+    fails (a full disk) removes its temporary file and raises.
+
+    `reserve` bytes of trailing spaces (valid JSON whitespace) keep room in the file: when the disk
+    is full, the temporary file cannot be made, and the manifest is then overwritten in place within
+    the bytes it already has, so a run that fails on a full disk can still say `failed` with counts."""
     path = Path(path)
+    data = (json.dumps(manifest, indent=2, ensure_ascii=False, default=str) + "\n").encode("utf-8")
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2, ensure_ascii=False, default=str)
-            f.write("\n")
+        with open(tmp, "wb") as f:
+            f.write(data + b" " * reserve + (b"\n" if reserve else b""))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise
+        if not (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT) and _overwrite(path, data)):
+            raise
+
+
+def _overwrite(path: Path, data: bytes) -> bool:
+    """Rewrite `path` in place with `data`, padded with spaces to its present size, when it fits
+    (nothing new to allocate on a full disk). False when it does not fit or cannot be written."""
+    try:
+        size = path.stat().st_size
+        if len(data) + 1 > size:
+            return False
+        with open(path, "r+b") as f:
+            f.write(data + b" " * (size - len(data) - 1) + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        return False
+    return True

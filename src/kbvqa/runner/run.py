@@ -56,6 +56,8 @@ FORMATS = ("jsonl", "parquet")
 STATUSES = ("ok", "error", "invalid", "needs_model")  # needs_model: kbvqa.runner.stage.NeedsModel
 
 
+MANIFEST_RESERVE = 8192  # bytes of spaces after the running manifest (kbvqa.runner.manifest.write_manifest)
+
 #: outputs whose run was interrupted in this process (the CLI's "rerun with --resume" line names them)
 INTERRUPTED: list[Path] = []
 
@@ -380,8 +382,8 @@ class _Run:
         # interrupted (kbvqa.runner.lock.run_state)
         self.manifest["writer"] = {"pid": os.getpid(), "host": socket.gethostname()}
         self.manifest["runner"]["size_caps"] = caps.describe()
-        try:
-            mf.write_manifest(self.paths["manifest"], self.manifest)
+        try:  # room kept for the final manifest: on a disk that fills up during the run it still says so
+            mf.write_manifest(self.paths["manifest"], self.manifest, reserve=MANIFEST_RESERVE)
         except BaseException:  # a full disk, an unwritable folder: nothing ran, the lock goes
             self._abandon()
             raise
