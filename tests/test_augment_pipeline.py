@@ -196,15 +196,28 @@ def test_missing_and_corrupt_images_error_only_their_variants(run1):
     assert stats["distractor_ineligible_missing_image"] == 1
 
 
-def test_answer_leak_invalidates_positional_variants_only(run1):
-    out, _ = run1
+def test_answer_leak_invalidates_positional_variants_and_takes_inter_along(run1, bench, tmp_path):
+    """The paper excludes an item from both splits together (§5.2): the leaking intra rewrite is
+    invalid, so the anchor's inter variant is excluded too, naming why; without the pairing it stays."""
+    out, stats = run1
     leak = next(e for e in _manifest(out) if e["anchor_data_id"] == "leak")
     for col in ("method1_image_status", "blank_image_status", "double_image_status"):
         assert leak[col] == "invalid"
-    assert leak["method2_image_status"] == "saved"
+    assert leak["method2_image_status"] == "excluded"
+    assert leak["errors"]["inter"].startswith("paired: intra invalid: rewrite: answer")
     assert leak["method2_query"] == "Which bank of the river is this building on?"
     assert any("leaks" in e for e in leak["method1_query_errors"])
-    assert leak["status"] == "partial"
+    assert leak["status"] == "error"
+    # the two splits hold the same anchors
+    got = {s.id for s in read_samples(out / "samples.jsonl", "kbvqa")}
+    assert {anchor_id(i) for i in got if i.endswith("__intra")} == {anchor_id(i) for i in got if i.endswith("__inter")}
+    assert stats["variant_status"]["inter"].get("excluded", 0) >= 1
+    path, imgs, _ = bench
+    alone = tmp_path / "alone"
+    augment_file(path, imgs, alone, seed=7, height=24, workers=1, variants=("intra", "inter"), url_types=URL_TYPES,
+                 paired_exclusion=False)
+    leak = next(e for e in _manifest(alone) if e["anchor_data_id"] == "leak")
+    assert leak["method1_image_status"] == "invalid" and leak["method2_image_status"] == "saved"
 
 
 def test_pronoun_question_made_explicit(run1):
@@ -213,6 +226,15 @@ def test_pronoun_question_made_explicit(run1):
     assert e["anchor_question_explicit"] == "When was this building built?"
     assert e["method1_query"] == f"When was the building on the {e['target_side']} built?"
     assert e["method2_query_without_position"] == "When was this building built?"
+    assert e["method2_query"] == "When was it built?"  # the paper: the inter question is unchanged (§5.1)
+
+
+def test_inter_explicit_option(bench, tmp_path):
+    path, imgs, _ = bench
+    augment_file(path, imgs, tmp_path / "x", seed=7, height=24, workers=1, variants=("inter",), url_types=URL_TYPES,
+                 inter_explicit=True)
+    e = next(e for e in _manifest(tmp_path / "x") if e["anchor_data_id"] == "b4")
+    assert e["method2_query"] == "When was this building built?"
 
 
 def test_samples_carry_the_anchor_answers(run1, bench):
@@ -221,7 +243,7 @@ def test_samples_carry_the_anchor_answers(run1, bench):
     got = list(read_samples(out / "samples.jsonl", "kbvqa"))
     ids = {s.id for s in got}
     assert {"a1__anchor", "a1__intra", "a1__inter", "a1__blank", "a1__double"} <= ids
-    assert "leak__intra" not in ids and "leak__inter" in ids and "miss__intra" not in ids
+    assert "leak__intra" not in ids and "leak__inter" not in ids and "miss__intra" not in ids
     for s in got:
         assert s.answer_texts == answers[anchor_id(s.id)]
         # relative to OUT, inside it: OUT is the augmented set's image root

@@ -37,6 +37,12 @@ def augment(
     with_position: Optional[bool] = option(O, "with_position", "--with-position",
                                            help="Inter query with the spatial cue (the authors' release) instead "
                                                 "of unchanged (the paper)."),
+    inter_explicit: Optional[bool] = option(O, "inter_explicit", "--inter-explicit",
+                                            help="Inter query as the anchor question made explicit (pronouns -> "
+                                                 "'this <type>') instead of unchanged (the paper)."),
+    paired_exclusion: Optional[bool] = option(O, "paired_exclusion", "--paired-exclusion/--no-paired-exclusion",
+                                              help="An anchor whose intra or inter variant fails loses the other "
+                                                   "too (the paper: excluded from both splits)."),
     k: Optional[int] = option(O, "k", min=1, help="Distractors per composite."),
     layout: Optional[str] = option(O, "layout", help="row or grid."),
     image_format: Optional[str] = option(O, "image_format", help="jpg or png."),
@@ -44,7 +50,10 @@ def augment(
                                      "low-pass + bicubic to shrink; within 1/255 of LANCZOS); lanczos: Pillow's "
                                      "LANCZOS, as the authors."),
     min_entities: Optional[int] = option(O, "min_entities", min=2, help="Drop types with fewer distinct entities."),
-    types: Optional[str] = option(O, "types", help="Comma-separated type vocabulary (the default is InfoSeek's)."),
+    vocabulary: Optional[str] = option(O, "vocabulary", help="Type vocabulary: auto (each sample's benchmark: "
+                                       "E-VQA rows evqa, others infoseek), infoseek or evqa."),
+    types: Optional[str] = option(O, "types", help="Comma-separated type vocabulary of your own (instead of "
+                                  "--vocabulary)."),
     url_types: Optional[Path] = option(O, "url_types", exists=True, dir_okay=False,
                                        help="JSON {url: type} KB-category fallback."),
     similar: Optional[bool] = option(O, "similar", "--similar",

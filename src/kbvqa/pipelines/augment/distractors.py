@@ -25,16 +25,10 @@ import numpy as np
 from kbvqa.data.urls import canonical_url
 from kbvqa.data.matching import norm
 from kbvqa.pipelines.augment.options import AugmentOptions
+from kbvqa.stages.augment.vocabularies import all_families
 
-DEFAULT_FAMILIES: dict[str, str] = {
-    "building": "structure", "bridge": "structure", "facility": "structure", "park": "structure",
-    "plant": "flora", "fungus": "flora",
-    "bird": "fauna", "animal": "fauna", "insect": "fauna", "fish": "fauna",
-    "mountain": "landform", "lake": "landform", "island": "landform",
-    "city": "settlement", "town": "settlement", "village": "settlement",
-    "vehicle": "vehicle", "aircraft": "vehicle",
-    "food": "food", "material": "material",
-}
+#: type -> family over every type vocabulary (kbvqa.stages.augment.vocabularies)
+DEFAULT_FAMILIES: dict[str, str] = all_families()
 
 
 @dataclass(frozen=True)

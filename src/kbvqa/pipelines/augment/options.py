@@ -98,6 +98,11 @@ class AugmentOptions(JobOptions):
     layout: Literal["row", "grid"] = "row"
     #: the inter query with the spatial cue (the authors' release) instead of unchanged (the paper)
     with_position: bool = False
+    #: the inter query as the anchor question made explicit (pronouns -> "this <type>") instead of unchanged
+    inter_explicit: bool = False
+    #: an anchor whose intra or inter variant fails loses the other too (the paper compares both splits on the
+    #: same anchors, §5.2); off: each variant stands alone
+    paired_exclusion: bool = True
     #: the hardest same-type distractor by image similarity (the histogram baseline encoder) instead of at random
     similar: bool = False
     families: dict[str, str] | None = None  # type -> family; inter distractors come from another family

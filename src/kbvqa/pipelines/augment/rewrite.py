@@ -62,8 +62,8 @@ def make_explicit(question: str, etype: str, vocab: TypeVocabulary) -> tuple[str
 
 
 def with_cue(question: str, match: TypeMatch | None, etype: str, position: str) -> Rewrite:
-    """Replace the type phrase by "the <noun> <cue>"; without a phrase, append " for the <type> <cue>?"
-    (the authors' fallback)."""
+    """Replace the type phrase by "the <noun> <cue>" (the noun phrase as written: "the railway station
+    on the left"); without a phrase, append " for the <type> <cue>?" (the authors' fallback)."""
     c = cue(position)
     if match is not None:
         noun = match.noun if not match.ambiguous else etype
@@ -89,7 +89,7 @@ def validate(original: str, rewritten: str, *, etype: str, vocab: TypeVocabulary
         left = vocab.find(rewritten)
         if left is not None:
             errors.append(f"type phrase {left.phrase!r} not consumed")
-        elif not re.search(rf"\bthe [\w-]+ {re.escape(expect_cue)}", rewritten, re.IGNORECASE):
+        elif not re.search(rf"\bthe (?:[\w'-]+ ){{1,4}}{re.escape(expect_cue)}", rewritten, re.IGNORECASE):
             errors.append("the cue does not follow 'the <type>'")
     for a in answers:
         if a and contains(rewritten, a) and not contains(original, a):

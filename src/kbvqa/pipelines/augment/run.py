@@ -39,7 +39,7 @@ from kbvqa.pipelines.augment import rewrite as rw
 from kbvqa.pipelines.augment import stats as st
 from kbvqa.pipelines.augment.distractors import Candidate, Choice, Sampler, build_pools, entity_key
 from kbvqa.pipelines.augment.options import ALL_VARIANTS, AugmentOptions
-from kbvqa.pipelines.augment.types import TypeTag, TypeVocabulary, tag_samples
+from kbvqa.pipelines.augment.types import TypeTag, tag_samples
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -98,6 +98,22 @@ def _pick(sampler: Sampler, anchor: Candidate, kind: str, k: int) -> list[Choice
     return chosen
 
 
+#: the variants the paper compares on the same anchors (§5.2: excluded "from both splits")
+PAIRED = ("intra", "inter")
+
+
+def _exclude_pair(status: dict[str, str], errors: dict[str, str], variants: Sequence[str]) -> None:
+    """When one of an anchor's intra/inter variants fails, the other is `excluded` too (its reason
+    names the failed one), so the two splits hold the same anchors."""
+    pair = [v for v in PAIRED if v in variants]
+    failed = [v for v in pair if v in errors]
+    if len(pair) < 2 or not failed:
+        return
+    for v in pair:
+        if v not in errors:
+            status[v], errors[v] = "excluded", f"paired: {failed[0]} {status[failed[0]]}: {errors[failed[0]]}"
+
+
 def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir: str | Path,
                     opts: AugmentOptions | None = None, *, encoder: Any = None, client: Any = None, kb: Any = None,
                     progress: bool = False) -> dict[str, Any]:
@@ -117,7 +133,6 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
     out.mkdir(parents=True, exist_ok=True)
     variants = tuple(v for v in ALL_VARIANTS if v in cfg.variants)
     tagging = cfg.tagging
-    vocab = TypeVocabulary(tagging.types, aliases=tagging.aliases, ambiguous=tagging.ambiguous)
 
     entries: dict[int, dict[str, Any]] = {}
     seen: set[str] = set()
@@ -180,6 +195,7 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
     for n, (a, side) in enumerate(zip(anchors, sides)):
         s = samples[a.index]
         answers = s.answer_texts
+        vocab = tagging.vocabulary_for(s.dataset, s.id)  # the sample's benchmark's
         explicit, match, made = rw.prepare(s.question, a.type, vocab)
         npanel = cfg.k + 1
         at, position, cols = _positions(side, npanel, cfg)
@@ -201,7 +217,8 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
                     f"{prefix}_pair_image_id": js(_stem(samples[c.index].images[0]) for c in cs),
                     f"{prefix}_pair_image_path": js(samples[c.index].images[0] for c in cs)}
 
-        q_inter = q_pos.text if cfg.with_position else explicit
+        # the paper's inter question is the anchor's, unchanged (§5.1); the authors' release: with the cue
+        q_inter = q_pos.text if cfg.with_position else (explicit if cfg.inter_explicit else s.question)
         row: dict[str, Any] = {
             "anchor_data_id": s.id, "anchor_entity": a.title if s.entity and s.entity.title else "",
             "anchor_wikipedia_url": ent_url, "anchor_entity_type": a.type, "anchor_question": s.question,
@@ -233,13 +250,16 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
             missing = [c for c in chs if c.candidate is None]
             if v in ("intra", "blank", "double") and q_pos.errors:
                 status[v], errors[v] = "invalid", "rewrite: " + "; ".join(q_pos.errors)
-                continue
-            if v == "inter" and cfg.with_position and q_pos.errors:
+            elif v == "inter" and cfg.with_position and q_pos.errors:
                 status[v], errors[v] = "invalid", "rewrite: " + "; ".join(q_pos.errors)
-                continue
-            if missing and v != "double":
+            elif missing and v != "double":
                 status[v], errors[v] = "error", f"no distractor: {missing[0].reason}"
+        if cfg.paired_exclusion:
+            _exclude_pair(status, errors, variants)
+        for v in variants:
+            if v in errors:
                 continue
+            chs = intra if v in ("intra", "blank", "double") else inter
             pref = "intra_distractor" if chs is intra else "inter_distractor"
             names = []
             for j, c in enumerate(chs):
@@ -270,6 +290,8 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
             r["status"][v] = jr.status
             if jr.status != "saved":
                 r["errors"][v] = jr.reason
+        if cfg.paired_exclusion:
+            _exclude_pair(r["status"], r["errors"], variants)  # a composite that failed takes its pair along
         row, status, paths = r["row"], r["status"], r["paths"]
         row.update({
             "method1_composite_image_path": paths["intra"], "method2_composite_image_path": paths["inter"],
@@ -305,6 +327,8 @@ def augment_samples(samples: Sequence[Sample], images_root: str | Path, out_dir:
                               "distractor_ineligible_missing_image": len(pooled) - len(eligible),
                               "embedding_failures": len(sampler.embed_failures),
                               "samples_written": len(aug_samples),
+                              "type_vocabulary": dict(Counter(tagging.vocabulary_name(samples[i].dataset, samples[i].id)
+                                                              for i in live)),
                               "samples_by_variant": dict(Counter(x.id.rsplit("__", 1)[1] for x in aug_samples)),
                               "options": cfg.used()})
     st.write(stats, out / "stats.json")

@@ -32,7 +32,7 @@ __all__ = ["AMBIGUOUS_WORDS", "INFOSEEK_TYPES", "EntityTypeReply", "TypeMatch", 
 
 def _record(s: Sample) -> dict[str, Any]:
     ent = s.entity
-    return {"id": s.id, "question": s.question,
+    return {"id": s.id, "question": s.question, "dataset": s.dataset,
             "entity": {"url": ent.url if ent else None, "title": ent.title if ent else None}}
 
 
