@@ -15,9 +15,13 @@ Why it looks like this:
   `error`/`invalid` ones again with `attempts` incremented. At the end the journal is compacted to
   one line per id, in input order: exactly once, whichever executor ran it.
 - **Input errors are loud.** A record that is not a dict, has no string `id`, or repeats an id
-  raises `InputError` naming the position. For a sequence this is checked before anything runs;
+  raises `InputError` naming the position. For a sequence, or an input that lists its ids in
+  advance (a counted file: kbvqa.data.formats.SampleRecords), this is checked before anything runs;
   for a generator it is found as the record is pulled: no new records start, the in-flight ones
-  finish and are journaled (so a fixed input resumes), and then it raises.
+  finish and are journaled (so a fixed input resumes), and then it raises. A record over a size cap
+  (kbvqa.runner.caps) ends `error` before any stage sees it.
+- **Stopping is an interruption.** Ctrl-C and SIGTERM (kbvqa.runner.interrupt) cancel the run: the
+  finished records stay journaled and the manifest says `interrupted` with its counts.
 """
 
 from __future__ import annotations
@@ -465,13 +469,15 @@ async def run_stages(records: Iterable[dict] | AsyncIterable[dict], stages: Sequ
 
     `out` is a JSONL journal. `resume=True` skips ids already `ok` in it and re-runs the rest;
     `resume=False` renames an existing `out` to `<out>.<UTC time>.bak` (moved aside, never
-    truncated) and starts fresh. With fmt="parquet" a Parquet copy is written to `<out stem>.parquet`
-    after the journal is compacted. The manifest goes to `<out stem>.manifest.json`. `executor` is a
-    registered name (`local`, `ray`), an Executor, or None for the process default (`local` unless
-    `kbvqa --executor` or KBVQA_EXECUTOR says otherwise); `executor_options` go to its constructor.
+    truncated) and starts fresh. With fmt="parquet" a Parquet copy is written to `<out>.parquet`
+    after the journal is compacted. The manifest goes to `<out>.manifest.json` (every side file is
+    named by kbvqa.runner.lock.side_path: `p.jsonl` -> `p.manifest.json`, `p.json` ->
+    `p.json.manifest.json`). `executor` is a registered name (`local`, `ray`), an Executor, or None
+    for the process default (`local` unless `kbvqa --executor` or KBVQA_EXECUTOR says otherwise);
+    `executor_options` go to its constructor.
     `record_deadline` caps one record's time through all stages (None: the process default,
     `kbvqa --record-deadline` / KBVQA_RECORD_DEADLINE; unset means none). The run holds `<out>.lock`
-    (runner.lock) while it writes: a second run on the same `out` raises OutputLocked at once;
+    (runner.lock; removed on a clean exit) while it writes: a second run on the same `out` raises OutputLocked at once;
     `lock=False` when the caller already holds it. `caps` (kbvqa.runner.caps; None: the process
     default from KBVQA_MAX_FIELD_BYTES / KBVQA_MAX_RECORD_BYTES) ends an oversized record `error`
     before any stage runs it. Ids are checked before any record runs when they are known in
