@@ -110,7 +110,7 @@ def test_by_group_question_type_and_field(tmp_path, infoseek_refs):
     res = st.by_group(sc, "question_type", seed=0, n_resamples=500)
     g = {r["group"]: r for r in res["groups"]}
     assert g["String"]["n"] == 4 and g["String"]["correct"] == 1 and g["String"]["accuracy"] == 25.0
-    assert g["Numerical"]["accuracy"] == 100.0 and res["scorer"] == "infoseek-reward"
+    assert g["Numerical"]["accuracy"] == 100.0 and res["scorer"] == "infoseek-reward (ARA authors' scorer)"
     assert res["overall"]["estimate"] == pytest.approx(50.0)
     for r in res["groups"]:
         assert r["ci_low"] <= r["accuracy"] <= r["ci_high"]
@@ -142,7 +142,7 @@ def test_compare_splits_detects_reversal(tmp_path, infoseek_refs):
     assert (m["old"]["lost"], m["old"]["gained"], m["new"]["gained"]) == (2, 0, 2)
     assert (m["old"]["rank_a"], m["old"]["rank_b"], m["new"]["rank_a"], m["new"]["rank_b"]) == (1, 2, 2, 1)
     assert res["n_reversals"] == 1 and res["pairs"][0]["status"] == "reversed"
-    assert res["scorer"] == "infoseek-strict"
+    assert res["scorer"] == "infoseek-strict (kbvqa's reading)"
 
 
 def test_ranking_and_reversal_statuses():

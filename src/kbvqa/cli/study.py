@@ -32,7 +32,22 @@ _INPUT_ERRORS = (ValueError, FileNotFoundError)
 
 # The --scorer choices are the registry's names: typer lists them in --help and refuses anything else.
 ScorerName = Literal[tuple(SCORERS.names())]  # type: ignore[valid-type]
-_SCORER = typer.Option(..., "--scorer", help="Per-item scorer: " + "; ".join(f"{e.name}: {e.help}" for e in SCORERS))
+_SCORER = typer.Option(None, "--scorer", help="Per-item scorer (default: seed 000's metric for the references' "
+                       "benchmark: infoseek-official for InfoSeek, evqa-bem for E-VQA, which needs --bem-dir): "
+                       + "; ".join(f"{e.name}: {e.help}" for e in SCORERS))
+_BEM_DIR = typer.Option(None, "--bem-dir", exists=True, file_okay=False,
+                        help="evqa-bem: a local BEM model directory (transformers BertForSequenceClassification).")
+
+
+def _scorer_for(scorer: Optional[str], references: Path) -> str:
+    """The scorer asked for, or the paper's for these references (said on stderr, and named in every table)."""
+    if scorer is not None:
+        return scorer
+    from kbvqa.evaluate.scorers import paper_scorer
+
+    chosen = paper_scorer(references)
+    typer.echo(f"scorer: {chosen} (seed 000's metric for these references; --scorer chooses another)", err=True)
+    return chosen
 # The studies' defaults are written once, in modules that load numpy: read when the flag is left out, shown in
 # --help by the commands' `cls=_DEFAULTS`.
 _RESAMPLES_FROM = "kbvqa.evaluate.studies:DEFAULT_RESAMPLES"
@@ -94,7 +109,7 @@ def by_type(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
     by: str = typer.Option("question_type", "--by", help="Reference field, CSV column or meta key (meta.KEY)."),
-    scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
+    scorer: Optional[ScorerName] = _SCORER,  # type: ignore[valid-type]
     qtypes: Optional[Path] = _QTYPES,
     name: str = typer.Option("", "--name", help="Method name shown in tables (default: the file stem)."),
     grounded: Optional[list[str]] = _GROUNDED,
@@ -105,6 +120,7 @@ def by_type(
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
     out: Optional[Path] = _OUT,
+    bem_dir: Optional[Path] = _BEM_DIR,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
 ) -> None:
@@ -114,7 +130,8 @@ def by_type(
     try:
         sub = _subset(grounded, grounded_references or references, grounded_stage, grounded_k)
         res = by_type_study(predictions, references, scorer, by=by, qtypes=qtypes, label=name, subset=sub,
-                            n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold)
+        scorer = _scorer_for(scorer, references)
+                            n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
@@ -126,7 +143,7 @@ def compare(
     references_b: Path = typer.Option(..., "--references-b", exists=True, dir_okay=False, help="e.g. fixed."),
     method: list[str] = typer.Option(..., "--method", help="NAME=PRED.jsonl (scored on both splits) or "
                                                            "NAME=PRED_A.jsonl,PRED_B.jsonl; repeat per method."),
-    scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
+    scorer: Optional[ScorerName] = _SCORER,  # type: ignore[valid-type]
     names: str = typer.Option("A,B", "--split-names", help="Labels of the two splits, e.g. unfixed,fixed."),
     qtypes: Optional[Path] = _QTYPES,
     allow_partial: bool = typer.Option(False, "--allow-partial",
@@ -139,6 +156,7 @@ def compare(
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
     out: Optional[Path] = _OUT,
+    bem_dir: Optional[Path] = _BEM_DIR,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
 ) -> None:
@@ -149,8 +167,9 @@ def compare(
     try:
         sub = _subset(grounded, grounded_references or references_b, grounded_stage, grounded_k)
         res = compare_study(references_a, references_b, parse_method_specs(method), scorer, subset=sub,
+        scorer = _scorer_for(scorer, references_a)
                             split_names=split_names, qtypes=qtypes, allow_partial=allow_partial,  # type: ignore[arg-type]
-                            n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold)
+                            n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
@@ -161,12 +180,13 @@ def retrieval_2x2(
     with_pred: Path = typer.Option(..., "--with", exists=True, dir_okay=False, help="Run with retrieval."),
     without_pred: Path = typer.Option(..., "--without", exists=True, dir_okay=False, help="Run without retrieval."),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
-    scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
+    scorer: Optional[ScorerName] = _SCORER,  # type: ignore[valid-type]
     qtypes: Optional[Path] = _QTYPES,
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
     out: Optional[Path] = _OUT,
+    bem_dir: Optional[Path] = _BEM_DIR,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
 ) -> None:
@@ -175,7 +195,8 @@ def retrieval_2x2(
 
     try:
         res = retrieval_2x2_study(with_pred, without_pred, references, scorer, qtypes=qtypes, n_resamples=resamples,
-                                  seed=seed, semantic_threshold=semantic_threshold)
+        scorer = _scorer_for(scorer, references)
+                                  seed=seed, semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
@@ -409,7 +430,7 @@ def fix_kinds(
     audited: Optional[Path] = typer.Option(None, "--audited", exists=True, dir_okay=False,
                                            help="`kbvqa audit run` output: change kinds from its question_before / "
                                                 "answers_before (default: the diff of the two reference files)."),
-    scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
+    scorer: Optional[ScorerName] = _SCORER,  # type: ignore[valid-type]
     qtypes: Optional[Path] = _QTYPES,
     name: str = typer.Option("", "--name", help="Method name shown in tables (default: the fixed file's stem)."),
     grounded: Optional[list[str]] = _GROUNDED,
@@ -422,6 +443,7 @@ def fix_kinds(
     semantic_threshold: float = _THRESHOLD,
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
+    bem_dir: Optional[Path] = _BEM_DIR,
     as_json: bool = _JSON,
 ) -> None:
     """Accuracy before -> after the fix by what the audit changed (question only / answer only / both /
@@ -432,7 +454,8 @@ def fix_kinds(
         sub = _subset(grounded, grounded_references or references_b, grounded_stage, grounded_k)
         res = fix_kinds_study(unfixed, fixed, references_a, references_b, scorer, audited=audited, subset=sub,
                               qtypes=qtypes, label=name, examples=examples, n_resamples=resamples, seed=seed,
-                              semantic_threshold=semantic_threshold)
+        scorer = _scorer_for(scorer, references_a)
+                              semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
@@ -512,7 +535,7 @@ def variants(
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
                                     help="The augmented samples (`kbvqa augment` OUT/samples.jsonl), or the ARA "
                                          "augmented CSV as released (anchor / intra / inter per row)."),
-    scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
+    scorer: Optional[ScorerName] = _SCORER,  # type: ignore[valid-type]
     stage: str = typer.Option("post", "--stage", help="Post-retrieval recall from this stage of the predictions' "
                                                       "trails or the methods' own fields (post, initial, ..., "
                                                       "pool), or none (predictions without it are refused)."),
@@ -526,6 +549,7 @@ def variants(
     semantic_threshold: float = _THRESHOLD,
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
+    bem_dir: Optional[Path] = _BEM_DIR,
     as_json: bool = _JSON,
 ) -> None:
     """QA accuracy per augmentation variant by question type with the change against the anchor (seed
@@ -536,7 +560,8 @@ def variants(
     try:
         res = variants_study(predictions, references, scorer, stage=None if stage == "none" else stage, k=k,
                              qtypes=qtypes, label=name, by_type=by_type, n_resamples=resamples, seed=seed,
-                             semantic_threshold=semantic_threshold)
+        scorer = _scorer_for(scorer, references)
+                             semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)
@@ -550,7 +575,7 @@ def buckets(
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
     method: list[str] = typer.Option(..., "--method", help="NAME=PRED.jsonl, or NAME=PRED_A.jsonl,PRED_B.jsonl with "
                                                            "--references-b; repeat per method."),
-    scorer: ScorerName = _SCORER,  # type: ignore[valid-type]
+    scorer: Optional[ScorerName] = _SCORER,  # type: ignore[valid-type]
     references_b: Optional[Path] = typer.Option(None, "--references-b", exists=True, dir_okay=False,
                                                 help="A second split (e.g. fixed): its patterns and the items whose "
                                                      "pattern changed."),
@@ -568,6 +593,7 @@ def buckets(
     semantic_threshold: float = _THRESHOLD,
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
+    bem_dir: Optional[Path] = _BEM_DIR,
     as_json: bool = _JSON,
 ) -> None:
     """Correctness buckets: the 2^N patterns of which methods answer each item correctly, with counts and
@@ -583,7 +609,9 @@ def buckets(
         sub = _subset(grounded, grounded_references or references_b or references, grounded_stage, grounded_k)
         res = buckets_study(references, parse_method_specs(method), scorer, references_b=references_b,
                             split_names=split_names, by_variant=by_variant, subset=sub, qtypes=qtypes,  # type: ignore[arg-type]
-                            examples=examples, n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold)
+        scorer = _scorer_for(scorer, references)
+                            examples=examples, n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold,
+                            bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
     _finish(res, out, not no_report, as_json)

@@ -501,11 +501,11 @@ def fix_kinds_study(unfixed_predictions: str | Path, fixed_predictions: str | Pa
                     references_fixed: str | Path, scorer: str, *, audited: str | Path | None = None,
                     subset: Subset | None = None, qtypes: str | Path | None = None, label: str = "",
                     examples: int = 3, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                    semantic_threshold: float | None = None) -> dict[str, Any]:
+                    semantic_threshold: float | None = None, bem_dir: str | Path | None = None) -> dict[str, Any]:
     """`fix_kinds` from files: each run scored on its own split; the change kinds from the audited
     file (`audit.question_before/answers_before` vs final) when given, else from comparing the two
     reference files (what `kbvqa audit diff` reports)."""
-    sem = semantic_backend(scorer, semantic_threshold)
+    sem = semantic_backend(scorer, semantic_threshold, bem_dir=bem_dir)
     name = label or Path(fixed_predictions).stem
     a = score_items(unfixed_predictions, load_references(references_unfixed, scorer, qtypes=qtypes), scorer,
                     label=name, semantic_backend=sem)
@@ -645,13 +645,13 @@ def variant_accuracy(scores: ItemScores, grounded: Mapping[str, bool] | None = N
 def variants_study(predictions: str | Path, references: str | Path, scorer: str, *, stage: str | None = "post",
                    k: int = 1, qtypes: str | Path | None = None, label: str = "", by_type: bool | None = None,
                    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                   semantic_threshold: float | None = None) -> dict[str, Any]:
+                   semantic_threshold: float | None = None, bem_dir: str | Path | None = None) -> dict[str, Any]:
     """`variant_accuracy` from files: predictions on the augmented samples scored against them
     (every variant keeps the anchor's answers); post-retrieval recall from the same predictions'
     trails at `stage` (None: accuracy only)."""
     refs = load_references(references, scorer, qtypes=qtypes)
     sc = score_items(predictions, refs, scorer, label=label or Path(predictions).stem,
-                     semantic_backend=semantic_backend(scorer, semantic_threshold))
+                     semantic_backend=semantic_backend(scorer, semantic_threshold, bem_dir=bem_dir))
     _require_variants(sc.ids)
     flags = None
     rinfo = None
@@ -787,7 +787,7 @@ def buckets_study(references: str | Path, methods: Mapping[str, tuple[Path, Path
                   references_b: str | Path | None = None, split_names: tuple[str, str] = ("A", "B"),
                   by_variant: bool = False, subset: Subset | None = None, qtypes: str | Path | None = None,
                   examples: int = 5, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                  semantic_threshold: float | None = None) -> dict[str, Any]:
+                  semantic_threshold: float | None = None, bem_dir: str | Path | None = None) -> dict[str, Any]:
     """`correctness_buckets` from files (`methods` from `parse_method_specs`); with `references_b`
     each method's second file (or its one file) is scored on split B too. `by_variant`: the
     references are augmented samples and each method becomes one run per variant (`variant_runs`)."""
@@ -795,7 +795,7 @@ def buckets_study(references: str | Path, methods: Mapping[str, tuple[Path, Path
         raise ValueError("a method with two prediction files needs the second split's references (references_b)")
     if by_variant and references_b is not None:
         raise ValueError("by_variant buckets take one split (the augmented samples)")
-    sem = semantic_backend(scorer, semantic_threshold)
+    sem = semantic_backend(scorer, semantic_threshold, bem_dir=bem_dir)
     ra = load_references(references, scorer, qtypes=qtypes)
     runs = {n: score_items(pa, ra, scorer, label=n, semantic_backend=sem) for n, (pa, _) in methods.items()}
     if by_variant:
@@ -835,7 +835,7 @@ def demo_analyses(out: str | Path, *, augmented_predictions: str | Path | None =
     sdir = Path(studies_dir) if studies_dir is not None else out / "studies"
     samples, audited, fixed = out / "bench" / "samples.jsonl", out / "audit" / "audited.jsonl", out / "audit" / "fixed.jsonl"
     p_orig, p_fixed = out / "answers" / "predictions_original.jsonl", out / "answers" / "predictions_fixed.jsonl"
-    scorer = "infoseek-strict"
+    scorer = "infoseek-official"  # seed 000's InfoSeek metric (VQA accuracy, §6)
     boot = {"n_resamples": n_resamples, "seed": seed}
     studies: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}

@@ -160,12 +160,20 @@ def load_bem(model_dir: str | Path, *, threshold: float = 0.5, device: str | Non
 
 
 class BEMBackend:
-    """BEM as in the E-VQA scorer: BERT over ``[CLS] candidate [SEP] reference [SEP] question [SEP]``
-    (512 tokens; `&&` parts joined with ", "), equivalent when softmax(logits)[1] >= 0.5; max over the
-    `|` alternatives. Segment ids are 0, 1, 2 for the three segments when the model has three token
-    types (as tf_text.combine_segments builds them), else 0, 1, 1. Loaded with transformers from a
-    local directory only; agreement with the TF-Hub original is not verified in this build, which the
-    summary says."""
+    """BEM as E-VQA's evaluation_utils applies it (read against that code and the BEM example colab):
+
+    * input: the raw texts, lower-cased WordPiece, ``[CLS] candidate [SEP] reference [SEP] question
+      [SEP]``; segment ids 0 for CLS + candidate + SEP, 1 for the reference and its SEP, 2 for the
+      question and its SEP (tf_text.combine_segments), padding (id 0) masked out;
+    * a multi_answer reference has its ``&&`` replaced by ``,`` (only that question type, as there);
+    * decision: softmax(logits)[1] >= 0.5; E-VQA's score is exact match first (BEM is not asked about
+      an EM hit) and the max over the ``|`` alternatives — `score_evqa` does both.
+
+    kbvqa's where the reference has no rule: a model with two token types gets segment ids 0, 1, 1; an
+    input over 512 tokens is cut (question first, then reference, then candidate) where the
+    reference would fail; an empty or missing answer is wrong without asking BEM. Loaded with
+    transformers from a local directory only: the code path is tested (tests/test_bem.py, a tiny
+    random BERT), the weights' agreement with TF-Hub BEM is not verified here, which the summary says."""
 
     prompt_version = None
     max_len = 512
@@ -191,7 +199,13 @@ class BEMBackend:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "bem", "model_dir": str(self.model_dir), "threshold": self.threshold,
-                "note": "PyTorch BEM port loaded locally with transformers; not verified against TF-Hub BEM here"}
+                "note": "PyTorch BEM port loaded locally with transformers; inputs and decisions follow E-VQA's "
+                        "evaluation_utils (tested with a random model), the weights are not verified against "
+                        "TF-Hub BEM here"}
+        probe = ("Menger", "menger")
+        if self.tokenizer.tokenize(probe[0]) != self.tokenizer.tokenize(probe[1]):
+            raise RuntimeError(f"BEM backend: the tokenizer in {self.model_dir} keeps case; BEM reads lower-cased "
+                               "(uncased BERT) WordPiece, so this directory is not a BEM port")
 
     def encode(self, candidate: str, reference: str, question: str) -> tuple[list[int], list[int]]:
         """Input ids and segment ids for one triple, truncated to 512 tokens (question first)."""
@@ -229,7 +243,12 @@ class BEMBackend:
         triples, owner = [], []
         for j, (ref, cand) in enumerate(jobs):
             for alt in ref.alternatives:
-                triples.append((cand, ", ".join(p.strip() for p in alt.split("&&")), ref.question))
+    @staticmethod
+    def reference_text(ref: "EVQARef", alternative: str) -> str:
+        """The reference segment: the alternative as written; a multi_answer one with `&&` -> `,`."""
+        return alternative.replace("&&", ",") if ref.qtype == "multi_answer" else alternative
+
+                triples.append((cand, self.reference_text(ref, alt), ref.question))
                 owner.append(j)
         best = [0.0] * len(jobs)
         for j, p in zip(owner, self.probabilities(triples)):

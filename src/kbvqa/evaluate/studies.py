@@ -17,8 +17,11 @@ values (0/1 correctness; paired differences in {-1, 0, 1}) the resample counts a
 a multinomial – the same distribution as index resampling, in O(resamples) instead of
 O(resamples x n). Other values fall back to chunked index resampling.
 
-The official InfoSeek mode is not offered here: it drops references without a prediction, so two
-runs would not be scored on the same items; `infoseek-strict` applies the same per-item rules to all.
+The official InfoSeek scorer's aggregate is not used here: it drops references without a prediction,
+so two runs would not be scored on the same items; the study scorer `infoseek-official` (the default
+for InfoSeek, the paper's VQA accuracy) applies its per-item rules to every reference, and a study's
+accuracy is the mean over items (the official headline is the harmonic mean of the unseen-question
+and unseen-entity splits; it is the all-items mean where, as in ARA's CSVs, there is no split).
 `SCORERS` names the study scorers (the CLI's `--scorer` choices come from it).
 
 The `*_study` functions are what `kbvqa study ...` runs: from files to one JSON-ready result, which
@@ -502,13 +505,14 @@ def _subset_info(subset: Any, n_before: int, n_after: int) -> dict[str, Any] | N
 
 def by_type_study(predictions: str | Path, references: str | Path, scorer: str, *, by: str = "question_type",
                   qtypes: str | Path | None = None, label: str = "", n_resamples: int = DEFAULT_RESAMPLES,
-                  seed: int = 0, semantic_threshold: float | None = None, subset: Any = None) -> dict[str, Any]:
+                  seed: int = 0, semantic_threshold: float | None = None, subset: Any = None,
+                  bem_dir: str | Path | None = None) -> dict[str, Any]:
     """Accuracy per question type, or per any reference field / `meta.KEY` (`by`), with bootstrap
     CIs; `label` names the method (default: the predictions file's stem); `subset` (e.g. the
     grounded subset) restricts the items, and the result says how many were kept."""
     refs = load_references(references, scorer, qtypes=qtypes)
     sc = score_items(predictions, refs, scorer, label=label or Path(predictions).stem,
-                     semantic_backend=semantic_backend(scorer, semantic_threshold))
+                     semantic_backend=semantic_backend(scorer, semantic_threshold, bem_dir=bem_dir))
     kept = restrict(sc, subset)
     labels = None if by in ("question_type", "qtype") else group_labels(references, by)
     res = by_group(kept, by, labels, n_resamples=n_resamples, seed=seed)
@@ -541,7 +545,8 @@ def parse_method_specs(specs: Iterable[str]) -> dict[str, tuple[Path, Path]]:
 def compare_study(references_a: str | Path, references_b: str | Path, methods: Mapping[str, tuple[Path, Path]],
                   scorer: str, *, split_names: tuple[str, str] = ("A", "B"), qtypes: str | Path | None = None,
                   allow_partial: bool = False, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                  semantic_threshold: float | None = None, subset: Any = None) -> dict[str, Any]:
+                  semantic_threshold: float | None = None, subset: Any = None,
+                  bem_dir: str | Path | None = None) -> dict[str, Any]:
     """Every method scored on both splits (`methods` from `parse_method_specs`), then
     `compare_splits`; the result names the two reference files. `subset` (e.g. the grounded subset)
     restricts both splits to its ids first."""
@@ -549,7 +554,7 @@ def compare_study(references_a: str | Path, references_b: str | Path, methods: M
         raise ValueError(f"two non-empty split names are needed, got {list(split_names)}")
     ra = load_references(references_a, scorer, qtypes=qtypes)
     rb = load_references(references_b, scorer, qtypes=qtypes)
-    sem = semantic_backend(scorer, semantic_threshold)
+    sem = semantic_backend(scorer, semantic_threshold, bem_dir=bem_dir)
     runs = {n: (score_items(pa, ra, scorer, label=n, semantic_backend=sem),
                 score_items(pb, rb, scorer, label=n, semantic_backend=sem))
             for n, (pa, pb) in methods.items()}
@@ -581,7 +586,8 @@ def _run_file_kind(path: str | Path) -> str | None:
 
 def retrieval_2x2_study(with_predictions: str | Path, without_predictions: str | Path, references: str | Path,
                         scorer: str, *, qtypes: str | Path | None = None, n_resamples: int = DEFAULT_RESAMPLES,
-                        seed: int = 0, semantic_threshold: float | None = None) -> dict[str, Any]:
+                        seed: int = 0, semantic_threshold: float | None = None,
+                        bem_dir: str | Path | None = None) -> dict[str, Any]:
     """Two runs of one model (with / without retrieval) on the same references: `retrieval_2x2`. Files of
     the wrong kind are refused saying what to run: predictions under `--scorer judge-verdicts` (they need
     `kbvqa score judge` first), judge verdicts under an answer scorer."""
@@ -595,7 +601,7 @@ def retrieval_2x2_study(with_predictions: str | Path, without_predictions: str |
             raise ValueError(f"{flag} {path}: these are judge verdicts; score them with --scorer judge-verdicts, "
                              f"or pass the predictions they judged to --scorer {scorer}")
     refs = load_references(references, scorer, qtypes=qtypes)
-    sem = semantic_backend(scorer, semantic_threshold)
+    sem = semantic_backend(scorer, semantic_threshold, bem_dir=bem_dir)
     w = score_items(with_predictions, refs, scorer, label=Path(with_predictions).stem, semantic_backend=sem)
     wo = score_items(without_predictions, refs, scorer, label=Path(without_predictions).stem, semantic_backend=sem)
     return retrieval_2x2(w, wo, n_resamples=n_resamples, seed=seed)

@@ -101,8 +101,8 @@ def eval_metrics() -> dict[str, str]:
     from kbvqa.evaluate.scorers import SCORERS
 
     out = {n: METRICS.entry(n).help for n in _infoseek_modes()}
-    for e in SCORERS:  # a study scorer that reads its own kind of file (judge verdicts) has no place here
-        if e.name not in out and e.obj.read is None:
+    for e in SCORERS:  # a study scorer that reads its own kind of file (judge verdicts) has no place here,
+        if e.name not in out and e.obj.read is None and not e.obj.bem:  # nor one needing --bem-dir (eval has none)
             out[e.name] = e.help
     out[JUDGE] = METRICS.entry("simpleqa-judge").help + " (needs a judge model)"
     out[JUDGE_VERDICTS] = ("SCORERS' judge-verdicts: accuracy over the `judge` run's graded verdicts, invalid and "
