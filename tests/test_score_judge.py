@@ -86,6 +86,19 @@ def test_judge_answer_invalid_and_error():
     assert err.label is None and err.rationale.startswith("error:") and "503" in err.rationale
 
 
+def test_a_reply_the_judge_refuses_is_rejected_so_the_cache_forgets_it():
+    """A reply the client took (status ok) but that is not the contract: the judge calls reject(),
+    which is what keeps the response cache from serving it to --resume (ARCHITECTURE.md)."""
+    res = FakeResult("ok", text="I think it is right.")
+    reasons: list[str] = []
+    res.reject = lambda why: (reasons.append(why), __import__("kbvqa.runner", fromlist=["Invalid"]).Invalid(why))[1]
+    bad = run(judge_answer(FakeClient(res), "q", "a", "a"))
+    assert bad.label == "invalid" and reasons == ["reply is not the JSON {label, rationale} object"]
+    inv = FakeResult("invalid", text="???", reason="schema mismatch")  # refused by the client: never cached
+    inv.reject = lambda why: reasons.append("should not be called")
+    assert run(judge_answer(FakeClient(inv), "q", "a", "a")).label == "invalid" and len(reasons) == 1
+
+
 def test_unknown_prompt_version():
     with pytest.raises(ValueError, match="unknown judge prompt version"):
         build_judge_messages("q", "a", "b", prompt_version="nope")

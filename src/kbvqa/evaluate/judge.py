@@ -65,6 +65,7 @@ from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
 from kbvqa.models import prompts
 from kbvqa.models.replies import Reply
 from kbvqa.models.jsonx import extract_json
+from kbvqa.models.result import rejected
 from kbvqa.models.prompts.judge import PARAGRAPH, SIMPLEQA
 from kbvqa.runner import Context, Invalid, RunSummary, Stage, StageConfig, read_results
 from kbvqa.runner.job import Job
@@ -242,6 +243,8 @@ def parse_judge_result(res: Any) -> JudgeReply:
         parsed = _reply_from_data(res.data) if getattr(res, "data", None) is not None else None
         if parsed is None:
             parsed = strict_parse(getattr(res, "text", None))
+    if parsed is None and status == "ok":  # the client took it; the judge refuses it: never served again
+        raise rejected(res, "reply is not the JSON {label, rationale} object")
     if parsed is None:
         raise Invalid(getattr(res, "reason", "") or "reply is not the JSON {label, rationale} object")
     return parsed
