@@ -420,3 +420,15 @@ def test_a_full_disk_overwrites_the_running_manifest_in_place(tmp_path, monkeypa
     with pytest.raises(OSError):  # too big for the room it has: raised, the old manifest left whole
         write_manifest(path, {"state": "failed", "error": "x" * 10_000})
     assert json.loads(path.read_text())["state"] == "failed" and not list(tmp_path.glob("*.tmp"))
+
+
+def test_an_unreadable_input_is_not_called_a_write_failure(tmp_path, monkeypatch):
+    import kbvqa.runner.write_errors as we
+
+    f = tmp_path / "in.jsonl"
+    f.write_text("{}\n")
+    denied = PermissionError(errno.EACCES, "Permission denied", str(f))
+    assert write_failure(denied).startswith(f"cannot write {f}: Permission denied")  # readable: a write
+    monkeypatch.setattr(we.os, "access", lambda path, mode: False)
+    assert write_failure(denied) is None  # exists, cannot be read: the input's own error, not a write
+    assert write_failure(OSError(errno.ENOSPC, "No space left on device", str(f))).startswith("cannot write")

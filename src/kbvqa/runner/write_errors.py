@@ -10,6 +10,7 @@ and exit 1 (kbvqa.cli.common.fail), and the runner names the file when the error
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 from pathlib import Path
 
@@ -28,7 +29,7 @@ class WriteFailed(OSError):
 def as_write_failure(exc: BaseException, path: str | Path | None = None) -> OSError | None:
     """`exc` as an OSError naming the file (`path` where the error names none), when it is a write
     failure; None when it is something else."""
-    if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+    if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS and not _unreadable(exc):
         if exc.filename is None and path is not None:
             failed = WriteFailed(exc.errno, exc.strerror or str(exc), str(path))
             failed.__cause__ = exc
@@ -42,6 +43,15 @@ def as_write_failure(exc: BaseException, path: str | Path | None = None) -> OSEr
             failed.__cause__ = exc
             return failed
     return None
+
+
+def _unreadable(exc: OSError) -> bool:
+    """A permission error on a file that exists and cannot be read: a read that failed (an input the
+    user may not open), not a write; the job's own input handling reports it."""
+    if exc.errno not in (errno.EACCES, errno.EPERM) or not exc.filename:
+        return False
+    target = Path(str(exc.filename))
+    return target.exists() and not os.access(target, os.R_OK)
 
 
 def write_failure(exc: BaseException) -> str | None:
