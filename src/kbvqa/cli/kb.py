@@ -121,14 +121,30 @@ def show_cmd(
 @app.command("stats")
 def stats_cmd(
     kb: Path = typer.Argument(..., help="KB file or wiki JSON."),
+    lengths: bool = typer.Option(False, "--lengths", help="Also read every section: tokens per section and per "
+                                 "article (mean, median, p95, max; the paper's §4.1 section lengths)."),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Count with the Hugging Face tokenizer "
+                                             "saved in this folder (default: whitespace tokens)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="With --lengths: the first N articles only."),
     as_json: bool = typer.Option(False, "--json", help="As JSON."),
 ) -> None:
-    """Counts and provenance of a KB."""
+    """Counts and provenance of a KB (read from its import record); with --lengths, section and
+    article lengths in tokens, the tokenisation named."""
     with _reading(kb) as store:
         st = store.stats()
+        if lengths:
+            from kbvqa.kb.stats import length_stats
+
+            try:
+                st["lengths"] = length_stats(store, tokenizer=tokenizer, limit=limit)
+            except ValueError as e:
+                _fail(str(e))
     if as_json:
         emit_json(st)
         return
+    from kbvqa.kb.stats import length_rows
     from kbvqa.report.summaries import kb_stats_table
 
-    print_result(kb_stats_table(st, title=str(kb)))
+    rows = {k: v for k, v in st.items() if k != "lengths"}
+    rows.update(length_rows(st["lengths"]) if "lengths" in st else {})
+    print_result(kb_stats_table(rows, title=str(kb)))
