@@ -119,8 +119,8 @@ def by_type(
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
-    out: Optional[Path] = _OUT,
     bem_dir: Optional[Path] = _BEM_DIR,
+    out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
 ) -> None:
@@ -129,8 +129,8 @@ def by_type(
 
     try:
         sub = _subset(grounded, grounded_references or references, grounded_stage, grounded_k)
-        res = by_type_study(predictions, references, scorer, by=by, qtypes=qtypes, label=name, subset=sub,
         scorer = _scorer_for(scorer, references)
+        res = by_type_study(predictions, references, scorer, by=by, qtypes=qtypes, label=name, subset=sub,
                             n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
@@ -155,8 +155,8 @@ def compare(
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
-    out: Optional[Path] = _OUT,
     bem_dir: Optional[Path] = _BEM_DIR,
+    out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
 ) -> None:
@@ -166,8 +166,8 @@ def compare(
     split_names = tuple(x.strip() for x in names.split(","))
     try:
         sub = _subset(grounded, grounded_references or references_b, grounded_stage, grounded_k)
-        res = compare_study(references_a, references_b, parse_method_specs(method), scorer, subset=sub,
         scorer = _scorer_for(scorer, references_a)
+        res = compare_study(references_a, references_b, parse_method_specs(method), scorer, subset=sub,
                             split_names=split_names, qtypes=qtypes, allow_partial=allow_partial,  # type: ignore[arg-type]
                             n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
@@ -185,8 +185,8 @@ def retrieval_2x2(
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
-    out: Optional[Path] = _OUT,
     bem_dir: Optional[Path] = _BEM_DIR,
+    out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
 ) -> None:
@@ -194,8 +194,8 @@ def retrieval_2x2(
     from kbvqa.evaluate.studies import retrieval_2x2_study
 
     try:
-        res = retrieval_2x2_study(with_pred, without_pred, references, scorer, qtypes=qtypes, n_resamples=resamples,
         scorer = _scorer_for(scorer, references)
+        res = retrieval_2x2_study(with_pred, without_pred, references, scorer, qtypes=qtypes, n_resamples=resamples,
                                   seed=seed, semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
@@ -441,9 +441,9 @@ def fix_kinds(
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
+    bem_dir: Optional[Path] = _BEM_DIR,
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
-    bem_dir: Optional[Path] = _BEM_DIR,
     as_json: bool = _JSON,
 ) -> None:
     """Accuracy before -> after the fix by what the audit changed (question only / answer only / both /
@@ -452,9 +452,9 @@ def fix_kinds(
 
     try:
         sub = _subset(grounded, grounded_references or references_b, grounded_stage, grounded_k)
+        scorer = _scorer_for(scorer, references_a)
         res = fix_kinds_study(unfixed, fixed, references_a, references_b, scorer, audited=audited, subset=sub,
                               qtypes=qtypes, label=name, examples=examples, n_resamples=resamples, seed=seed,
-        scorer = _scorer_for(scorer, references_a)
                               semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
@@ -547,9 +547,9 @@ def variants(
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
+    bem_dir: Optional[Path] = _BEM_DIR,
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
-    bem_dir: Optional[Path] = _BEM_DIR,
     as_json: bool = _JSON,
 ) -> None:
     """QA accuracy per augmentation variant by question type with the change against the anchor (seed
@@ -558,9 +558,9 @@ def variants(
     from kbvqa.report.summaries import variant_tables
 
     try:
+        scorer = _scorer_for(scorer, references)
         res = variants_study(predictions, references, scorer, stage=None if stage == "none" else stage, k=k,
                              qtypes=qtypes, label=name, by_type=by_type, n_resamples=resamples, seed=seed,
-        scorer = _scorer_for(scorer, references)
                              semantic_threshold=semantic_threshold, bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:
         fail(exc)
@@ -591,9 +591,9 @@ def buckets(
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
     semantic_threshold: float = _THRESHOLD,
+    bem_dir: Optional[Path] = _BEM_DIR,
     out: Optional[Path] = _OUT,
     no_report: bool = _NO_REPORT,
-    bem_dir: Optional[Path] = _BEM_DIR,
     as_json: bool = _JSON,
 ) -> None:
     """Correctness buckets: the 2^N patterns of which methods answer each item correctly, with counts and
@@ -607,9 +607,9 @@ def buckets(
         if len(split_names) != 2 or not all(split_names):
             raise ValueError(f"--split-names needs two non-empty names, got {names!r}")
         sub = _subset(grounded, grounded_references or references_b or references, grounded_stage, grounded_k)
+        scorer = _scorer_for(scorer, references)
         res = buckets_study(references, parse_method_specs(method), scorer, references_b=references_b,
                             split_names=split_names, by_variant=by_variant, subset=sub, qtypes=qtypes,  # type: ignore[arg-type]
-        scorer = _scorer_for(scorer, references)
                             examples=examples, n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold,
                             bem_dir=bem_dir)
     except _INPUT_ERRORS as exc:

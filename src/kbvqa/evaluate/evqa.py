@@ -195,6 +195,10 @@ class BEMBackend:
         if self.model.config.num_labels != 2:
             raise RuntimeError(f"BEM backend: {self.model_dir} has {self.model.config.num_labels} labels, expected 2")
         self.n_types = int(getattr(self.model.config, "type_vocab_size", 2) or 2)
+        probe = ("Menger", "menger")
+        if self.tokenizer.tokenize(probe[0]) != self.tokenizer.tokenize(probe[1]):
+            raise RuntimeError(f"BEM backend: the tokenizer in {self.model_dir} keeps case; BEM reads lower-cased "
+                               "(uncased BERT) WordPiece, so this directory is not a BEM port")
         self.name = f"{EM_SCORER}+bem(local:{self.model_dir.name})"
 
     def describe(self) -> dict[str, Any]:
@@ -202,10 +206,6 @@ class BEMBackend:
                 "note": "PyTorch BEM port loaded locally with transformers; inputs and decisions follow E-VQA's "
                         "evaluation_utils (tested with a random model), the weights are not verified against "
                         "TF-Hub BEM here"}
-        probe = ("Menger", "menger")
-        if self.tokenizer.tokenize(probe[0]) != self.tokenizer.tokenize(probe[1]):
-            raise RuntimeError(f"BEM backend: the tokenizer in {self.model_dir} keeps case; BEM reads lower-cased "
-                               "(uncased BERT) WordPiece, so this directory is not a BEM port")
 
     def encode(self, candidate: str, reference: str, question: str) -> tuple[list[int], list[int]]:
         """Input ids and segment ids for one triple, truncated to 512 tokens (question first)."""
@@ -238,16 +238,16 @@ class BEMBackend:
             out += torch.softmax(logits.float(), dim=-1)[:, 1].tolist()
         return out
 
-    def judge_many(self, jobs: list[tuple["EVQARef", str]]) -> list[Verdict]:
-        """One batched pass over every (reference alternative, candidate) pair, in this process."""
-        triples, owner = [], []
-        for j, (ref, cand) in enumerate(jobs):
-            for alt in ref.alternatives:
     @staticmethod
     def reference_text(ref: "EVQARef", alternative: str) -> str:
         """The reference segment: the alternative as written; a multi_answer one with `&&` -> `,`."""
         return alternative.replace("&&", ",") if ref.qtype == "multi_answer" else alternative
 
+    def judge_many(self, jobs: list[tuple["EVQARef", str]]) -> list[Verdict]:
+        """One batched pass over every (reference alternative, candidate) pair, in this process."""
+        triples, owner = [], []
+        for j, (ref, cand) in enumerate(jobs):
+            for alt in ref.alternatives:
                 triples.append((cand, self.reference_text(ref, alt), ref.question))
                 owner.append(j)
         best = [0.0] * len(jobs)
