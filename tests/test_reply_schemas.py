@@ -151,8 +151,8 @@ def _expect(line, kind, stage_name, srv, key, why="unusable"):
 
 AUDIT = {  # stage key -> (audit stage, replies the other prompts get so that this one is asked, answer)
     "verify": ("verify", {}, "McLaren Group"),
-    # an answer the rules cannot find in the evidence, so the repairer is asked
-    "correct": ("derive", {"verify": {"label": "not_supported", "rationale": "not in this section"}}, "Ron Dennis"),
+    # a mismatched answer the rules cannot correct, so the repairer is asked (an unsupported one is removed)
+    "correct": ("derive", {"verify": {"label": "contradicted", "rationale": "another owner"}}, "Ron Dennis"),
     "posedness": ("posedness", {}, "McLaren Group"),
     "final": ("leakage", {}, "McLaren Group"),
 }
