@@ -122,8 +122,11 @@ def test_grounded_reads_each_methods_own_fields():
     res = an.grounded_study({"iba": HERE / "iba_sample_metadata.jsonl", "wikiprf": DETAILS, "recall": RECALL},
                             refs, **FAST)
     got = {r["run"]: (r["grounded"], r["no_stage"], r["missing"]) for r in res["runs"]}
-    # IBA's selected_url is the gold; Wiki-PRF's aggregated pool has it second (top-1 misses)
-    assert got == {"iba": (1, 0, 1), "wikiprf": (0, 0, 1), "recall": (0, 0, 1)}
+    # IBA's selected_url is the gold; Wiki-PRF's aggregated pool has it second: the pool counts whole (issue 37)
+    assert got == {"iba": (1, 0, 1), "wikiprf": (1, 0, 1), "recall": (1, 0, 1)}
+    assert {r["run"]: r["read_as_pool"] for r in res["runs"]} == {"iba": 0, "wikiprf": 1, "recall": 1}
+    top1 = an.grounded_study({"wikiprf": DETAILS}, refs, k=1, **FAST)["runs"][0]
+    assert top1["grounded"] == 0  # an explicit k cuts the pool (the old top-1 reading)
     k3 = an.grounded_study({"wikiprf": DETAILS}, refs, k=3, **FAST)["runs"][0]
     assert k3["grounded"] == 1 and k3["authors_hits"]["n"] == 1 and k3["authors_hits"]["disagree"] == 0
     initial = an.grounded_study({"iba": HERE / "iba_sample_metadata.jsonl"}, refs, stage="initial", k=2, **FAST)

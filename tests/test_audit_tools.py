@@ -35,7 +35,9 @@ def test_diff_counts_normalised_changes_by_type_and_tag(tmp_path):
     b = write(tmp_path / "b.jsonl", b_rows)
     d = diff_versions(a, b, examples=2)
     assert d["joined"] == 4 and (d["neither"], d["question_only"], d["answer_only"], d["both"]) == (1, 1, 1, 1)
-    assert d["by_question_type"]["Numerical"]["both"] == 1 and d["by_question_type"]["String"]["n"] == 3
+    # one definition with `study modification-rates`: "9" (only in A) is dropped, the shares are of the kept rows
+    assert d["by_question_type"]["Numerical"]["both"] == 1 and d["by_question_type"]["String"]["n"] == 4
+    assert (d["n"], d["dropped"], d["kept"], d["pct"]["neither"]) == (5, 1, 4, 25.0)
     assert d["by_tag"]["answer_mismatch"]["n"] == 2 and d["by_tag"]["answer_mismatch"]["answer_changed"] == 2
     assert d["by_tag"]["(none)"]["neither"] == 1
     assert d["only_in_a"] == {"count": 1, "ids": ["9"]} and d["only_in_b"]["ids"] == ["7"]

@@ -121,6 +121,56 @@ def diff_cmd(
         print_result(audit_diff_table(d))
 
 
+@app.command("split")
+def split_cmd(
+    audited: Path = typer.Argument(..., exists=True, dir_okay=False, help="Audited JSONL (`kbvqa audit run`)."),
+    fixed: Optional[Path] = typer.Option(None, "--fixed", dir_okay=False,
+                                         help="The fixed split: retained rows (keep, repair) with their repairs."),
+    unfixed: Optional[Path] = typer.Option(None, "--unfixed", dir_okay=False,
+                                           help="The unfixed split: the same ids with their content before the audit."),
+    fmt: Optional[str] = typer.Option(None, "--to", help="Output format (default: the input's: infoseek, evqa, ara, "
+                                                         "notevqa or kbvqa)."),
+    summary: Optional[Path] = typer.Option(None, "--summary", dir_okay=False,
+                                           help="Counts as JSON (default: FIXED stem + .split.json beside it)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the counts as JSON."),
+) -> None:
+    """The fixed and unfixed splits of an audited file, aligned on the same ids (seed 000 §6).
+
+    Dropped rows and rows the audit did not finish are in neither file; kept / repaired / dropped and
+    why are printed and written beside. InfoSeek splits come with their `<stem>_qtype.jsonl`."""
+    from kbvqa.pipelines.audit_split import write_split
+
+    try:
+        res = write_split(audited, fixed, unfixed, fmt=fmt, summary=summary)
+    except _input_errors() as exc:
+        fail(exc)
+    if as_json:
+        emit_json(res)
+    else:
+        def why(c: dict) -> str:
+            return ", ".join(f"{k} {v}" for k, v in c.items()) or "-"
+
+        typer.echo(f"{res['records']} audited rows: kept {res['kept']}, repaired {res['repaired']} "
+                   f"({why(res['repair_reasons'])}), dropped {res['dropped']} ({why(res['drop_reasons'])}"
+                   + (f"; flags {why(res['drop_flags'])}" if res["drop_flags"] else "") + f"), "
+                   f"not finished {res['not_finished']}" + (f" ({why(res['not_finished_reasons'])})"
+                                                             if res["not_finished"] else ""))
+        typer.echo("changed: " + why(res["changes"]))
+        for side in ("fixed", "unfixed"):
+            if side in res:
+                w = res[side]
+                typer.echo(f"wrote {side} {w['path']} ({w['rows']} rows, {res['format']})"
+                           + (f" + {w['qtypes']}" if w.get("qtypes") else "")
+                           + (f"; {w['qtypes_note']}" if w.get("qtypes_note") else ""))
+        if res.get("format_note"):
+            typer.echo(res["format_note"], err=True)
+        if res.get("summary_path"):
+            typer.echo(f"counts: {res['summary_path']}")
+    if res["not_finished"]:
+        typer.echo(f"{res['not_finished']} row(s) the audit did not finish are in neither split: "
+                   "`kbvqa audit run ... --resume` re-runs them", err=True)
+
+
 @app.command("subset")
 def subset_cmd(
     input: Path = typer.Argument(..., exists=True, dir_okay=False),

@@ -132,6 +132,20 @@ STRUCTURED_OUTPUT = typer.Option(None, "--structured-output",
 MAX_RETRIES = typer.Option(None, "--max-retries", min=0, help="Retries of a model request (429/5xx/timeouts).")
 
 
+def include_dropped_option(
+    ctx: typer.Context,
+    include_dropped: bool = typer.Option(False, "--include-dropped",
+                                         help="Read an audited file's dropped rows as references (refused by "
+                                              "default: score the fixed split, `kbvqa audit split`)."),
+) -> None:
+    """Group callback of `kbvqa score` / `kbvqa study`: `kbvqa score --include-dropped infoseek ...` lets the
+    reference loaders accept `drop` rows for this command only (kbvqa.evaluate.io.including_dropped)."""
+    if include_dropped:
+        from kbvqa.evaluate.io import including_dropped
+
+        ctx.with_resource(including_dropped())
+
+
 def job_errors() -> tuple[type[BaseException], ...]:
     """What a retrieval or answer job reports as one `error:` line (bad input, files, config, options)."""
     from kbvqa.data.errors import DataError

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Optional
 import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json,
-                              end_journal_job, fail, print_result)
+                              end_journal_job, fail, include_dropped_option, print_result)
 from kbvqa.cli.options import with_defaults
 from kbvqa.evaluate import METRICS, infoseek_modes
 from kbvqa.evaluate.methods import DATASETS, DUPLICATE_POLICIES, METHODS, RULES
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from kbvqa.pipelines.score import ScoreReport
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Score predictions: InfoSeek, E-VQA, short-answer judge, retrieval.")
+app.callback()(include_dropped_option)  # --include-dropped: audited references with drop rows
 
 # Literal types built from the registries: typer lists them in --help and refuses anything else.
 InfoSeekMode = Literal[tuple(infoseek_modes())]  # type: ignore[valid-type]

@@ -18,13 +18,14 @@ from typing import Any, Literal, Optional
 import typer
 
 from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, journal_reasons, print_result)
+                              fail, include_dropped_option, journal_reasons, print_result)
 from kbvqa.cli.options import default_from, with_defaults
 from kbvqa.evaluate.scorers import SCORERS
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="Studies: accuracy by group with bootstrap CIs, split comparisons and ranking "
                        "reversals, with/without-retrieval 2x2.")
+app.callback()(include_dropped_option)  # --include-dropped: audited references with drop rows
 
 #: What a study's inputs can get wrong: a bad file (ScoreInputError is a ValueError), a bad flag value.
 _INPUT_ERRORS = (ValueError, FileNotFoundError)
@@ -89,13 +90,13 @@ _GROUNDED = typer.Option(None, "--grounded", help="Restrict to the grounded subs
 _GROUNDED_STAGE = typer.Option("post", "--grounded-stage", help="Final evidence: post (reranked), initial, any stage "
                                                                 "of the retrieval trail, or pool (the evidence_used "
                                                                 "sections the answer read).")
-_GROUNDED_K = typer.Option(1, "--grounded-k", min=1, help="Top-k of a retrieval stage that counts (not for pool).")
+_GROUNDED_K = typer.Option(None, "--grounded-k", min=1, help="Top-k of a retrieval stage that counts (default: 1, or the whole stage when it is an aggregated pool, as Wiki-PRF post stage; not for pool).")
 _GROUNDED_REFS = typer.Option(None, "--grounded-references", exists=True, dir_okay=False,
                               help="Gold entities for --grounded (default: the study's (fixed) references).")
 _EXAMPLES = typer.Option(5, "--examples", min=0, help="Example ids per row.")
 
 
-def _subset(files: Optional[list[str]], references: Path, stage: str, k: int) -> Any:
+def _subset(files: Optional[list[str]], references: Path, stage: str, k: Optional[int]) -> Any:
     """The grounded subset --grounded asks for (None without it)."""
     if not files:
         return None
@@ -114,7 +115,7 @@ def by_type(
     name: str = typer.Option("", "--name", help="Method name shown in tables (default: the file stem)."),
     grounded: Optional[list[str]] = _GROUNDED,
     grounded_stage: str = _GROUNDED_STAGE,
-    grounded_k: int = _GROUNDED_K,
+    grounded_k: Optional[int] = _GROUNDED_K,
     grounded_references: Optional[Path] = _GROUNDED_REFS,
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
@@ -150,7 +151,7 @@ def compare(
                                        help="Pair on the common ids when the splits differ (counts reported)."),
     grounded: Optional[list[str]] = _GROUNDED,
     grounded_stage: str = _GROUNDED_STAGE,
-    grounded_k: int = _GROUNDED_K,
+    grounded_k: Optional[int] = _GROUNDED_K,
     grounded_references: Optional[Path] = _GROUNDED_REFS,
     resamples: int = _RESAMPLES,
     seed: int = _SEED,
@@ -213,7 +214,8 @@ def augmentation_recall(
                                                                          "__blank/__double (one or more files)."),
     references: Optional[Path] = typer.Option(None, "--references", help="Gold urls: kbvqa JSONL or CSV with "
                                                                           "wikipedia_url (default: --samples)."),
-    ks: str = typer.Option("1,5,10,20", "--ks", help="Comma-separated K values."),
+    ks: str = typer.Option("1,3,5,10,20", "--ks", help="Comma-separated K values (Table 2's; an item without a "
+                                                       "record is a miss)."),
     stage: str = typer.Option("initial", "--stage", help="Which retrieval stage to tabulate."),
     out: Optional[Path] = typer.Option(None, "--out", dir_okay=False,
                                        help="Also write the study JSON here, e.g. study/augmentation-recall.study.json "
@@ -435,7 +437,7 @@ def fix_kinds(
     name: str = typer.Option("", "--name", help="Method name shown in tables (default: the fixed file's stem)."),
     grounded: Optional[list[str]] = _GROUNDED,
     grounded_stage: str = _GROUNDED_STAGE,
-    grounded_k: int = _GROUNDED_K,
+    grounded_k: Optional[int] = _GROUNDED_K,
     grounded_references: Optional[Path] = _GROUNDED_REFS,
     examples: int = typer.Option(3, "--examples", min=0, help="Example ids gained / lost per fix kind."),
     resamples: int = _RESAMPLES,
@@ -474,7 +476,7 @@ def grounded_cmd(
                                                       "reranked_entries, IBA selected_url, Wiki-PRF aggregated "
                                                       "pool), initial, any other stage, or pool (evidence_used); a "
                                                       "run without it is refused, naming the fields looked for."),
-    k: int = typer.Option(1, "--k", min=1, help="Top-k of a retrieval stage that counts (not for pool)."),
+    k: Optional[int] = typer.Option(None, "--k", min=1, help="Top-k of a retrieval stage that counts (default: 1, or the whole stage when it is an aggregated pool, as Wiki-PRF post stage; not for pool)."),
     ids_out: Optional[Path] = typer.Option(None, "--ids-out", dir_okay=False,
                                            help="Write the ids grounded in every run here, one per line."),
     resamples: int = _RESAMPLES,
@@ -539,7 +541,7 @@ def variants(
     stage: str = typer.Option("post", "--stage", help="Post-retrieval recall from this stage of the predictions' "
                                                       "trails or the methods' own fields (post, initial, ..., "
                                                       "pool), or none (predictions without it are refused)."),
-    k: int = typer.Option(1, "--k", min=1, help="Top-k of the stage that counts (not for pool)."),
+    k: Optional[int] = typer.Option(None, "--k", min=1, help="Top-k of a retrieval stage that counts (default: 1, or the whole stage when it is an aggregated pool, as Wiki-PRF post stage; not for pool)."),
     by_type: Optional[bool] = typer.Option(None, "--by-type/--no-by-type",
                                            help="Columns per question type (default: for InfoSeek's types)."),
     qtypes: Optional[Path] = _QTYPES,
@@ -585,7 +587,7 @@ def buckets(
     qtypes: Optional[Path] = _QTYPES,
     grounded: Optional[list[str]] = _GROUNDED,
     grounded_stage: str = _GROUNDED_STAGE,
-    grounded_k: int = _GROUNDED_K,
+    grounded_k: Optional[int] = _GROUNDED_K,
     grounded_references: Optional[Path] = _GROUNDED_REFS,
     examples: int = _EXAMPLES,
     resamples: int = _RESAMPLES,

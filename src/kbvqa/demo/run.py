@@ -37,7 +37,7 @@ from kbvqa.report.html import Figure, Interleaved, Table, write_page
 from kbvqa.report.results import build_report, collect_inputs
 from kbvqa.report.summaries import recall_by_variant_table, study_tables
 from kbvqa.report.tables import percent
-from kbvqa.runner import RUNNER_FIELDS, read_results
+from kbvqa.runner import read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.manifest import git_info
 from kbvqa.runner.stage import Context
@@ -116,10 +116,11 @@ def _roles(llm: str | None, model: str | None, api_key_env: str | None, concurre
 
 
 def _write_fixed(audited: Path, fixed: Path) -> int:
-    """The repaired benchmark: audited samples whose action is not drop, audit info moved to meta."""
-    kept = (rec for rec in read_results(audited)
-            if rec.get("status") == "ok" and (rec.get("audit") or {}).get("action") != "drop")
-    return write_jsonl(fixed, ({k: v for k, v in rec.items() if k not in ("audit", *RUNNER_FIELDS)} for rec in kept))
+    """The repaired benchmark and its unfixed twin (the same ids before the audit), as `kbvqa audit split`
+    writes them: fixed.jsonl, unfixed.jsonl and the counts in fixed.split.json."""
+    from kbvqa.pipelines.audit_split import write_split
+
+    return write_split(audited, fixed, fixed.with_name("unfixed.jsonl"))["fixed"]["rows"]
 
 
 def _score(predictions: Path, references: Path) -> dict[str, Any]:

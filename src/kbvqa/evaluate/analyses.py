@@ -50,7 +50,8 @@ __all__ = [
     "CHANGE_KINDS", "norm_text", "answer_alternatives", "answer_set", "change_kind", "load_records", "question_type_of", "ItemChange",
     "VersionChanges", "version_changes", "Subset", "prediction_stages", "final_evidence", "grounded_flags",
     "grounded_subset",
-    "grounded_study", "restrict", "paired_accuracy", "fix_kinds", "fix_kinds_study", "modification_rates",
+    "grounded_study", "restrict", "paired_accuracy", "fix_kinds", "fix_kinds_study", "MODIFICATION_RULE",
+    "MODIFICATION_DENOMINATORS", "modification_counts", "modification_rates",
     "modification_rates_study", "variant_accuracy", "variant_runs", "variants_study", "correctness_buckets", "buckets_study",
     "demo_analyses",
 ]
@@ -275,12 +276,23 @@ def prediction_stages(prediction: Mapping[str, Any]) -> dict[str, dict[str, Any]
     return out
 
 
-def final_evidence(prediction: Mapping[str, Any], stage: str = "post", k: int = 1) -> list[str] | None:
+def _depth(rec: Mapping[str, Any], k: int | None) -> int:
+    """How much of a stage counts: `k` when given; by default (None) the whole stage when it is an
+    aggregated pool (Wiki-PRF's post stage: the answer read all of it, seed 000 §6), else its top 1."""
+    from kbvqa.evaluate.methods import is_pool
+
+    if k is not None:
+        return k
+    return len(rec["retrieved"]) if is_pool(rec) else 1
+
+
+def final_evidence(prediction: Mapping[str, Any], stage: str = "post", k: int | None = None) -> list[str] | None:
     """Canonical urls of a prediction's final evidence: the top-`k` of retrieval stage `stage`
     (`post` = the evidence the answer read: kbvqa's rerank, EchoSight's reranked_entries, IBA's
     selected_url, Wiki-PRF's aggregated pool; `initial`; or any stage `prediction_stages` finds), or
-    with stage `pool` every url of the `evidence_used` sections the answer was conditioned on. None
-    when the prediction has no such stage (or its evidence names no url): that is unknown, not "not
+    with stage `pool` every url of the `evidence_used` sections the answer was conditioned on. `k`
+    None: the top 1, or the whole stage when it is an aggregated pool (`_depth`). None when the
+    prediction has no such stage (or its evidence names no url): that is unknown, not "not
     grounded"."""
     if stage == "pool":
         ev = prediction.get("evidence_used")
@@ -289,14 +301,15 @@ def final_evidence(prediction: Mapping[str, Any], stage: str = "post", k: int = 
         urls = [e["url"] for e in ev if isinstance(e, dict) and isinstance(e.get("url"), str) and e["url"]]
         return None if ev and not urls else [canonical_url(u) for u in urls]
     rec = prediction_stages(prediction).get(stage)
-    return None if rec is None else [canonical_url(u) for u in rec["retrieved"][:k]]
+    return None if rec is None else [canonical_url(u) for u in rec["retrieved"][:_depth(rec, k)]]
 
 
-def _authors_hit(prediction: Mapping[str, Any], stage: str, k: int) -> bool | None:
-    """The method's own top-k hit flag for the stage (Wiki-PRF `hits.<stage>.top<k>`), if it wrote one."""
+def _authors_hit(prediction: Mapping[str, Any], stage: str, k: int | None) -> bool | None:
+    """The method's own top-k hit flag for the stage (Wiki-PRF `hits.<stage>.top<k>`, k as `_depth`
+    reads it), if it wrote one."""
     rec = prediction_stages(prediction).get(stage) or {}
     hits = rec.get("hits")
-    return hits.get(f"top{k}") if isinstance(hits, dict) else None
+    return hits.get(f"top{_depth(rec, k)}") if isinstance(hits, dict) else None
 
 
 def _stage_sources(stage: str) -> str:
@@ -327,7 +340,7 @@ def _read_predictions(path: str | Path) -> tuple[dict[str, dict[str, Any]], int]
 
 
 def grounded_flags(predictions: Mapping[str, Mapping[str, Any]], gold: Mapping[str, Any], *, stage: str = "post",
-                   k: int = 1, source: str = "predictions") -> tuple[dict[str, bool], dict[str, Any]]:
+                   k: int | None = None, source: str = "predictions") -> tuple[dict[str, bool], dict[str, Any]]:
     """Per reference id (`gold`: id -> RetrievalRef or gold url list): is the item's final evidence
     the gold entity? A reference without a prediction, a failed prediction (status error/invalid)
     and a prediction without the stage count as not grounded, each counted. A run with no
@@ -355,6 +368,10 @@ def grounded_flags(predictions: Mapping[str, Mapping[str, Any]], gold: Mapping[s
             flags[rid] = False
             continue
         flags[rid] = bool(gold_urls.intersection(ev))
+        if stage != "pool" and k is None:
+            from kbvqa.evaluate.methods import is_pool
+
+            counts["read_as_pool"] += is_pool(prediction_stages(pred)[stage])
         hit = _authors_hit(pred, stage, k) if stage != "pool" else None
         if hit is not None:
             counts["authors_hits"] += 1
@@ -370,10 +387,11 @@ def grounded_flags(predictions: Mapping[str, Mapping[str, Any]], gold: Mapping[s
                          f"{_stage_sources(stage)} (stages there: {found}); choose a stage it has, or convert "
                          "the method's file that holds it")
     info = {"n": len(gold), "grounded": sum(flags.values()), "missing": counts["missing"], "failed": counts["failed"],
-            "no_stage": counts["no_stage"], "unknown_ids": n_unknown}
+            "no_stage": counts["no_stage"], "unknown_ids": n_unknown, "read_as_pool": counts["read_as_pool"]}
     if counts["authors_hits"]:
         info["authors_hits"] = {"n": counts["authors_hits"], "disagree": counts["authors_hits_disagree"],
-                                "rule": f"the method's own hits.<stage>.top{k} flag against its own gold url"}
+                                "rule": f"the method's own hits.<stage>.top{'K' if k is None else k} flag (K as "
+                                        "counted here) against its own gold url"}
     return flags, info
 
 
@@ -401,7 +419,7 @@ def _named(files: Sequence[str | Path] | Mapping[str, str | Path]) -> dict[str, 
 
 
 def _grounded_runs(predictions: Sequence[str | Path] | Mapping[str, str | Path], references: str | Path, stage: str,
-                   k: int) -> tuple[dict[str, Any], dict[str, tuple[dict[str, bool], dict[str, Any]]]]:
+                   k: int | None) -> tuple[dict[str, Any], dict[str, tuple[dict[str, bool], dict[str, Any]]]]:
     from kbvqa.evaluate.retrieval import load_retrieval_references
 
     gold = load_retrieval_references(references)
@@ -413,13 +431,17 @@ def _grounded_runs(predictions: Sequence[str | Path] | Mapping[str, str | Path],
     return gold, runs
 
 
-def _rule(stage: str, k: int) -> str:
-    return "gold entity among the evidence_used urls (pool)" if stage == "pool" else \
-        f"gold entity in the top-{k} of retrieval stage {stage!r}"
+def _rule(stage: str, k: int | None) -> str:
+    if stage == "pool":
+        return "gold entity among the evidence_used urls (pool)"
+    if k is None:
+        return (f"gold entity in the top-1 of retrieval stage {stage!r}, or anywhere in it when the stage is an "
+                "aggregated evidence pool (Wiki-PRF: k = the pool's size)")
+    return f"gold entity in the top-{k} of retrieval stage {stage!r}"
 
 
 def grounded_subset(predictions: Sequence[str | Path] | Mapping[str, str | Path], references: str | Path, *,
-                    stage: str = "post", k: int = 1) -> Subset:
+                    stage: str = "post", k: int | None = None) -> Subset:
     """Reference ids grounded in *every* prediction file (one file: that method's grounded subset;
     the unfixed and the fixed run: seed 000's shared grounded subset). Gold entities come from
     `references` (kbvqa JSONL entity urls, or a CSV with wikipedia_url); files are paths or
@@ -434,7 +456,7 @@ def grounded_subset(predictions: Sequence[str | Path] | Mapping[str, str | Path]
 
 
 def grounded_study(predictions: Sequence[str | Path] | Mapping[str, str | Path], references: str | Path, *,
-                   stage: str = "post", k: int = 1, n_resamples: int = DEFAULT_RESAMPLES,
+                   stage: str = "post", k: int | None = None, n_resamples: int = DEFAULT_RESAMPLES,
                    seed: int = 0) -> dict[str, Any]:
     """Post-retrieval recall per run (seed 000 Table 3's unfixed / fixed columns): the share of
     reference items whose final evidence is the gold entity, with CIs, and the size of the subset
@@ -524,30 +546,64 @@ def fix_kinds_study(unfixed_predictions: str | Path, fixed_predictions: str | Pa
 # 3. modification rates (Table 6 shape)
 
 
+#: The one modification-rate definition (`kbvqa audit diff` and `kbvqa study modification-rates`).
+MODIFICATION_RULE = ("ARA change rule (case/punctuation/space-normalised; answers as sets of | alternatives)")
+MODIFICATION_DENOMINATORS = ("dropped % of the items of A (B lacks them or its audit dropped them); question / "
+                             "answer modified and the change kinds % of the kept items (in B, not dropped, status "
+                             "ok); tags % of the items of A")
+
+
+def _modification_flags(members: Sequence[ItemChange]) -> dict[str, np.ndarray]:
+    """Per item of A: dropped, not finished; per kept item: question modified, answer modified."""
+    dropped = np.array([it.dropped for it in members], dtype=bool)
+    failed = np.array([not it.dropped and it.status != "ok" for it in members], dtype=bool)
+    kept = [it for it, d, f in zip(members, dropped, failed) if not d and not f]
+    return {"dropped": dropped, "not_finished": failed,
+            "question": np.array([it.kind in ("question_only", "both") for it in kept], dtype=bool),
+            "answer": np.array([it.kind in ("answer_only", "both") for it in kept], dtype=bool),
+            "kinds": np.array([it.kind for it in kept], dtype=object)}
+
+
+def modification_counts(members: Sequence[ItemChange]) -> dict[str, Any]:
+    """Seed 000 Table 6's counts for a group of items of A, by MODIFICATION_DENOMINATORS: n, dropped,
+    not_finished, kept, questions / answers modified, the change kinds of the kept items, and their
+    shares in percent (2 decimals; 0.0 for an empty denominator). `audit diff` prints these; the study
+    adds bootstrap intervals around the same shares."""
+    f = _modification_flags(members)
+    n, kept = len(members), len(f["question"])
+    kinds = Counter(f["kinds"].tolist())
+
+    def pct(x: int, d: int) -> float:
+        return round(100.0 * x / d, 2) if d else 0.0
+
+    q, a = int(f["question"].sum()), int(f["answer"].sum())
+    return {"n": n, "dropped": int(f["dropped"].sum()), "dropped_share": pct(int(f["dropped"].sum()), n),
+            "not_finished": int(f["not_finished"].sum()), "kept": kept,
+            "question_modified": q, "question_share": pct(q, kept), "answer_modified": a, "answer_share": pct(a, kept),
+            **{k: kinds.get(k, 0) for k in CHANGE_KINDS}, "pct": {k: pct(kinds.get(k, 0), kept) for k in CHANGE_KINDS}}
+
+
 def modification_rates(changes: VersionChanges, *, n_resamples: int = DEFAULT_RESAMPLES,
                        seed: int = 0) -> dict[str, Any]:
-    """Per dataset and per dataset x question type: of the items of A, the share dropped (B lacks
-    them or its audit dropped them), the items not finished (B's status error/invalid), and of the
-    kept ones the share whose question / answer was modified; tags per group (% of its items)."""
+    """Per dataset and per dataset x question type, `modification_counts` with a bootstrap interval
+    around each share (dropped of the items of A; question / answer modified of the kept ones); the
+    items not finished (B's status error/invalid) counted apart; tags per group (% of its items)."""
     everything = [*changes.items, *changes.only_in_a]
     datasets = sorted({it.dataset for it in everything})
 
     def row(ds: str, qt: str, members: list[ItemChange]) -> dict[str, Any]:
-        dropped = np.array([it.dropped for it in members], dtype=bool)
-        failed = np.array([not it.dropped and it.status != "ok" for it in members], dtype=bool)
-        kept = [it for it, d, f in zip(members, dropped, failed) if not d and not f]
-        q = np.array([it.kind in ("question_only", "both") for it in kept], dtype=bool)
-        a = np.array([it.kind in ("answer_only", "both") for it in kept], dtype=bool)
-        kinds = Counter(it.kind for it in kept)
+        c = modification_counts(members)
+        f = _modification_flags(members)
         tags = Counter(t for it in members for t in (it.tags or ()))
         name = f"{ds}/{qt}"
-        return {"dataset": ds, "question_type": qt, "n": len(members), "dropped": int(dropped.sum()),
-                "dropped_pct": _ci(dropped, name + "/dropped", n_resamples, seed), "not_finished": int(failed.sum()),
-                "kept": len(kept), "question_modified": int(q.sum()),
-                "question_pct": _ci(q, name + "/question", n_resamples, seed), "answer_modified": int(a.sum()),
-                "answer_pct": _ci(a, name + "/answer", n_resamples, seed),
-                **{k: kinds.get(k, 0) for k in CHANGE_KINDS},
-                "tags": {t: {"n": c, "pct": round(100.0 * c / len(members), 2)} for t, c in tags.most_common()},
+        return {"dataset": ds, "question_type": qt, "n": c["n"], "dropped": c["dropped"],
+                "dropped_pct": _ci(f["dropped"], name + "/dropped", n_resamples, seed),
+                "not_finished": c["not_finished"], "kept": c["kept"], "question_modified": c["question_modified"],
+                "question_pct": _ci(f["question"], name + "/question", n_resamples, seed),
+                "answer_modified": c["answer_modified"],
+                "answer_pct": _ci(f["answer"], name + "/answer", n_resamples, seed),
+                **{k: c[k] for k in CHANGE_KINDS},
+                "tags": {t: {"n": k, "pct": round(100.0 * k / len(members), 2)} for t, k in tags.most_common()},
                 "with_audit": sum(it.tags is not None for it in members)}
 
     rows = []
@@ -558,13 +614,10 @@ def modification_rates(changes: VersionChanges, *, n_resamples: int = DEFAULT_RE
         rows.append(row(ds, "all", members))
         for qt in _types_in_order(it.question_type for it in members):
             rows.append(row(ds, qt, [it for it in members if it.question_type == qt]))
-    return {"kind": "modification-rates", "scorer": "ARA change rule (case/punctuation/space-normalised; answers "
-                                                    "as sets of | alternatives)",
+    return {"kind": "modification-rates", "scorer": MODIFICATION_RULE,
             "a": changes.a, "b": changes.b, "rows": rows, "n_a": len(everything), "n_joined": len(changes.items),
             "only_in_b": {"count": len(changes.only_in_b), "ids": changes.only_in_b[:5]},
-            "denominators": "dropped % of the items of A; question / answer modified % of the kept items "
-                            "(joined, not dropped, status ok); tags % of the items of A",
-            "bootstrap": _boot_meta(n_resamples, seed)}
+            "denominators": MODIFICATION_DENOMINATORS, "bootstrap": _boot_meta(n_resamples, seed)}
 
 
 def modification_rates_study(a: str | Path, b: str | Path | None = None, *, fmt_a: str | None = None,
@@ -643,7 +696,7 @@ def variant_accuracy(scores: ItemScores, grounded: Mapping[str, bool] | None = N
 
 
 def variants_study(predictions: str | Path, references: str | Path, scorer: str, *, stage: str | None = "post",
-                   k: int = 1, qtypes: str | Path | None = None, label: str = "", by_type: bool | None = None,
+                   k: int | None = None, qtypes: str | Path | None = None, label: str = "", by_type: bool | None = None,
                    n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                    semantic_threshold: float | None = None, bem_dir: str | Path | None = None) -> dict[str, Any]:
     """`variant_accuracy` from files: predictions on the augmented samples scored against them

@@ -124,13 +124,18 @@ def load_evqa_references(path: str | Path) -> dict[str, EVQARef]:
                             row["answer"].split("|"), path, ln)
             add_reference(refs, ref, path)
     else:
+        from kbvqa.evaluate.io import DroppedRows
+
+        dropped = DroppedRows(path)  # an audited file's drop rows are refused (io.including_dropped allows them)
         for ln, obj in read_jsonl(path):
             did = obj.get("id", obj.get("data_id"))
             if not isinstance(did, str) or not did:
                 raise ScoreInputError(path, ln, "id", f"must be a non-empty string, got {did!r}")
+            dropped.see(obj, ln)
             alts = kbvqa_alternatives(obj.get("answers"), path, ln)
             ref = _make_ref(did, obj.get("question") or "", str(obj.get("question_type") or ""), alts, path, ln)
             add_reference(refs, ref, path)
+        dropped.check()
     return refs
 
 

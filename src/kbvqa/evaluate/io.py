@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import csv
 import sys
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,6 +25,7 @@ from kbvqa.evaluate.numeric import parse_numeric
 __all__ = [
     "ScoreInputError", "PredictionRecord", "InfoSeekRef", "read_jsonl", "read_csv",
     "GRADED_TEXTS", "load_predictions", "load_infoseek_references", "load_qtypes", "ref_norm_aliases",
+    "DroppedRows", "including_dropped",
 ]
 
 _QTYPES = {"string": "String", "numerical": "Numerical", "time": "Time"}
@@ -199,6 +202,52 @@ _MISSING = object()
 
 
 # --------------------------------------------------------------------------------------------------
+# audited references: the rows the audit dropped are not references
+
+#: Whether reference loaders accept an audited file's dropped rows (`including_dropped`, the
+#: --include-dropped of `kbvqa score` / `kbvqa study`); a loader's own `include_dropped=` wins.
+_INCLUDE_DROPPED: ContextVar[bool] = ContextVar("kbvqa_include_dropped", default=False)
+
+
+@contextmanager
+def including_dropped(flag: bool = True) -> Iterator[None]:
+    """Within the block, reference loaders read an audited file's `drop` rows as references instead of
+    refusing the file (what --include-dropped asks for)."""
+    token = _INCLUDE_DROPPED.set(flag)
+    try:
+        yield
+    finally:
+        _INCLUDE_DROPPED.reset(token)
+
+
+class DroppedRows:
+    """Counts the lines of a reference file the audit dropped (`audit.action == "drop"`), and at the
+    end refuses the file when there are any: seed 000 scores the retained rows only (the fixed split),
+    so a "fixed" figure over an audited file would otherwise include rows the audit removed, with
+    their unrepaired answers."""
+
+    __slots__ = ("path", "n", "first")
+
+    def __init__(self, path: str | Path):
+        self.path, self.n, self.first = path, 0, None
+
+    def see(self, obj: dict[str, Any], ln: int) -> None:
+        audit = obj.get("audit")
+        if type(audit) is dict and audit.get("action") == "drop":
+            self.n += 1
+            if self.first is None:
+                self.first = ln
+
+    def check(self, include_dropped: bool | None = None) -> None:
+        allowed = _INCLUDE_DROPPED.get() if include_dropped is None else include_dropped
+        if self.n and not allowed:
+            raise ScoreInputError(self.path, self.first, "audit.action",
+                                  f"references hold {self.n} dropped rows; use the fixed split (kbvqa audit split "
+                                  f"{self.path} --fixed FIXED --unfixed UNFIXED), or pass --include-dropped "
+                                  "(kbvqa score|study --include-dropped ...) to read every row as it stands")
+
+
+# --------------------------------------------------------------------------------------------------
 # InfoSeek references
 
 
@@ -284,7 +333,7 @@ def _str_list(value: Any, path: str | Path, ln: int, fld: str) -> list[str]:
 @gc_paused()
 def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = None,
                              qtypes_path: str | Path | None = None, *,
-                             keep_raw: bool = True) -> dict[str, InfoSeekRef]:
+                             keep_raw: bool = True, include_dropped: bool | None = None) -> dict[str, InfoSeekRef]:
     """Read InfoSeek references in any of the accepted formats.
 
     * official JSONL (`answer_eval`, `data_split`; question type from the line or the qtypes file);
@@ -297,6 +346,9 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
 
     `keep_raw=False` drops the raw alias strings once normalised (official/strict scoring need only
     `norm_aliases`; the reward mode needs the raw ones): it keeps 300k-item runs under 400 MB.
+
+    An audited kbvqa file with `drop` rows is refused (`DroppedRows`) unless `include_dropped` (or
+    `including_dropped()` around the call).
     """
     own_qtypes = qtypes is None and qtypes_path is not None
     if own_qtypes:
@@ -305,6 +357,7 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
     refs: dict[str, InfoSeekRef] = {}
     csv_file = str(path).lower().endswith(".csv")
     rows: Iterator[tuple[int, Any]] = read_csv(path) if csv_file else read_jsonl(path)
+    dropped = DroppedRows(path)
     for ln, obj in rows:
         if csv_file:
             kind = "ara-csv"
@@ -312,6 +365,7 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
             kind = "official"
         elif "answers" in obj:
             kind = "kbvqa"
+            dropped.see(obj, ln)
         else:
             raise ScoreInputError(path, ln, "answer_eval", "missing (expected InfoSeek answer_eval or kbvqa answers)")
         ref = _parse_ref(obj, kind, path, ln, qtypes)
@@ -322,6 +376,7 @@ def load_infoseek_references(path: str | Path, qtypes: dict[str, str] | None = N
                 ref_norm_aliases(ref, memo)
             ref.aliases = []
         add_reference(refs, ref, path)
+    dropped.check(include_dropped)
     return refs
 
 

@@ -307,6 +307,18 @@ STAGE_FIELDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: Fields that hold an aggregated evidence pool rather than a ranking: the answer read all of it, so its
+#: post-retrieval recall counts the whole pool (seed 000 §6: "the aggregated evidence pool contains the
+#: correct target entity"), not its first entry.
+POOL_FIELDS = frozenset({"retrieved_urls.aggregate_initial_plus_tools"})
+
+
+def is_pool(stage_record: Mapping[str, Any]) -> bool:
+    """Whether a stage record (`method_stages`, or a kbvqa trail entry) is an aggregated pool: marked
+    `pool`, or read from one of POOL_FIELDS (files converted before the mark existed)."""
+    return bool(stage_record.get("pool")) or stage_record.get("from") in POOL_FIELDS
+
+
 def stage_fields(stage: str) -> list[str]:
     """The fields that hold `stage`, as '<method> <field>' (what a refusal names)."""
     return [f"{who} {f}" for st, f, who in STAGE_FIELDS if st == stage]
@@ -333,6 +345,8 @@ def method_stages(obj: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         else:
             continue  # not a url list: not a stage
         rec: dict[str, Any] = {"retrieved": urls, "from": dotted}
+        if dotted in POOL_FIELDS:
+            rec["pool"] = True
         if dotted.startswith("retrieved_urls."):
             ok, hits = _dig(obj, "hits." + dotted.split(".", 1)[1])
             if ok and isinstance(hits, dict):

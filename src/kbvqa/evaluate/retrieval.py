@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Literal, get_args
 from kbvqa.data.jsonl import gc_paused
 from kbvqa.data.urls import canonical_url, dedupe_urls
 from kbvqa.evaluate import METRICS
-from kbvqa.evaluate.io import ScoreInputError, add_reference, kbvqa_alternatives, read_csv, read_jsonl
+from kbvqa.evaluate.io import DroppedRows, ScoreInputError, add_reference, kbvqa_alternatives, read_csv, read_jsonl
 from kbvqa.evaluate.normalize import contains_word_bounded, evqa_normalize
 
 __all__ = [
@@ -46,8 +46,9 @@ class RetrievalRef:
 
 
 @gc_paused()
-def load_retrieval_references(path: str | Path) -> dict[str, RetrievalRef]:
-    """Gold urls (and answers) per id from kbvqa JSONL or an ARA / E-VQA CSV with `wikipedia_url`."""
+def load_retrieval_references(path: str | Path, *, include_dropped: bool | None = None) -> dict[str, RetrievalRef]:
+    """Gold urls (and answers) per id from kbvqa JSONL or an ARA / E-VQA CSV with `wikipedia_url`. An
+    audited file with `drop` rows is refused unless `include_dropped` (kbvqa.evaluate.io.DroppedRows)."""
     refs: dict[str, RetrievalRef] = {}
     if str(path).lower().endswith(".csv"):
         for ln, row in read_csv(path):
@@ -61,10 +62,12 @@ def load_retrieval_references(path: str | Path) -> dict[str, RetrievalRef]:
             answers = [a for a in (row.get("answer") or "").split("|") if a.strip()]
             add_reference(refs, RetrievalRef(did, gold, answers, row.get("question_type") or None, ln), path)
     else:
+        dropped = DroppedRows(path)
         for ln, obj in read_jsonl(path):
             did = obj.get("id", obj.get("data_id"))
             if not isinstance(did, str) or not did:
                 raise ScoreInputError(path, ln, "id", f"must be a non-empty string, got {did!r}")
+            dropped.see(obj, ln)
             ent = obj.get("entity") or {}
             url = ent.get("url") if isinstance(ent, dict) else None
             if not url:
@@ -74,6 +77,7 @@ def load_retrieval_references(path: str | Path) -> dict[str, RetrievalRef]:
                 urls += [e.get("url") for e in obj.get("related_entities") or [] if isinstance(e, dict) and e.get("url")]
             answers = kbvqa_alternatives(obj.get("answers") or [], path, ln)
             add_reference(refs, RetrievalRef(did, dedupe_urls(urls), answers, obj.get("question_type"), ln), path)
+        dropped.check(include_dropped)
     return refs
 
 

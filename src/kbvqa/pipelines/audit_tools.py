@@ -3,8 +3,11 @@ run a human evaluation (export a stratified sheet, import the annotators' sheets
 
 - `diff_versions(A, B)`: join two versions on id and count question / answer changes. "Changed"
   means different after lower-casing, removing punctuation and collapsing spaces; answers are
-  compared as sets of `|` alternatives (so reordering alternatives is not a change). Counts are
-  overall, by question type and, when the files carry an `audit` object, by audit tag.
+  compared as sets of `|` alternatives (so reordering alternatives is not a change). The counts and
+  shares are seed 000 Table 6's, by the one definition `kbvqa study modification-rates` uses
+  (kbvqa.evaluate.analyses.modification_counts): dropped of the items of A, the change kinds and the
+  questions / answers modified of the kept items. Overall, by question type and, when the files
+  carry an `audit` object, by audit tag.
 - `entity_unique_subset(...)` (`subset_file` from a file to a file): one sample per (entity url, normalised question), as the paper's
   1,924-question InfoSeek subset: the same question about the same entity asked with different
   images is kept once (the first by id, or a seeded random pick).
@@ -30,43 +33,41 @@ from kbvqa.data.schema import Sample
 # The per-item comparison of two versions (and the record loader) lives in kbvqa.evaluate.analyses:
 # its studies need it and evaluate sits below pipelines. `audit diff` counts the same rows, so the
 # diff table and the fix-kind / modification-rate studies always agree.
-from kbvqa.evaluate.analyses import (CHANGE_KINDS, answer_set, load_records, norm_text,
-                                     question_type_of as _qtype, version_changes)
+from kbvqa.evaluate.analyses import (CHANGE_KINDS, MODIFICATION_DENOMINATORS, answer_set, load_records,
+                                     modification_counts, norm_text, question_type_of as _qtype, version_changes)
 
 # --------------------------------------------------------------------------------------------- diff
 
 _CATS = CHANGE_KINDS
 
 
-def _pct(counts: Counter, n: int) -> dict[str, Any]:
-    return {"n": n, **{c: counts.get(c, 0) for c in _CATS},
-            "pct": {c: round(100 * counts.get(c, 0) / n, 1) if n else 0.0 for c in _CATS},
-            "question_changed": counts.get("question_only", 0) + counts.get("both", 0),
-            "answer_changed": counts.get("answer_only", 0) + counts.get("both", 0)}
+def _pct(members: list[Any]) -> dict[str, Any]:
+    """A group's modification counts (`modification_counts`), with the older key names kept."""
+    c = modification_counts(members)
+    return {**c, "question_changed": c["question_modified"], "answer_changed": c["answer_modified"]}
 
 
 def diff_versions(a: str | Path, b: str | Path, *, fmt_a: str | None = None, fmt_b: str | None = None,
                   examples: int = 5) -> dict[str, Any]:
     """Compare version A (before) with version B (after), joined on id. See the module docstring."""
     ch = version_changes(a, b, fmt_a=fmt_a, fmt_b=fmt_b)
-    total: Counter = Counter()
-    by_type: dict[str, Counter] = defaultdict(Counter)
-    by_tag: dict[str, Counter] = defaultdict(Counter)
+    everything = [*ch.items, *ch.only_in_a]  # an item B lacks counts as dropped, as in the study
+    by_type: dict[str, list[Any]] = defaultdict(list)
+    by_tag: dict[str, list[Any]] = defaultdict(list)
     ex: dict[str, list[dict[str, Any]]] = {c: [] for c in _CATS[:3]}
-    for it in ch.items:
-        cat = it.kind
-        total[cat] += 1
-        by_type[it.question_type][cat] += 1
+    for it in everything:
+        by_type[it.question_type].append(it)
         for tag in (it.tags or ("(none)",)) if it.tags is not None else ():
-            by_tag[tag][cat] += 1
-        if cat in ex and len(ex[cat]) < examples:
+            by_tag[tag].append(it)
+        cat = it.kind
+        if cat in ex and not it.dropped and it.status == "ok" and len(ex[cat]) < examples:
             ex[cat].append({"id": it.id, "question_type": it.question_type, "question_a": it.question_a,
                             "question_b": it.question_b, "answers_a": it.answers_a, "answers_b": it.answers_b})
     only_a = sorted(it.id for it in ch.only_in_a)
-    n = len(ch.items)
-    return {"a": str(a), "b": str(b), "joined": n, **_pct(total, n),
-            "by_question_type": {k: _pct(v, sum(v.values())) for k, v in sorted(by_type.items())},
-            "by_tag": {k: _pct(v, sum(v.values())) for k, v in sorted(by_tag.items(), key=lambda kv: -sum(kv[1].values()))},
+    return {"a": str(a), "b": str(b), "joined": len(ch.items), **_pct(everything),
+            "denominators": MODIFICATION_DENOMINATORS,
+            "by_question_type": {k: _pct(v) for k, v in sorted(by_type.items())},
+            "by_tag": {k: _pct(v) for k, v in sorted(by_tag.items(), key=lambda kv: -len(kv[1]))},
             "only_in_a": {"count": len(only_a), "ids": only_a[:examples]},
             "only_in_b": {"count": len(ch.only_in_b), "ids": ch.only_in_b[:examples]},
             "examples": ex}

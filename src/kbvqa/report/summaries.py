@@ -267,17 +267,19 @@ def audit_diff_table(d: Mapping[str, Any]) -> ResultTable:
 
     def row(name: str, v: Mapping[str, Any]) -> list[Any]:
         p = v["pct"]
-        return [name, v["n"], *(f"{p[k]:.1f}" for k in ("question_only", "answer_only", "both", "neither"))]
+        return [name, v["n"], v["dropped"], v["kept"],
+                *(f"{p[k]:.1f}" for k in ("question_only", "answer_only", "both", "neither"))]
 
     rows = [row("all", d), *(row(f"– {k}", v) for k, v in d["by_question_type"].items()),
             *(row(f"tag {k}", v) for k, v in d["by_tag"].items())]
-    notes = [f"only in A: {d['only_in_a']['count']}  only in B: {d['only_in_b']['count']}"]
+    notes = [f"only in A: {d['only_in_a']['count']}  only in B: {d['only_in_b']['count']}",
+             f"denominators: {d['denominators']}"]
     notes += [f"[{cat}] {r['id']}: “{r['question_a']}” → “{r['question_b']}”; {prose(r['answers_a'])} → "
               f"{prose(r['answers_b'])}"
               for cat, rs in d["examples"].items() for r in rs]
     a, b = Path(d["a"]).name, Path(d["b"]).name
-    return ResultTable("audit-diff", f"{a} → {b}: {d['joined']} joined on id (% of rows)", "",
-                       ["slice", "n", "Q only", "A only", "both", "neither"], rows, notes)
+    return ResultTable("audit-diff", f"{a} → {b}: {d['joined']} joined on id (% of the kept rows)", "",
+                       ["slice", "n", "dropped", "kept", "Q only", "A only", "both", "neither"], rows, notes)
 
 
 def human_eval_table(res: Mapping[str, Any]) -> ResultTable:

@@ -11,19 +11,19 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from kbvqa.evaluate.augmentation import augmentation_recall_study
+from kbvqa.evaluate.augmentation import DEFAULT_KS, augmentation_recall_study
 
 __all__ = ["augmentation_recall"]
 
 
 def augmentation_recall(*, records: Sequence[Path] = (), samples: Path | None = None, index: Path | None = None,
                         references: Path | None = None, model_dir: Path | None = None,
-                        ks: Sequence[int] = (1, 5, 10, 20), stage: str = "initial",
+                        ks: Sequence[int] = DEFAULT_KS, stage: str = "initial",
                         records_out: Path | None = None) -> list[dict[str, Any]]:
     """Rows of the augmentation study. Either `records` (retrieval records already made) or
     `samples` + `index` (retrieve here, image paths relative to the samples file; the records are
     kept at `records_out` when given, a fresh run each time). Gold urls come from `references`,
-    by default the samples."""
+    by default the samples. K = 1, 3, 5, 10, 20 by default; an expected item without a record is a miss."""
     if bool(records) == bool(samples and index):
         raise ValueError("give either --samples with --index (retrieve here) or --records (already retrieved)")
     ref_path = references or samples
