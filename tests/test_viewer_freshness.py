@@ -99,3 +99,26 @@ def test_the_front_page_counts_what_the_file_holds_not_the_last_invocation(tmp_p
     (tmp_path / "agent.manifest.json").write_text(json.dumps(manifest))
     client, _ = _site_client(tmp_path)
     assert "last invocation: ok 3" in client.get("/").text  # said as what it is
+
+
+def test_a_json_output_is_found_by_its_own_manifest_and_a_dead_run_reads_interrupted(tmp_path):
+    """`p.json`'s side files are `p.json.manifest.json` (runner.lock.side_path); the viewer pairs them by
+    the manifest's `output` field, and shows a `running` manifest whose writer is gone as interrupted."""
+    import json as _json
+    import socket
+    import subprocess
+
+    from kbvqa.report.viewer.discovery import discover
+    from kbvqa.report.viewer.site import _manifest_info
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a reaped child: its pid names no live process
+    out = tmp_path / "p.json"
+    out.write_text('{"id": "a", "status": "ok"}\n')
+    (tmp_path / "p.json.manifest.json").write_text(_json.dumps(
+        {"output": str(out), "state": "running", "stages": [], "writer": {"pid": dead.pid,
+                                                                           "host": socket.gethostname()}}))
+    cat = discover([tmp_path])
+    (o,) = [o for o in cat.outputs if o.manifest]
+    assert o.path == out and not [p for p in cat.problems if "without its output" in p]
+    assert _manifest_info(o)["state"] == "interrupted"

@@ -284,6 +284,15 @@ def _link_references(cat: Catalog) -> None:
             target.related.setdefault("samples", refs)
 
 
+def _output_of(manifest: Any, d: Path, name: str) -> Path:
+    """The output a manifest describes: the file its `output` field names (`p.json.manifest.json`
+    describes `p.json`, runner.lock.side_path), else `X.jsonl` for `X.manifest.json`."""
+    recorded = Path(str(manifest.get("output") or "")).name if isinstance(manifest, dict) else ""
+    if recorded and name in (f"{recorded}.manifest.json", f"{Path(recorded).stem}.manifest.json"):
+        return d / recorded
+    return d / (name.removesuffix(".manifest.json") + ".jsonl")
+
+
 def _discover_root(cat: Catalog, root: Path, new: Any) -> None:
     """Manifests and augmentation folders first, then summaries, then every other JSONL file."""
     claimed: set[Path] = set()
@@ -295,8 +304,8 @@ def _discover_root(cat: Catalog, root: Path, new: Any) -> None:
             if not name.endswith(".manifest.json"):
                 continue
             p = d / name
-            out_path = d / (name.removesuffix(".manifest.json") + ".jsonl")
             manifest = _load_json(p, cat.problems)
+            out_path = _output_of(manifest, d, name)
             claimed.add(p)
             if out_path.name not in names:
                 cat.problems.append(f"{p}: manifest without its output {out_path.name}")

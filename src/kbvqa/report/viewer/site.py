@@ -28,6 +28,7 @@ from kbvqa.report.tables import fmt_value, percent
 from kbvqa.report.viewer.discovery import Catalog, Output, recorded_roots
 from kbvqa.report.viewer.images import ImageLink, ImageLinks
 from kbvqa.report.viewer.index import Entry, RecordIndex, StaleRecord
+from kbvqa.runner.lock import run_state
 from kbvqa.report.viewer.views import FACET_TITLES, VIEWS, judge_figures, pretty
 
 log = logging.getLogger("kbvqa.viewer")
@@ -487,7 +488,7 @@ def _manifest_info(o: Output) -> dict[str, Any]:
         for one in (r if isinstance(r, list) else [r]):
             if isinstance(one, dict):
                 models.append(f"{name}: {one.get('backend') or '?'}" + (f" {one['model']}" if one.get("model") else ""))
-    return {"description": m.get("description"), "state": m.get("state"), "started": m.get("started"),
+    return {"description": m.get("description"), "state": run_state(m, o.path), "started": m.get("started"),
             "wall_seconds": m.get("wall_seconds"), "counts": m.get("counts") or m.get("output_counts"),
             "stages": [s.get("name") for s in m.get("stages") or [] if isinstance(s, dict)], "models": models,
             "version": m.get("kbvqa_version"), "commit": (m.get("git") or {}).get("commit"),
