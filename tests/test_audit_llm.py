@@ -227,6 +227,27 @@ def test_checker_leak_rolls_back_the_question_edit():
     assert [h["stage"] for h in out["history"] if h["field"] == "question"] == ["posedness", "leakage"]
 
 
+def test_leaking_edit_rolled_back_then_rewritten_conservatively():
+    q = "When did production of this car begin?"
+    sug = "When in the early 1990s did production of this car begin?"
+    c = FakeClient(posedness={"tags": ["missing_temporal_scope"], "suggested_question": sug, "rationale": "year"},
+                   final_check=lambda m: {"leak": "1990s" in m[1]["content"], "answerable": True, "unique": True,
+                                          "rationale": "gives the decade away"})
+    out = run(rec(q, ["1992"]), {"repairer": c, "checker": c})
+    a = out["audit"]
+    assert out["question"] == "In what year did production of this car begin?"  # the rules' template, no answer
+    assert {"leak_rolled_back", "leak_rewritten"} <= set(a["tags"])
+    assert [(h["stage"], h["after"]) for h in out["history"] if h["field"] == "question"] == [
+        ("posedness", sug), ("leakage", q), ("leakage", out["question"])]
+    # no safe template (the only repair would state the answer): the rolled-back question stays
+    c2 = FakeClient(posedness={"tags": ["missing_spatial_reference"],
+                               "suggested_question": "In which English town is the company that owns this car based?"},
+                    final_check={"leak": True, "answerable": True, "unique": True, "rationale": "names it"})
+    out = run(rec("Where is the company that owns this car based?", ["Woking"]), {"repairer": c2, "checker": c2})
+    assert out["question"] == "Where is the company that owns this car based?"
+    assert "leak_rolled_back" in out["audit"]["tags"] and "leak_rewritten" not in out["audit"]["tags"]
+
+
 def test_checker_not_answerable_drops_and_not_unique_tags():
     c = FakeClient(final_check={"leak": False, "answerable": False, "unique": False, "rationale": "x"})
     out = run(rec("Who designed this car?", ["Gordon Murray"]), {"checker": c})

@@ -5,11 +5,14 @@ word-bounded, country/demonym aware; an answer offered as one option of a choice
 is not a leak); (ii) the final answer is still stated in the evidence; (iii) the answer is unique (one
 answer left, and the evidence does not state two values for the quantity).
 
-Two simplifications are kbvqa's, not the paper's (§4.1 step 4: "any leakage-inducing edits are
-rolled back and rewritten conservatively", "the revised question yields a unique answer"): a question
-edit made by stage 3 that leaks is rolled back to the question stage 3 received and not rewritten
-(tag `leak_rolled_back`; the ambiguity tag stays for a reviewer), and a non-unique answer is tagged
-`not_unique` and kept, not repaired. E-VQA samples are never removed here either (`evqa_keep_all`).
+§4.1 step 4: "any leakage-inducing edits are rolled back and rewritten conservatively". A question edit
+made by stage 3 that leaks is rolled back to the question stage 3 received (tag `leak_rolled_back`),
+then rewritten conservatively when the rules have an evidence-backed template repair for one of stage
+3's tags that states no answer ("In what year ...", "... in metres", tag `leak_rewritten`); without
+one the rolled-back question stays, its ambiguity tag kept for a reviewer (kbvqa's simplification: no
+model is asked for a new wording, and the checker does not re-read the rewrite). "The revised question
+yields a unique answer": a non-unique answer is tagged `not_unique` and kept, not repaired (kbvqa's
+simplification). E-VQA samples are never removed here either (`evqa_keep_all`).
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def _distinct_answers(answers: list[Answer]) -> list[str]:
 @register_stage
 class LeakageStage(Stage):
     name = "leakage"
-    version = "2"
+    version = "3"
     config_model = LeakageConfig
     prompts = (FINAL_CHECK,)
 
@@ -80,10 +83,35 @@ class LeakageStage(Stage):
         self.config: LeakageConfig
 
 
-    def _rollback(self, sample: Any, audit: dict[str, Any], original: str, why: str) -> None:
+    def _rollback(self, sample: Any, audit: dict[str, Any], original: str, why: str, ctx: Context) -> None:
+        """Back to the question stage 3 received, then the conservative rewrite: the rules' template
+        repair of a tag stage 3 gave, when one exists and states no answer (tag `leak_rewritten`)."""
         sample.record_change(self.name, "question", sample.question, original, why, f"{self.name}@{self.version}")
         sample.question = original
         add_tag(audit, "leak_rolled_back")
+        safe = self._conservative(sample, audit, ctx)
+        if safe is not None:
+            tag, question = safe
+            sample.record_change(self.name, "question", original, question,
+                                 f"conservative rewrite after the leaking edit: the template repair for {tag}",
+                                 f"{self.name}@{self.version}")
+            sample.question = question
+            add_tag(audit, "leak_rewritten")
+
+    def _conservative(self, sample: Any, audit: dict[str, Any], ctx: Context) -> tuple[str, str] | None:
+        from kbvqa.stages.audit.posedness import tag_question, unit_conflict  # posedness imports `leaked`
+
+        tags = set((audit["stages"].get("posedness") or {}).get("tags") or [])
+        if not tags:
+            return None
+        units = evidence_for(sample, audit, ctx.kb)
+        for item in tag_question(sample, units):
+            cand = item.get("repair")
+            if (item["tag"] in tags and cand and cand != sample.question
+                    and not leaked(cand, sample.answers, self.config.min_answer_chars)
+                    and not unit_conflict(cand, sample, units)):
+                return item["tag"], cand
+        return None
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         """Rules settle: a word-bounded leak (rolled back when stage 3 caused it), the final-answer
@@ -102,7 +130,7 @@ class LeakageStage(Stage):
         if leak and pos.get("repaired") and pos.get("question_in") != sample.question:
             original = pos["question_in"]
             if not leaked(original, sample.answers, cfg.min_answer_chars):
-                self._rollback(sample, audit, original, f"question repair leaked the answer {leak!r}; rolled back")
+                self._rollback(sample, audit, original, f"question repair leaked the answer {leak!r}; rolled back", ctx)
                 notes.append(f"repair leaked {leak!r}: rolled back")
                 leak = None
         checks["leak"] = leak
@@ -150,7 +178,7 @@ class LeakageStage(Stage):
                 original = pos.get("question_in")
                 if original and original != sample.question and pos.get("repaired"):
                     self._rollback(sample, audit, original, f"checker: question edit leaks the answer "
-                                                            f"({reply.rationale}); rolled back")
+                                                            f"({reply.rationale}); rolled back", ctx)
                     notes.append("checker found the edited question leaks: rolled back")
                     extra["llm"]["rolled_back"] = True
                 else:
