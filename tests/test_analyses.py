@@ -164,6 +164,29 @@ def test_grounded_counts_every_item_that_cannot_count(tmp_path):
     assert st.study_name(res) == "grounded-pool" and "grounded" in study_table(res).name
 
 
+def test_an_aggregated_pool_counts_whole_and_a_ranking_its_top_1(tmp_path):
+    """Issue 37: Wiki-PRF's post stage is its aggregated evidence pool (seed 000 §6: "the aggregated evidence
+    pool contains the correct target entity"), so its recall is over the pool; a reranked list counts
+    its top 1; an explicit k cuts either."""
+    refs = _jsonl(tmp_path / "refs.jsonl", [_sample(f"r{i}", "q?", "a") for i in range(4)])
+    pool = [W + "X", W + "Y", W + "R0"]  # gold third in the pool
+    preds = _jsonl(tmp_path / "prf.jsonl", [
+        {"data_id": "r0", "prediction": "a", "retrieved_urls": {"aggregate_initial_plus_tools": pool}},
+        {"data_id": "r1", "prediction": "a", "retrieved_urls": {"aggregate_initial_plus_tools": [W + "X"]}},
+        {"id": "r2", "answer": "a", "meta": {"retrieval": {"post": {"retrieved": [W + "X", W + "R2"]}}}},  # ranking
+        {"id": "r3", "answer": "a", "meta": {"retrieval": {"post": {"retrieved": [W + "X", W + "R3"], "pool": True}}}},
+    ])
+    run = an.grounded_study({"m": preds}, refs, **FAST)["runs"][0]
+    assert (run["grounded"], run["read_as_pool"]) == (2, 3)  # r0 (third of its pool), r3 (a marked pool)
+    flags, _ = an.grounded_flags(an._read_predictions(preds)[0], {f"r{i}": [W + f"R{i}"] for i in range(4)})
+    assert flags == {"r0": True, "r1": False, "r2": False, "r3": True}
+    assert an.grounded_study({"m": preds}, refs, k=1, **FAST)["runs"][0]["grounded"] == 0
+    assert an.grounded_study({"m": preds}, refs, k=2, **FAST)["runs"][0]["grounded"] == 2  # r2, r3
+    assert "aggregated evidence pool" in an.grounded_study({"m": preds}, refs, **FAST)["scorer"]
+    r = runner.invoke(study_app, ["grounded", "-p", str(preds), "-r", str(refs), "--resamples", "100", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["runs"][0]["grounded"] == 2
+
+
 # -------------------------------------------------------------------------------- modification rates
 
 
@@ -210,6 +233,35 @@ def test_modification_rates_from_one_audited_file(fix_files):
     assert (r["n"], r["dropped"], r["kept"], r["question_modified"], r["answer_modified"]) == (7, 1, 6, 3, 2)
     assert r["tags"] == {"unsupported": {"n": 1, "pct": 14.29}} and res["b"] is None
     assert [t["question_type"] for t in types] == ["Time", "Numerical", "String"]
+
+
+def _same_rates(d: dict, row: dict) -> None:
+    """`audit diff`'s counts and shares equal the study's (one definition, analyses.modification_counts)."""
+    for k in ("n", "dropped", "not_finished", "kept", "question_modified", "answer_modified", *an.CHANGE_KINDS):
+        assert d[k] == row[k], k
+    for share, ci in (("question_share", "question_pct"), ("answer_share", "answer_pct"), ("dropped_share", "dropped_pct")):
+        assert d[share] == pytest.approx(row[ci]["estimate"], abs=0.01), share
+
+
+def test_audit_diff_and_the_study_give_one_modification_rate(fix_files, tmp_path):
+    res = an.modification_rates_study(fix_files["a"], fix_files["audited"], **FAST)
+    d = diff_versions(fix_files["a"], fix_files["audited"])
+    _same_rates(d, res["rows"][0])
+    # q7 dropped: 6 kept of 7; q1 q2 q4 questions, q3 q4 answers modified (of the kept)
+    assert (d["n"], d["dropped"], d["kept"], d["question_modified"], d["answer_modified"]) == (7, 1, 6, 3, 2)
+    assert d["question_share"] == 50.0 and d["denominators"] == res["denominators"] == an.MODIFICATION_DENOMINATORS
+    _same_rates(diff_versions(fix_files["a"], fix_files["b"]), an.modification_rates_study(fix_files["a"], fix_files["b"],
+                                                                                           **FAST)["rows"][0])
+    from kbvqa.report.summaries import audit_diff_table
+
+    assert "% of the kept rows" in audit_diff_table(d).title
+
+
+@pytest.mark.skipif(not (ARA / "infoseek_fixed.csv").exists(), reason="ARA data not present")
+def test_one_modification_rate_on_ara():
+    for a, b in (("infoseek_unfixed_subset.csv", "infoseek_fixed.csv"), ("evqa_unfixed_test_with_id.csv", "evqa_fixed.csv")):
+        res = an.modification_rates_study(ARA / a, ARA / b, n_resamples=100)
+        _same_rates(diff_versions(ARA / a, ARA / b), next(r for r in res["rows"] if r["question_type"] == "all"))
 
 
 @pytest.mark.skipif(not (ARA / "infoseek_fixed.csv").exists(), reason="ARA data not present")

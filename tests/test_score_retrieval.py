@@ -81,3 +81,31 @@ def test_answer_in_text_recall(refs):
     r = answer_in_text_recall(records, refs, texts.get, ks=[1, 2])
     assert r["recall"] == {"@1": 0.0, "@2": 0.25}
     assert r["n_urls_without_text"] == 1 and r["n"] == 4
+
+
+def test_composite_recall_at_k_has_k3_and_counts_a_missing_record_as_a_miss(tmp_path):
+    """Issue 37: Table 2's K = 1, 3, 5, 10, 20 by default; a variant the references expect but no record
+    holds is a miss (as `score retrieval` counts it), never left out of the denominator."""
+    from typer.testing import CliRunner
+
+    from kbvqa.cli.study import app as study_app
+    from kbvqa.evaluate.augmentation import augmentation_recall_table
+
+    refs = [{"id": f"a{i}__{v}", "question": "?", "answers": ["x"], "entity": {"url": W + f"E{i}"}}
+            for i in range(4) for v in ("anchor", "intra")]
+    ref_path = _jsonl(tmp_path / "samples.jsonl", refs)
+    recs = [{"id": f"a{i}__anchor", "retrieved": [W + "X", W + "Y", W + f"E{i}"], "stage": "initial"} for i in range(4)]
+    recs += [{"id": "a0__intra", "retrieved": [W + "E0"], "stage": "initial"},  # a1..a3 intra: no record
+             {"id": "stray__intra", "retrieved": [W + "E0"], "stage": "initial"}]
+    rec_path = _jsonl(tmp_path / "records.jsonl", recs)
+    rows = {r["variant"]: r for r in augmentation_recall_table(recs, load_retrieval_references(ref_path))}
+    a, b = rows["anchor"], rows["intra"]
+    assert [k for k in a if k.startswith("R@")] == ["R@1", "R@3", "R@5", "R@10", "R@20"]
+    assert (a["R@1"], a["R@3"], a["n"], a["n_missing"]) == (0.0, 1.0, 4, 0)
+    assert (b["n"], b["n_with_record"], b["n_missing"], b["R@1"], b["R@20"]) == (4, 1, 3, 0.25, 0.25)
+    assert (b["dR@1"], b["dR@3"], b["n_no_reference"]) == (0.25, -0.75, 1)
+    r = CliRunner().invoke(study_app, ["augmentation-recall", "--records", str(rec_path), "--references",
+                                       str(ref_path), "--json"])
+    assert r.exit_code == 0, r.output
+    got = {x["variant"]: x for x in json.loads(r.output)}
+    assert got["intra"]["R@3"] == 0.25 and got["intra"]["n_missing"] == 3
