@@ -44,7 +44,8 @@ def run_cmd(
                                                "checker roles with one model (needs --model)."),
     model: Optional[list[str]] = option(O, "model", help="Model name on the --llm server; give it twice "
                                                          "(--model A --model B) for two independent verifiers, "
-                                                         "as the paper (the first also repairs and checks)."),
+                                                         "as the paper (the first also repairs and checks).",
+                                  metavar="NAME"),
     api_key_env: Optional[str] = option(O, "api_key_env", help="Environment variable holding the --llm key."),
     llm_concurrency: Optional[int] = option(O, "llm_concurrency", min=1,
                                             help="Requests in flight to --llm (default: --concurrency)."),
@@ -56,9 +57,10 @@ def run_cmd(
 ) -> None:
     """Audit INPUT against KB: verify, derive/correct answers, tag/repair questions, check leaks.
 
-    Rules only by default. Model roles come from [models.verifier|repairer|checker] in --config, or
-    from --llm URL --model NAME (one model in all three roles); the model stages then run after the
-    rules pass on what the rules leave open. Every setting is one AuditOptions (the defaults, under
+    Rules only by default (kbvqa's offline stand-in, said in the summary). Model roles come from
+    [models.verifier|repairer|checker] in --config, or from --llm URL --model NAME (one model in all
+    three roles; --model A --model B: two verifiers, as the paper). With model verifiers a sample is
+    removed only when every one of them finds it unsupported; the rules settle only a verbatim answer. Every setting is one AuditOptions (the defaults, under
     --config, under the flags); the run's manifest records it as used."""
     from kbvqa.pipelines.audit import audit_options, run_audit
     from kbvqa.report.summaries import audit_summary_table
