@@ -95,3 +95,22 @@ def test_official_study_scorer_equals_the_official_scorer_item_by_item(tmp_path)
     assert round(sc.accuracy, 2) == off.summary["final_score"] and sc.n == len(rows)
     assert paper_scorer(fixed) == "infoseek-official"
     assert paper_scorer(ARA / "ground_truth" / "evqa_fixed.csv") == "evqa-bem"
+
+
+def test_every_study_table_names_the_default_scorer(tmp_path):
+    """Each answer-scoring study, run without --scorer, prints tables whose caption names the scorer."""
+    refs, preds = _files(tmp_path)
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"data_id": k, "prediction": "1989" if k == "t1" else v}) + "\n"
+                             for k, v in _PREDS.items()), encoding="utf-8")
+    runs = {"compare": ["--references-a", str(refs), "--references-b", str(refs), "--method", f"m={preds}",
+                        "--method", f"o={other}"],
+            "retrieval-2x2": ["--with", str(other), "--without", str(preds), "-r", str(refs)],
+            "fix-kinds": ["--unfixed", str(preds), "--fixed", str(other), "--references-a", str(refs),
+                          "--references-b", str(refs)],
+            "buckets": ["-r", str(refs), "--method", f"m={preds}", "--method", f"o={other}"]}
+    for cmd, args in runs.items():
+        r = runner.invoke(study_app, [cmd, *args, "--resamples", "50"])
+        assert r.exit_code == 0, (cmd, r.output)
+        assert "scorer: infoseek-official" in " ".join(r.stdout.split()), (cmd, r.stdout)
+        assert "infoseek-official (seed 000's metric" in r.stderr
