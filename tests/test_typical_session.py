@@ -77,6 +77,9 @@ def test_the_readme_session_runs_with_the_documented_exit_codes(session, monkeyp
                              "--json"]))
     assert sum(audit["status"].values()) == n and audit["status"].get("ok") == n
     _run(["audit", "diff", "infoseek_val.csv", "audited.jsonl"])
+    split = json.loads(_run(["audit", "split", "audited.jsonl", "--fixed", "fixed.csv", "--unfixed", "unfixed.csv",
+                             "--json"]))  # the README's split files, in the input's format (ARA CSV)
+    assert split["format"] == "ara" and split["retained"] == split["kept"] + split["repaired"] == n - split["dropped"]
     index = json.loads(_run(["index", "images", "--kb", "kb.sqlite", "--images", "kb_images", "--out",
                              "idx/images"]).strip().splitlines()[-1])
     assert index["vectors"] == n and index["images_missing"] == 0
