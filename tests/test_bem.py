@@ -187,3 +187,10 @@ def test_study_default_on_evqa_is_bem_and_refuses_without_a_model(tmp_path, bem_
     assert json.loads(r.stdout)["scorer"] == "evqa (exact match only, not BEM)"
     r = runner.invoke(study_app, ["by-type", "-p", str(preds), "-r", str(refs), "--bem-dir", str(tmp_path)])
     assert r.exit_code == 2 and "holds no transformers model" in r.output
+
+
+def test_a_number_without_bem_says_it_stands_in(bem_dirs):
+    preds = [PredictionRecord("h1", "William and Mary Menger", 1)]
+    refs = _hotel_refs()
+    assert ev.score_evqa(preds, refs).summary["not_bem"].startswith("exact match only, not BEM")
+    assert "not_bem" not in ev.score_evqa(preds, refs, backend=ev.load_bem(bem_dirs["half"])).summary

@@ -394,6 +394,11 @@ def _merge(refs: dict[str, EVQARef], em_pass: ExactMatchPass, verdicts: dict[str
         "duplicates": "last prediction per id wins",
         "two_hop": "scored with the same EM rule; also reported separately",
     }
+    kind = (backend.describe().get("kind") if hasattr(backend, "describe") else None) if backend is not None else None
+    if kind != "bem":  # seed 000's E-VQA metric is BEM: a number from anything else says it stands in
+        summary["not_bem"] = {None: "exact match only", "semantic-approx": "exact match + embedding cosine",
+                              "llm-judge": "exact match + an LLM judge"}.get(kind, "exact match + another backend") + \
+            ", not BEM (seed 000's E-VQA metric: --bem-dir DIR, or study --scorer evqa-bem)"
     if backend is not None:
         labels = [v.label for v in verdicts.values()]
         summary["judge"] = {"name": backend.name, "prompt_version": getattr(backend, "prompt_version", None),

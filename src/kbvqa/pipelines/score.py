@@ -241,7 +241,7 @@ def score_evqa_files(predictions: Path, references: Path, opts: EvqaOptions | No
     rows = [(k, v["accuracy"], v["correct"], v["n"], v["n_predicted"]) for k, v in s["by_question_type"].items()]
     rows.append(("all", s["accuracy"], s["correct"], s["n"], s["n_predicted"]))
     run = (s.get("judge") or {}).get("run") or {}
-    footer = [_run_line(run)] if run.get("out") else []
+    footer = ([_run_line(run)] if run.get("out") else []) + ([s["not_bem"]] if "not_bem" in s else [])
     return ScoreReport(s, f"E-VQA accuracy, scorer {s['scorer']}, coverage {s['coverage']:.2%}",
                        ("question_type", "accuracy (%)", "correct", "n", "predicted"), rows, footer=footer)
 
