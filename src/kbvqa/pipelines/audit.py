@@ -378,18 +378,21 @@ def audit_with(opts: AuditOptions, kb: Any, *, roles: dict[str, Any] | None = No
     out = opts.out or default_out(opts.input)
     records = SampleRecords(opts.input, opts.fmt, skip_invalid=opts.skip_invalid, allow_empty=opts.run.allow_empty)
     who = verification(model_verifiers(opts, roles or {}))
-    rs = audit_job(opts, kb=kb, roles=roles).run(
-        records, out=out, close=close, concurrency=opts.run.concurrency, resume=opts.run.resume,
-        limit=opts.run.limit, progress=progress,
-        run_config={"input": str(Path(opts.input).resolve()), "options": opts.used(), "verification": who})
-    summary = audit_summary(read_results(out))
-    if "verify" in opts.stages:
-        summary["verification"] = who
-    summary["run"] = {"total": rs.total, "ok": rs.ok, "error": rs.error, "invalid": rs.invalid,
-                      "skipped": rs.skipped, "seconds": round(rs.seconds, 3), "out": str(rs.out),
-                      "manifest": str(rs.manifest)}
-    sp = summary_path(out)
-    sp.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+    from kbvqa.runner.lock import OutputLock
+
+    with OutputLock(out, lend=True):  # the summary is a side file: written under the output's one lock
+        rs = audit_job(opts, kb=kb, roles=roles).run(
+            records, out=out, close=close, concurrency=opts.run.concurrency, resume=opts.run.resume,
+            limit=opts.run.limit, progress=progress,
+            run_config={"input": str(Path(opts.input).resolve()), "options": opts.used(), "verification": who})
+        summary = audit_summary(read_results(out))
+        if "verify" in opts.stages:
+            summary["verification"] = who
+        summary["run"] = {"total": rs.total, "ok": rs.ok, "error": rs.error, "invalid": rs.invalid,
+                          "skipped": rs.skipped, "seconds": round(rs.seconds, 3), "out": str(rs.out),
+                          "manifest": str(rs.manifest)}
+        sp = summary_path(out)
+        sp.write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
     summary["summary_path"] = str(sp)
     return summary
 
