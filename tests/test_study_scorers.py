@@ -114,3 +114,16 @@ def test_every_study_table_names_the_default_scorer(tmp_path):
         assert r.exit_code == 0, (cmd, r.output)
         assert "scorer: infoseek-official" in " ".join(r.stdout.split()), (cmd, r.stdout)
         assert "infoseek-official (seed 000's metric" in r.stderr
+
+
+def test_benchmark_read_from_question_types(tmp_path):
+    from kbvqa.evaluate.scorers import benchmark_of
+
+    rows = [{"id": "a", "question": "q?", "answers": ["x"], "answer_type": "String"},
+            {"id": "b", "question": "q?", "answers": ["y"], "question_type": "templated", "answer_type": "String"}]
+    mixed = tmp_path / "evqa.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert benchmark_of(mixed) == "evqa"  # E-VQA's own type decides over an InfoSeek-like answer_type
+    only = tmp_path / "infoseek.jsonl"
+    only.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
+    assert benchmark_of(only) == "infoseek" and paper_scorer(only) == "infoseek-official"

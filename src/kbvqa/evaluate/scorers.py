@@ -192,18 +192,16 @@ def benchmark_of(references: str | Path) -> str | None:
 
     path = Path(references)
     rows = read_csv(path) if path.suffix.lower() in (".csv", ".tsv") else read_jsonl(path)
+    infoseek = False
     for i, (_, obj) in enumerate(rows):
         if i >= 200:
             break
-        qt = str(obj.get("question_type") or "").strip()
-        if qt in EVQA_QUESTION_TYPES:
-            return "evqa"
-        if qt.lower() in _INFOSEEK_TYPES or "answer_eval" in obj or "data_split" in obj:
-            return "infoseek"
-        for key in ("anchor_question_type", "answer_type"):  # ARA's augmented CSV, kbvqa samples
-            if str(obj.get(key) or "").strip().lower() in _INFOSEEK_TYPES:
-                return "infoseek"
-    return None
+        if str(obj.get("question_type") or "").strip() in EVQA_QUESTION_TYPES:
+            return "evqa"  # an E-VQA sample may carry an InfoSeek-like answer_type too: E-VQA's type decides
+        infoseek = infoseek or "answer_eval" in obj or "data_split" in obj or any(
+            str(obj.get(key) or "").strip().lower() in _INFOSEEK_TYPES
+            for key in ("question_type", "anchor_question_type", "answer_type"))  # ARA augmented CSV, kbvqa samples
+    return "infoseek" if infoseek else None
 
 
 def paper_scorer(references: str | Path) -> str:
