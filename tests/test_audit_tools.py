@@ -1,6 +1,5 @@
-"""audit diff, entity-unique subset, human-evaluation export/import (and their CLI commands)."""
+"""audit diff, entity-unique subset, the agreement statistics (and their CLI commands)."""
 
-import csv
 import json
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from typer.testing import CliRunner
 from kbvqa.cli.app import app
 from kbvqa.data.schema import Sample
 from kbvqa.pipelines.audit_tools import (cohen_kappa, diff_versions, entity_unique_subset, fleiss_kappa,
-                                        human_export, human_import, load_records)
+                                        load_records)
 
 ARA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ara" / "ground_truth"
 
@@ -74,68 +73,7 @@ def test_entity_unique_subset_is_deterministic(tmp_path):
     assert json.loads(res.output)["kept"] == 5 and len(out.read_text().splitlines()) == 5
 
 
-def _audited(tmp_path, n=60):
-    rows = []
-    for i in range(n):
-        r = s(f"id{i:03d}", f"Question {i}?", [f"ans{i}"], qt="String" if i % 3 else "Numerical",
-              evidence=[{"text": f"The answer is ans{i}."}])
-        drop = i % 4 == 0
-        r["audit"] = {"answer_support": "unsupported" if drop else "supported", "action": "drop" if drop else "keep",
-                      "tags": []}
-        r["status"] = "ok"
-        rows.append(r)
-    rows.append({"id": "bad", "question": "q", "status": "invalid", "reason": "x"})
-    return write(tmp_path / "audited.jsonl", rows)
-
-
-def test_human_export_is_stratified_blind_and_seeded(tmp_path):
-    audited = _audited(tmp_path)
-    res = human_export(audited, tmp_path / "sheet.csv", fraction=0.2, seed=3, annotators=2)
-    assert res["skipped_not_ok"] == 1 and len(res["strata"]) == 4
-    assert all(v["sampled"] == max(1, round(0.2 * v["size"])) for v in res["strata"].values())
-    sheets = [list(csv.DictReader(open(p))) for p in res["sheets"]]
-    assert [r["id"] for r in sheets[0]] == [r["id"] for r in sheets[1]] and len(sheets[0]) == res["sampled"]
-    assert "action" not in sheets[0][0] and "answer_support" not in sheets[0][0]  # blind
-    assert sheets[0][0]["evidence"].startswith("The answer is")
-    cli = CliRunner().invoke(app, ["audit", "human-export", str(audited), "--out", str(tmp_path / "again.csv"),
-                                   "--fraction", "0.2", "--seed", "3", "--annotators", "1", "--json"])
-    assert cli.exit_code == 0, cli.output
-    again = json.loads(cli.output)
-    assert [r["id"] for r in csv.DictReader(open(again["sheets"][0]))] == [r["id"] for r in sheets[0]]
-
-
-def test_human_import_accuracy_agreement_and_kappa(tmp_path):
-    res = human_export(_audited(tmp_path), tmp_path / "sheet.csv", fraction=0.5, seed=1, annotators=3)
-    key = {r["id"]: r for r in csv.DictReader(open(res["key"]))}
-    for j, p in enumerate(res["sheets"]):
-        rows = list(csv.DictReader(open(p)))
-        for k, r in enumerate(rows):
-            truth = key[r["id"]]["audit_valid"] == "yes"
-            flip = (j == 1 and k < 3) or (j == 2 and k < 6)
-            if j == 2 and k == len(rows) - 1:
-                r["human_answer"] = r["answer"] if truth else "something else"  # answer instead of yes/no
-            else:
-                r["human_valid"] = "yes" if truth != flip else "no"
-        with open(p, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-    out = human_import(res["sheets"])
-    n = res["sampled"]
-    a = out["annotators"]
-    assert a["sheet.a1"]["accuracy"] == 1.0 and a["sheet.a2"]["accuracy"] == round((n - 3) / n, 4)
-    assert a["sheet.a3"]["annotated"] == n and a["sheet.a3"]["answer_accuracy"] is not None
-    assert out["accuracy"]["mean"] == pytest.approx((1 + (n - 3) / n + (n - 6) / n) / 3, abs=1e-3)
-    assert out["accuracy"]["std"] > 0
-    assert out["pairwise"]["sheet.a1 vs sheet.a2"]["agreement"] == round((n - 3) / n, 4)
-    assert 0 < out["fleiss_kappa"] < 1 and out["items_rated_by_all"] == n
-    cli = CliRunner().invoke(app, ["audit", "human-import", *res["sheets"], "--json"])
-    assert cli.exit_code == 0, cli.output
-    assert json.loads(cli.output)["fleiss_kappa"] == out["fleiss_kappa"]
-    bad = Path(res["sheets"][0])
-    bad.write_text(bad.read_text().replace(",yes,", ",perhaps,", 1))
-    with pytest.raises(ValueError, match="perhaps"):
-        human_import([bad])
+# The human-evaluation sheets are tests/test_human_eval.py's.
 
 
 def test_kappa_reference_values():

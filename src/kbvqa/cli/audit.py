@@ -199,25 +199,38 @@ def subset_cmd(
 
 @app.command("human-export")
 def human_export_cmd(
-    audited: Path = typer.Argument(..., exists=True, dir_okay=False, help="Audited JSONL."),
+    audited: Path = typer.Argument(..., exists=True, dir_okay=False,
+                                    help="Audited JSONL, a fixed split, or an augmented samples.jsonl."),
     out: Path = typer.Option(..., "--out", help="Sheet CSV (several annotators: OUT stem .a1, .a2, ...)."),
-    fraction: float = typer.Option(0.1, "--fraction", min=0.0, max=1.0),
+    fraction: float = typer.Option(0.1, "--fraction", min=0.0, max=1.0,
+                                   help="Share of each stratum (the paper: 10% of the fixed split)."),
+    per_variant: int = typer.Option(100, "--per-variant", min=1,
+                                    help="Augmented input: intra and inter items each (the paper: 100)."),
+    fixed_only: bool = typer.Option(False, "--fixed-only",
+                                    help="Audited input: the retained rows only (no dropped rows to check the "
+                                         "keep/drop decision against)."),
     seed: int = typer.Option(0, "--seed"),
     annotators: int = typer.Option(2, "--annotators", min=1),
     kb: Optional[Path] = typer.Option(None, "--kb", exists=True, dir_okay=False, help="KB for evidence text."),
+    images: Optional[Path] = typer.Option(None, "--images", exists=True, file_okay=False,
+                                          help="Image root: the sheet shows resolved image paths."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing sheets (they may hold answers)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Stratified sample (answer_support × action × question type) as blind CSV sheets + a key file."""
-    from kbvqa.pipelines.audit_tools import human_export
+    """Sheets where annotators answer from the question, image and evidence (never the answer or the
+    audit's decision), a key and the sampled references."""
+    from kbvqa.pipelines.human_eval import human_export
 
     try:
-        res = human_export(audited, out, fraction=fraction, seed=seed, annotators=annotators, kb=kb)
-    except _input_errors() as exc:
+        res = human_export(audited, out, fraction=fraction, seed=seed, annotators=annotators, kb=kb,
+                           fixed_only=fixed_only, per_variant=per_variant, images_root=images, overwrite=overwrite)
+    except (*_input_errors(), FileExistsError) as exc:
         fail(exc)
     if as_json:
         emit_json(res)
     else:
-        typer.echo(f"sampled {res['sampled']} of {res['input']} in {len(res['strata'])} strata -> "
+        typer.echo(f"sampled {res['sampled']} of {res['input']} in {len(res['strata'])} strata "
+                   f"({', '.join(f'{k} {v}' for k, v in res['by_split'].items())}) -> "
                    f"{', '.join(res['sheets'])}; key {res['key']}")
 
 
@@ -225,17 +238,25 @@ def human_export_cmd(
 def human_import_cmd(
     sheets: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="Filled sheets, one per annotator."),
     key: Optional[Path] = typer.Option(None, "--key", help="Key CSV (default: beside the sheets)."),
+    scorer: Optional[str] = typer.Option(None, "--scorer", help="Study scorer for the answers (default: the "
+                                         "benchmark's: infoseek-official; E-VQA evqa-bem with --bem-dir, else "
+                                         "evqa exact match, named as not BEM)."),
+    bem_dir: Optional[Path] = typer.Option(None, "--bem-dir", exists=True, file_okay=False,
+                                           help="Local BEM model directory: E-VQA answers scored by BEM."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Per-annotator accuracy vs the audit's decision, mean ± std, pairwise agreement, Cohen's/Fleiss' kappa."""
-    from kbvqa.pipelines.audit_tools import human_import
-    from kbvqa.report.summaries import human_eval_table
+    """Annotator answer accuracy against the fixed reference per split, mean ± std across annotators
+    (the paper's figure); agreement with the audit's keep/drop decision, Cohen's/Fleiss' kappa and the
+    flaw reports second."""
+    from kbvqa.pipelines.human_eval import human_import
+    from kbvqa.report.human_eval import human_eval_tables
 
     try:
-        res = human_import(sheets, key)
+        res = human_import(sheets, key, scorer=scorer, bem_dir=bem_dir)
     except _input_errors() as exc:
         fail(exc)
     if as_json:
         emit_json(res)
     else:
-        print_result(human_eval_table(res))
+        for table in human_eval_tables(res):
+            print_result(table)

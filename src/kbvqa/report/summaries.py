@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from kbvqa.report.tables import PCT, ResultTable, footnoted, percent, prose
 
 __all__ = ["ivr12_terminal_tables", "ivr12_compare_terminal_table", "study_table", "recall_by_variant_table", "audit_summary_table", "audit_diff_table",
-           "human_eval_table", "augment_stats_tables", "dataset_stats_table", "kb_stats_table", "kb_hits_table"]
+           "augment_stats_tables", "dataset_stats_table", "kb_stats_table", "kb_hits_table"]
 
 
 def _ci(low: float | None, high: float | None) -> str:
@@ -280,22 +280,6 @@ def audit_diff_table(d: Mapping[str, Any]) -> ResultTable:
     a, b = Path(d["a"]).name, Path(d["b"]).name
     return ResultTable("audit-diff", f"{a} → {b}: {d['joined']} joined on id (% of the kept rows)", "",
                        ["slice", "n", "dropped", "kept", "Q only", "A only", "both", "neither"], rows, notes)
-
-
-def human_eval_table(res: Mapping[str, Any]) -> ResultTable:
-    """Per-annotator accuracy against the audit; mean ± std, pairwise and Fleiss' kappa as notes."""
-    rows = [[n, v["annotated"], v["accuracy"], v["judged_valid"], v["answer_accuracy"]]
-            for n, v in res["annotators"].items()]
-    notes = []
-    acc = res["accuracy"]
-    if acc["mean"] is not None:
-        notes.append(f"accuracy {100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}")
-    notes += [f"{p}: agreement {prose(v['agreement'])}, Cohen's kappa {prose(v['cohen_kappa'])} ({v['items']} items)"
-              for p, v in res["pairwise"].items()]
-    notes.append(f"Fleiss' kappa {prose(res['fleiss_kappa'])} over {res['items_rated_by_all']} items")
-    return ResultTable("human-eval", f"human evaluation ({res['items_in_key']} items)", "",
-                       ["annotator", "annotated", "accuracy", "judged valid", "answer accuracy"], rows, notes,
-                       float_digits=None)
 
 
 def _counts(name: str, title: str, counts: Mapping[str, Any]) -> ResultTable:
