@@ -32,11 +32,13 @@ def augmentation_recall_table(records: Iterable[Mapping[str, Any]], references: 
 
     The denominator is every item expected, as in `kbvqa score retrieval`: a reference id without a
     record for `stage` is a miss at every K (counted in n_missing). Expected items are the
-    references' variant ids when they carry suffixes (the augmented samples); references keyed by
-    base id (the original benchmark) expect every reference in every variant that has records
-    (`expected_from` says which). Records without a reference are counted in n_no_reference and left
-    out. Each row: variant, n, R@K..., MRR, n_with_record, n_missing, n_no_reference, and
-    dR@K against the anchor over the anchors both expect (paired, so a partial run is comparable).
+    references' variant ids when they carry suffixes (the augmented samples: `expected_from`
+    "references"); references keyed by base id (the original benchmark, which also holds the rows
+    the augmentation could not use) expect, in every variant that has records, each anchor that some
+    variant has a record for (`expected_from` "records": kbvqa's reconstruction). Records without a
+    reference are counted in n_no_reference and left out. Each row: variant, n, R@K..., MRR,
+    n_with_record, n_missing, n_no_reference, and dR@K against the anchor over the anchors both
+    expect (paired, so a partial run is comparable).
     """
     from kbvqa.evaluate.retrieval import gold_rank
 
@@ -62,8 +64,9 @@ def augmentation_recall_table(records: Iterable[Mapping[str, Any]], references: 
         gold = list(getattr(ref, "gold", ref))
         ranks.setdefault(variant, {})[base] = gold_rank(dedupe_urls(rec.get("retrieved") or []),
                                                         dedupe_urls(gold))
-    if not suffixed:  # references by base id: each of them, in every variant that has records
-        expected = {v: {str(r) for r in references} for v in {*ranks, *no_ref}}
+    if not suffixed:  # references by base id: an anchor some variant has a record for was augmented
+        seen = {b for rs in ranks.values() for b in rs}
+        expected = {v: set(seen) for v in ranks}
     order = [v for v in (*VARIANTS, original_as) if v in expected or v in no_ref]
     order += sorted(v for v in expected if v not in order)
 
@@ -91,7 +94,7 @@ def augmentation_recall_table(records: Iterable[Mapping[str, Any]], references: 
             row["n_paired"] = len(paired)
             for k in ks:
                 row[f"dR@{k}"] = round(recall(ranks_of(v, paired), k) - recall(ranks_of("anchor", paired), k), 4)
-        row["expected_from"] = "reference variant ids" if suffixed else "every reference id, per variant with records"
+        row["expected_from"] = "references" if suffixed else "records"
         rows.append(row)
     return rows
 
