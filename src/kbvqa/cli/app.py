@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "curate": ("curate", "app", "Curate a community-sourced visual QA benchmark from posts (seed 001 §3.1): the "
                                 "four-step funnel and its proofreading."),
     "report": ("report", "app", "Tables (markdown/CSV/LaTeX), plots and an HTML page from study results."),
+    "export": ("export", "app", "A benchmark as an inspect_ai, lmms-eval or VLMEvalKit task, scored by kbvqa."),
     "journal": ("journal", "app", "Inspect or repair a job's output journal (what --resume reads)."),
     "demo": ("demo", "demo", "End-to-end offline demo on real photographs shipped in PyPI packages."),
     "view": ("view", "view", "Browse runs in a local read-only web app (or --export a static site)."),
