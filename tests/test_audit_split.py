@@ -164,6 +164,18 @@ def test_infoseek_split_writes_jsonl_and_qtype_files_and_keeps_unchanged_lines(d
     assert [(s.id, s.question_type) for s in back] == [(s.id, s.question_type) for s in samples if s.id in kept]
 
 
+def test_a_split_with_nothing_retained_keeps_the_input_format(demo, tmp_path):
+    src = list(read_samples(demo / "bench" / "samples.jsonl", "kbvqa"))[:3]
+    write_samples(src, tmp_path / "val.jsonl", "infoseek")
+    samples = list(read_samples(tmp_path / "val.jsonl", "infoseek"))
+    audited = _audited(samples, {s.id: ("drop", None, None, ["missing_kb"]) for s in samples}, tmp_path / "a.jsonl")
+    res = write_split(audited, tmp_path / "fixed.jsonl", tmp_path / "unfixed.jsonl", summary="")
+    assert (res["format"], res["retained"], res["dropped"], res["drop_reasons"]) == ("infoseek", 0, 3, {"missing_kb": 3})
+    assert (tmp_path / "fixed.jsonl").read_text() == "" and "summary_path" not in res
+    with pytest.raises(ValueError, match="cannot write a split as 'csv'"):
+        write_split(audited, tmp_path / "f.csv", fmt="csv")
+
+
 # ------------------------------------------------------------------------------- ARA rows (shared)
 
 

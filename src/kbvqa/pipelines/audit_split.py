@@ -32,15 +32,16 @@ SPLIT_FORMATS = ("kbvqa", "infoseek", "evqa", "ara", "notevqa")
 _AUDIT_KEYS = ("audit", "status", "reason", "attempts", "stage", "error")
 
 
-def split_format(samples: Iterable[Sample], requested: str | None = None) -> tuple[str, str | None]:
-    """(format to write, note or None): `requested`, else the input format the first sample's adapter
-    recorded, else kbvqa. A source format that cannot be written from samples alone becomes kbvqa, said."""
+def split_format(records: Iterable[dict[str, Any]], requested: str | None = None) -> tuple[str, str | None]:
+    """(format to write, note or None): `requested`, else the input format the first record's adapter
+    recorded (`meta._source.format`), else kbvqa. A source format that cannot be written from samples
+    alone becomes kbvqa, said."""
     if requested is not None:
         if requested not in SPLIT_FORMATS:
             raise ValueError(f"cannot write a split as {requested!r}; one of {', '.join(SPLIT_FORMATS)}")
         return requested, None
-    for s in samples:
-        src = (s.meta or {}).get("_source")
+    for rec in records:
+        src = (rec.get("meta") or {}).get("_source")
         fmt = src.get("format") if isinstance(src, dict) else None
         if fmt is None:
             return "kbvqa", None
@@ -156,8 +157,9 @@ def write_split(audited: str | Path, fixed: str | Path | None, unfixed: str | Pa
 
     if fixed is None and unfixed is None:
         raise ValueError("give the fixed split's path, the unfixed one's, or both")
-    f_rows, u_rows, counts = split_samples(read_results(Path(audited)))
-    out_fmt, note = split_format(f_rows, fmt)
+    records = list(read_results(Path(audited)))
+    f_rows, u_rows, counts = split_samples(records)
+    out_fmt, note = split_format(records, fmt)  # the input's, even when nothing is retained
     res: dict[str, Any] = {"audited": str(audited), "format": out_fmt, **counts}
     if note:
         res["format_note"] = note
