@@ -208,7 +208,10 @@ def test_answer_leak_invalidates_positional_variants_and_takes_inter_along(run1,
     assert leak["method2_query"] == "Which bank of the river is this building on?"
     assert any("leaks" in e for e in leak["method1_query_errors"])
     assert leak["status"] == "error"
-    # the two splits hold the same anchors
+    # the two splits hold the same anchors, whichever variant failed (rewrite, distractor, composite)
+    entries = [e for e in _manifest(out) if e.get("method1_image_status")]
+    assert all((e["method1_image_status"] == "saved") == (e["method2_image_status"] == "saved") for e in entries)
+    assert any(e["method2_image_status"] == "excluded" and e["method1_image_status"] == "error" for e in entries)
     got = {s.id for s in read_samples(out / "samples.jsonl", "kbvqa")}
     assert {anchor_id(i) for i in got if i.endswith("__intra")} == {anchor_id(i) for i in got if i.endswith("__inter")}
     assert stats["variant_status"]["inter"].get("excluded", 0) >= 1
