@@ -19,7 +19,6 @@ from kbvqa.evaluate.infoseek import score_official, score_strict
 from kbvqa.evaluate.io import PredictionRecord, load_infoseek_references
 from kbvqa.pipelines.export import ExportError, export
 
-inspect_ai = pytest.importorskip("inspect_ai")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +37,7 @@ def _answer_for(rec: dict, i: int) -> str:
 def _mock(reply):
     """A mockllm model whose every call is `reply(messages)`; usage is set so the mock never counts
     tokens with tiktoken (whose file it would download)."""
+    pytest.importorskip("inspect_ai")
     from inspect_ai.model import ModelOutput, ModelUsage, get_model
 
     def call(messages, tools, tool_choice, config):
@@ -55,6 +55,7 @@ def _text(messages) -> str:
 def _eval(out: Path, monkeypatch, model, **roles):
     """inspect's eval of DIR/task.py, run from DIR (an absolute task path trips inspect 0.3.285), its
     log read back from disk."""
+    inspect_ai = pytest.importorskip("inspect_ai")  # the interop extra
     from inspect_ai.log import read_eval_log
 
     monkeypatch.chdir(out)
@@ -169,24 +170,35 @@ def _load_utils(folder: Path):
     return mod
 
 
-def test_lmms_eval_utils_imported_alone_scores_as_kbvqa(bench, tmp_path):
-    import yaml
-    from PIL import Image
-
+@pytest.fixture
+def lmms_task(bench, tmp_path):
+    """An lmms-eval export of 8 demo samples: (folder, its utils.py imported alone, ExportResult)."""
     out = tmp_path / "lmms"
     res = export("lmms-eval", bench / "samples.jsonl", out, limit=8, name="demo")
-    config = next(out.glob("*.yaml"))
+    return out, _load_utils(out), res
+
+
+def test_lmms_eval_yaml_names_local_docs_and_functions_utils_has(lmms_task):
+    yaml = pytest.importorskip("yaml")
+    out, utils, _ = lmms_task
 
     class Loader(yaml.SafeLoader):
         pass
 
     Loader.add_constructor("!function", lambda loader, node: ("function", loader.construct_scalar(node)))
-    task = yaml.load(config.read_text(), Loader=Loader)
-    assert task["task"] == "kbvqa_demo" and task["dataset_path"] == "json"
-    assert Path(task["dataset_kwargs"]["data_files"]["test"]) == out / "docs.jsonl"
-    utils = _load_utils(out)
+    task = yaml.load((out / "kbvqa_demo.yaml").read_text(), Loader=Loader)
+    assert task["task"] == "kbvqa_demo" and task["dataset_path"] == "json" and task["test_split"] == "test"
+    assert Path(task["dataset_kwargs"]["data_files"]["test"]) == out / "docs.jsonl"  # local, no hub download
     named = [v[1] for v in task.values() if isinstance(v, tuple)] + [m["aggregation"][1] for m in task["metric_list"]]
-    assert all(callable(getattr(utils, n.split(".", 1)[1])) for n in named)
+    assert len(named) == 7 and all(callable(getattr(utils, n.split(".", 1)[1])) for n in named)
+    assert [m["metric"] for m in task["metric_list"]] == ["kbvqa_accuracy", "kbvqa_unscored", "kbvqa_infoseek_final"]
+
+
+def test_lmms_eval_utils_imported_alone_scores_as_kbvqa(bench, lmms_task):
+    from PIL import Image
+
+    out, utils, res = lmms_task
+    metrics = {"kbvqa_accuracy", "kbvqa_unscored", "kbvqa_infoseek_final"}
 
     docs = [json.loads(x) for x in (out / "docs.jsonl").read_text().splitlines()]
     src = {json.loads(x)["id"]: json.loads(x) for x in (bench / "samples.jsonl").read_text().splitlines()}
@@ -199,7 +211,7 @@ def test_lmms_eval_utils_imported_alone_scores_as_kbvqa(bench, tmp_path):
         assert utils.kbvqa_doc_to_target(doc) == src[doc["id"]]["answers"][0]
         pred = _answer_for(doc, i)
         got = utils.kbvqa_process_results(doc, [pred])
-        assert set(got) == {m["metric"] for m in task["metric_list"]}
+        assert set(got) == metrics
         rows.append(got["kbvqa_accuracy"])
         records.append(PredictionRecord(doc["id"], pred, i))
     refs = load_infoseek_references(out / "samples.jsonl", keep_raw=False)
@@ -239,6 +251,14 @@ def test_vlmevalkit_tsv_decodes_back_to_the_same_images(bench, tmp_path):
     res = export("vlmevalkit", fixed, tmp_path / "fixed", images=bench, name="demo fixed")
     n_fixed = sum(1 for x in fixed.read_text().splitlines() if x.strip())
     assert res.n_samples == n_fixed and (tmp_path / "fixed" / "KBVQA_demo_fixed.tsv").exists()
+    # and an augmented split (composite images named relative to its own folder)
+    aug = bench.parent / "augment" / "samples.jsonl"
+    export("vlmevalkit", aug, tmp_path / "aug", limit=3, name="aug")
+    first = json.loads(aug.read_text().splitlines()[0])
+    with (tmp_path / "aug" / "KBVQA_aug.tsv").open(encoding="utf-8", newline="") as fh:
+        row = next(csv.DictReader(fh, delimiter="\t"))
+    assert row["kbvqa_id"] == first["id"]
+    assert base64.b64decode(row["image"]) == (aug.parent / first["images"][0]).read_bytes()
 
 
 def test_export_refuses_what_the_scorer_would_refuse(bench, tmp_path):
