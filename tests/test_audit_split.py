@@ -98,6 +98,18 @@ def test_cli_split_prints_the_counts_and_writes_them_beside(demo, tmp_path):
     assert r.exit_code == 2 and "fixed split's path" in r.output
 
 
+def test_audit_run_writes_the_splits_with_fixed_out(demo, tmp_path):
+    bench = demo / "bench"
+    r = runner.invoke(app, ["audit", "run", str(bench / "samples.jsonl"), "--kb", str(bench / "kb.sqlite"), "--out",
+                            str(tmp_path / "a.jsonl"), "--fixed-out", str(tmp_path / "f.jsonl"), "--unfixed-out",
+                            str(tmp_path / "u.jsonl"), "--json"])
+    assert r.exit_code == 0, r.output
+    split = json.loads(r.stdout)["split"]
+    assert split["fixed"]["rows"] == split["unfixed"]["rows"] == split["retained"] == len(_lines(tmp_path / "f.jsonl"))
+    assert split["retained"] + split["dropped"] == 38
+    assert [x["id"] for x in _lines(tmp_path / "f.jsonl")] == [x["id"] for x in _lines(tmp_path / "u.jsonl")]
+
+
 def test_scoring_an_audited_file_with_drops_is_refused_unless_asked(demo, tmp_path):
     audited = demo / "audit" / "audited.jsonl"
     preds = demo / "answers" / "predictions_fixed.jsonl"

@@ -54,6 +54,10 @@ def run_cmd(
     deadline: Optional[float] = DEADLINE,
     structured_output: Optional[str] = STRUCTURED_OUTPUT,
     max_retries: Optional[int] = MAX_RETRIES,
+    fixed_out: Optional[Path] = typer.Option(None, "--fixed-out", dir_okay=False,
+                                             help="Also write the fixed split here (as `kbvqa audit split`)."),
+    unfixed_out: Optional[Path] = typer.Option(None, "--unfixed-out", dir_okay=False,
+                                               help="Also write the unfixed split here (the same ids as they were)."),
 ) -> None:
     """Audit INPUT against KB: verify, derive/correct answers, tag/repair questions, check leaks.
 
@@ -74,12 +78,21 @@ def run_cmd(
     if notice:
         typer.echo(f"note: {notice}", err=True)
     r = summary["run"]
+    if fixed_out is not None or unfixed_out is not None:
+        from kbvqa.pipelines.audit_split import write_split
+
+        try:
+            summary["split"] = write_split(r["out"], fixed_out, unfixed_out)
+        except _input_errors() as exc:
+            fail(exc)
     if as_json:
         emit_json(summary)
     else:
         print_result(audit_summary_table(summary))
         typer.echo(f"wrote {r['out']} (ok {r['ok']}, error {r['error']}, invalid {r['invalid']}, "
                    f"skipped {r['skipped']}) and {summary['summary_path']}")
+        if "split" in summary:
+            _print_split(summary["split"])
     end_job(r["ok"], {"error": r["error"], "invalid": r["invalid"]}, skipped=r["skipped"], what="sample(s)",
             reasons=journal_reasons(r["out"]) if r["error"] or r["invalid"] else None)
 
@@ -149,25 +162,31 @@ def split_cmd(
     if as_json:
         emit_json(res)
     else:
-        def why(c: dict) -> str:
-            return ", ".join(f"{k} {v}" for k, v in c.items()) or "-"
+        _print_split(res)
 
-        typer.echo(f"{res['records']} audited rows: kept {res['kept']}, repaired {res['repaired']} "
-                   f"({why(res['repair_reasons'])}), dropped {res['dropped']} ({why(res['drop_reasons'])}"
-                   + (f"; flags {why(res['drop_flags'])}" if res["drop_flags"] else "") + f"), "
-                   f"not finished {res['not_finished']}" + (f" ({why(res['not_finished_reasons'])})"
-                                                             if res["not_finished"] else ""))
-        typer.echo("changed: " + why(res["changes"]))
-        for side in ("fixed", "unfixed"):
-            if side in res:
-                w = res[side]
-                typer.echo(f"wrote {side} {w['path']} ({w['rows']} rows, {res['format']})"
-                           + (f" + {w['qtypes']}" if w.get("qtypes") else "")
-                           + (f"; {w['qtypes_note']}" if w.get("qtypes_note") else ""))
-        if res.get("format_note"):
-            typer.echo(res["format_note"], err=True)
-        if res.get("summary_path"):
-            typer.echo(f"counts: {res['summary_path']}")
+
+def _print_split(res: dict) -> None:
+    """What `write_split` did, for `audit split` and `audit run --fixed-out`: the counts and their
+    reasons, the change kinds, the files; rows the audit did not finish on stderr."""
+    def why(c: dict) -> str:
+        return ", ".join(f"{k} {v}" for k, v in c.items()) or "-"
+
+    typer.echo(f"{res['records']} audited rows: kept {res['kept']}, repaired {res['repaired']} "
+               f"({why(res['repair_reasons'])}), dropped {res['dropped']} ({why(res['drop_reasons'])}"
+               + (f"; flags {why(res['drop_flags'])}" if res["drop_flags"] else "") + f"), "
+               f"not finished {res['not_finished']}" + (f" ({why(res['not_finished_reasons'])})"
+                                                         if res["not_finished"] else ""))
+    typer.echo("changed: " + why(res["changes"]))
+    for side in ("fixed", "unfixed"):
+        if side in res:
+            w = res[side]
+            typer.echo(f"wrote {side} {w['path']} ({w['rows']} rows, {res['format']})"
+                       + (f" + {w['qtypes']}" if w.get("qtypes") else "")
+                       + (f"; {w['qtypes_note']}" if w.get("qtypes_note") else ""))
+    if res.get("format_note"):
+        typer.echo(res["format_note"], err=True)
+    if res.get("summary_path"):
+        typer.echo(f"counts: {res['summary_path']}")
     if res["not_finished"]:
         typer.echo(f"{res['not_finished']} row(s) the audit did not finish are in neither split: "
                    "`kbvqa audit run ... --resume` re-runs them", err=True)
