@@ -118,6 +118,8 @@ def test_accuracy_is_the_headline_with_the_papers_plus_minus_and_agreement_secon
 def test_a_bad_judgement_and_an_unknown_id_name_the_row(tmp_path):
     res = human_export(_audited(tmp_path), tmp_path / "sheet.csv", fraction=0.25, seed=1, annotators=1)
     sheet = res["sheets"][0]
+    with pytest.raises(ValueError, match="no item is annotated"):
+        human_import([sheet])  # an unfilled sheet is not an empty result
     _fill(sheet, lambda r: {"human_valid": "perhaps"})
     with pytest.raises(ValueError, match="perhaps"):
         human_import([sheet])
@@ -146,6 +148,7 @@ def test_augmented_intra_and_inter_export_with_flaws_and_score_per_split(tmp_pat
     rows = list(csv.DictReader(open(res["sheets"][0], encoding="utf-8")))
     assert {r["split"] for r in rows} == {"intra", "inter"} and "flaw" in rows[0] and "answer" not in rows[0]
     assert all(r["evidence"].startswith("It is native to") for r in rows)  # the anchor's evidence
+    assert res["without_evidence"] == 0
     intra = [r["id"] for r in rows if r["split"] == "intra"]
     key = {r["id"]: json.loads(r["answers"])[0] for r in csv.DictReader(open(res["key"]))}
     _fill(res["sheets"][0], lambda r: {"human_answer": key[r["id"]]})

@@ -251,6 +251,9 @@ def human_export_cmd(
         typer.echo(f"sampled {res['sampled']} of {res['input']} in {len(res['strata'])} strata "
                    f"({', '.join(f'{k} {v}' for k, v in res['by_split'].items())}) -> "
                    f"{', '.join(res['sheets'])}; key {res['key']}")
+        if res["without_evidence"]:
+            typer.echo(f"warning: {res['without_evidence']} item(s) have no evidence to show (the samples carry "
+                       "none; pass --kb KB for the entity's article)", err=True)
 
 
 @app.command("human-import")

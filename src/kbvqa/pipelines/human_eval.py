@@ -165,7 +165,8 @@ def human_export(source: str | Path, out: str | Path, *, fraction: float = 0.1, 
             "fraction": None if augmented else fraction, "per_variant": per_variant if augmented else None,
             "fixed_only": fixed_only, "seed": seed, "strata": sizes, "sheets": [str(p) for p in sheets],
             "key": str(key_path), "references": str(refs_path),
-            "by_split": dict(Counter(r["split"] for r in key_rows))}
+            "by_split": dict(Counter(r["split"] for r in key_rows)),
+            "without_evidence": sum(1 for r in sheet_rows if not r["evidence"].strip())}
 
 
 _YES = {"yes", "y", "1", "true", "valid", "correct", "ok"}
@@ -279,6 +280,9 @@ def human_import(sheets: Sequence[str | Path], key: str | Path | None = None, *,
                      "dropped_items_rated": len(dropped),
                      "flaws": sum(1 for fs in flaws.values() for f in fs if f["annotator"] == name)}
     names = list(per)
+    if not any(per[n]["rated"] for n in names):
+        raise ValueError(f"no item is annotated in {', '.join(str(p) for p in paths)} (fill human_answer, or "
+                         "human_valid yes/no)")
     headline = {split: {**mean_std([per[n]["accuracy"][split]["accuracy"] for n in names if split in per[n]["accuracy"]]),
                         "annotators": sum(1 for n in names if split in per[n]["accuracy"])}
                 for split in SPLITS if any(split in per[n]["accuracy"] for n in names)}
