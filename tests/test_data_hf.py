@@ -400,10 +400,7 @@ def test_broken_folders_and_files_are_named(tmp_path):
         detect_format(plain)
 
 
-def test_hf_is_read_only_and_takes_the_generic_mapping(tmp_path):
-    with pytest.raises(ValueError, match="read-only"):
-        write_samples([], tmp_path / "x", "hf")
-    assert not (tmp_path / "x").exists()
+def test_hf_takes_the_generic_mapping(tmp_path):
     with pytest.raises(ValueError, match="unknown mapping field"):
         list(read_samples(save_to_disk(tmp_path / "ds", _rows(1)), mapping={"qeustion": "q"}))
     with pytest.raises(ValueError, match="not inside image_root"):
@@ -477,3 +474,96 @@ def test_the_cli_writes_embedded_images_next_to_the_output_and_counts_them_in_st
     assert stats["warnings"]["embedded_image_not_written"] == 2  # stats never writes pixels: counted
     res = runner.invoke(app, ["data", "stats", str(out), "--split", "train"])
     assert res.exit_code == 1 and "--split only applies" in res.output
+
+
+# ------------------------------------------------------------------------------------ writing a dataset folder
+
+def _card(folder):
+    import yaml
+
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    head, body = text.split("---\n")[1], text.split("---\n", 2)[2]
+    return yaml.safe_load(head), body
+
+
+def _load_back(folder, samples, image_root):
+    """datasets.load_dataset(folder) gives every sample back, row for row and image for image."""
+    datasets = pytest.importorskip("datasets")
+    from kbvqa.data.schema import Sample
+
+    dd = datasets.load_dataset(str(folder), cache_dir=str(folder.parent / "hf-cache"))  # never a stale cache
+    by_split: dict = {}
+    for s in samples:
+        by_split.setdefault(s.split or "test", []).append(s)
+    assert sorted(dd) == sorted(by_split)
+    for split, rows in by_split.items():
+        got = dd[split]
+        assert got.num_rows == len(rows)
+        assert got.features["images"].feature.__class__.__name__ == "Image"
+        for s, r in zip(rows, got):
+            assert r["id"] == s.id and r["question"] == s.question and r["answers"] == s.answer_texts
+            assert r["question_type"] == s.question_type and r["dataset"] == s.dataset
+            back = Sample.model_validate(json.loads(r["kbvqa_sample"]))
+            assert back.dump() == s.dump()  # nothing lost
+            assert len(r["images"]) == len(s.images)
+            for ref, im in zip(s.images, r["images"]):
+                want = open_image(resolve_image(ref, image_root))
+                assert im.size == want.size and im.convert("RGB").tobytes() == want.tobytes()  # same pixels
+    return dd
+
+
+@pytest.fixture
+def offline_hub(monkeypatch):
+    """`datasets` and the Hub client told to stay offline (no request leaves the machine)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+def test_the_audited_demo_split_as_a_dataset_folder_loads_back(demo_copy, tmp_path, offline_hub):
+    from typer.testing import CliRunner
+
+    from kbvqa.cli.app import app
+
+    out, _ = demo_copy(tmp_path / "demo")
+    fixed = out / "audit" / "fixed.jsonl"
+    runner = CliRunner()
+    dst = tmp_path / "hf_fixed"
+    r = runner.invoke(app, ["data", "convert", str(fixed), str(dst), "--to", "hf", "--license", "cc-by-4.0"])
+    assert r.exit_code == 1 and "sample 'demo_000'" in r.output and "--image-root" in r.output  # images not found
+    assert not dst.exists()  # nothing half-written
+    r = runner.invoke(app, ["data", "convert", str(fixed), str(dst), "--to", "hf", "--license", "cc-by-4.0",
+                            "--image-root", str(out / "bench")])
+    assert r.exit_code == 0, r.output
+    samples = list(read_samples(fixed))
+    _load_back(dst, samples, out / "bench")
+    meta, body = _card(dst)
+    assert meta["license"] == "cc-by-4.0"
+    assert {c["split"] for c in meta["configs"][0]["data_files"]} == {s.split for s in samples}
+    assert sum(x["num_examples"] for x in meta["dataset_info"]["splits"]) == len(samples) == 32
+    prov = json.loads((dst / "kbvqa_provenance.json").read_text())
+    split = json.loads((out / "audit" / "fixed.split.json").read_text())
+    assert prov["audit"]["dropped"] == split["dropped"] == 6 and prov["audit"]["repaired"] == split["repaired"] == 2
+    assert prov["audit"]["manifest"]["path"].endswith("audited.manifest.json") and prov["datasets"] == {"kbvqa-demo": 32}
+    assert "dropped 6" in body and "huggingface-cli upload" in body and prov["kbvqa_version"] in body
+    r = runner.invoke(app, ["data", "convert", str(fixed), str(dst), "--to", "hf", "--image-root", str(out / "bench")])
+    assert r.exit_code == 1 and "not empty" in r.output  # never mixed with an earlier export
+    # kbvqa's own hf reader reads the folder back too
+    again = list(read_samples(dst, split="demo_unseen_entity", mapping={"images": "images"}, image_dir=tmp_path / "i",
+                              image_root=tmp_path))
+    assert [s.id for s in again] == [s.id for s in samples if s.split == "demo_unseen_entity"]
+
+
+def test_a_notevqa_set_as_a_dataset_folder_loads_back(demo_copy, tmp_path, offline_hub):
+    from kbvqa.data.hf_export import write_hf_folder
+
+    out, _ = demo_copy(tmp_path / "demo")
+    community = out / "bench" / "community.jsonl"
+    samples = list(read_samples(community))
+    assert samples and all(s.images for s in samples)
+    n = write_hf_folder(iter(samples), tmp_path / "hf", source=community, max_shard_bytes=200_000)
+    assert n == len(samples)
+    shards = sorted((tmp_path / "hf" / "data").glob("*.parquet"))
+    assert len(shards) > 1 and shards[-1].name.endswith(f"-of-{len(shards):05d}.parquet")  # cut by size, named
+    _load_back(tmp_path / "hf", samples, out / "bench")
+    meta, body = _card(tmp_path / "hf")
+    assert meta["license"] == "other" and "not an audited split" in body

@@ -78,8 +78,15 @@ def convert(
     limit: Optional[int] = typer.Option(None, "--limit", min=0, help="Convert at most N samples."),
     allow_empty: bool = typer.Option(False, "--allow-empty", help="Write an empty file for an input with no samples "
                                                                   "(otherwise an error)."),
+    image_root: Optional[Path] = typer.Option(None, "--image-root", file_okay=False,
+                                              help="--to hf: the folder the image references are under (default: "
+                                                   "the input's folder); the images are embedded."),
+    license: str = typer.Option("other", "--license", help="--to hf: the dataset card's licence field (an SPDX or "
+                                                          "Hub licence id; the source benchmark's terms apply)."),
 ) -> None:
-    """Convert a benchmark file between formats (lossless for same-format round trips)."""
+    """Convert a benchmark file between formats (lossless for same-format round trips). `--to hf DIR`
+    writes a Hugging Face dataset folder (Parquet shards with embedded images, a dataset card with the
+    audit's provenance) that `datasets.load_dataset(DIR)` reads."""
     m = _mapping(mapping)
     report = SkipReport()
     try:
@@ -100,6 +107,16 @@ def convert(
         write_opts: dict = {"qtypes_out": qtypes_out} if fout == "infoseek" else {}
         if fout in GENERIC_FORMATS:
             write_opts.update(mapping=m, sep=sep)
+        if fout == "hf":
+            from kbvqa.data.hf_export import write_hf_folder
+
+            n = write_hf_folder(non_empty(samples, src, allow_empty), dst, source=src, license=license,
+                                image_root=image_root)
+            typer.echo(f"wrote {n} sample(s) {fin} -> hf dataset folder: {dst} (load it with "
+                       f"datasets.load_dataset({str(dst)!r}); publish it with `huggingface-cli upload`, see "
+                       "docs/interop.md)")
+            _report_skipped(report)
+            return
         samples = non_empty(samples, src, allow_empty)
         n = write_samples(samples, dst, fout, **write_opts)
     except (DataError, ValueError) as e:

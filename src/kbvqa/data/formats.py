@@ -9,10 +9,11 @@ None) and `write_samples(samples, path, fmt)` writes them back. Formats:
 - ara      ARA release CSVs (ground truth, or the augmented manifest as anchor/intra/inter samples)
 - notevqa  NoteVQA-style community items (short + interleaved references, category, intent)
 - jsonl / csv / parquet  generic tables with a field -> column `mapping`
-- hf       Hugging Face `datasets` exports, read-only and without `datasets`: a save_to_disk folder
+- hf       Hugging Face `datasets` exports, read without `datasets`: a save_to_disk folder
            (Dataset, or DatasetDict + `split=`), Hub/cache shard folders, .arrow/.feather files, and
            .parquet given as `hf`; rows go through the generic `mapping`, Image cells become files
-           (`image_dir=`, `image_root=`, `embedded_images=`) — see kbvqa.data.hf
+           (`image_dir=`, `image_root=`, `embedded_images=`) — see kbvqa.data.hf; written as a dataset
+           folder with embedded images and a card (kbvqa.data.hf_export)
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ FORMATS: dict[str, Format] = {
                  lambda samples, path, _f=f, **kw: generic.write_generic(samples, path, _f, **kw),
                  f"generic {f.upper()} with a column mapping") for f in generic.GENERIC_FORMATS},
     hf.HF_FORMAT: Format(hf.HF_FORMAT, hf.read_hf, hf.write_hf,
-                         "Hugging Face datasets export (save_to_disk folder, .arrow/.feather/.parquet; read-only) "
+                         "Hugging Face datasets export (save_to_disk folder, .arrow/.feather/.parquet; written as a dataset folder) "
                          "with a column mapping"),
 }
 

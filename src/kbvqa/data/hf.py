@@ -553,8 +553,11 @@ def read_hf(path: str | Path, *, mapping: dict[str, str] | None = None, sep: str
         yield sample
 
 
-def write_hf(samples: Any, path: str | Path, **_: Any) -> int:
-    """The hf format is read-only: write parquet (`datasets.load_dataset("parquet", ...)` reads it)."""
-    raise ValueError("the hf format is read-only; write parquet (or jsonl/csv) with a --mapping instead, "
-                     "which `datasets` loads with load_dataset('parquet', data_files=...)")
+def write_hf(samples: Any, path: str | Path, **opts: Any) -> int:
+    """A Hugging Face dataset folder (Parquet shards with embedded Image features and a dataset card)
+    that `datasets.load_dataset(path)` reads: `kbvqa.data.hf_export.write_hf_folder` (its options:
+    image_root=, source=, license=, name=, default_split=)."""
+    from kbvqa.data.hf_export import write_hf_folder
+
+    return write_hf_folder(samples, path, **opts)
 
