@@ -595,7 +595,9 @@ class ReadOptions:
 
 
 #: Output format name -> reader(path, ReadOptions) -> ConvertedPrediction lines; the CLI's --method choices.
-METHODS: Registry[Callable[[Path, ReadOptions], Iterator[ConvertedPrediction]]] = Registry("method")
+#: The harnesses' readers (lmms-eval, VLMEvalKit, inspect_ai) live in kbvqa.evaluate.harnesses, imported on first use.
+METHODS: Registry[Callable[[Path, ReadOptions], Iterator[ConvertedPrediction]]] = Registry(
+    "method", ("kbvqa.evaluate.harnesses",))
 
 
 @METHODS.register("iba", help="IBA JSONL {data_id, prediction} (sample_answers.jsonl); evqa also reads answer / "
