@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test,faiss,embed,ray,view]"
+	$(BIN)/pip install -q -e ".[test,faiss,embed,ray,view,interop]"
 	touch $(STAMP)
 
 # The viewer's browser tests drive Debian's chromium + chromium-driver (they skip, saying why, without them).
