@@ -261,6 +261,31 @@ def test_vlmevalkit_tsv_decodes_back_to_the_same_images(bench, tmp_path):
     assert base64.b64decode(row["image"]) == (aug.parent / first["images"][0]).read_bytes()
 
 
+def test_harness_code_imports_kbvqa_evaluate_only():
+    """ARCHITECTURE: the code an exported task runs inside a harness imports kbvqa's scorers from
+    kbvqa.evaluate and nothing above it."""
+    import ast
+
+    import kbvqa.pipelines.export as pkg
+
+    for name in ("_inspect_task.py", "_lmms_utils.py"):
+        tree = ast.parse((Path(pkg.__file__).parent / name).read_text())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        ours = {m for m in mods if m and m.split(".")[0] == "kbvqa"}
+        assert ours and all(m.startswith("kbvqa.evaluate") for m in ours), (name, ours)
+
+
+def test_vlmevalkit_index_is_the_row_when_ids_would_not_survive(tmp_path):
+    src = tmp_path / "s.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "question": "q?", "answers": ["a"], "answer_type": "String"}) + "\n"
+                           for i in ("007", "8")))
+    export("vlmevalkit", src, tmp_path / "v", name="s")
+    with (tmp_path / "v" / "KBVQA_s.tsv").open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    assert [(r["index"], r["kbvqa_id"], r["image"]) for r in rows] == [("0", "007", ""), ("1", "8", "")]
+
+
 def test_export_refuses_what_the_scorer_would_refuse(bench, tmp_path):
     from typer.testing import CliRunner
 

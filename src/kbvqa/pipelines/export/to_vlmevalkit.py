@@ -7,8 +7,8 @@ for several images: `image_base.py` reads it with `toliststr`), `question` and `
 scorer for such a set (`evaluate` raises NotImplementedError): run `--mode infer`, then bring its
 `{model}_{NAME}.xlsx` back with `kbvqa score convert-predictions --method vlmevalkit -r samples.jsonl`.
 
-`index` is the kbvqa id when every id is a plain name (VLMEvalKit saves images as `{index}.png`), else
-the 0-based row number in samples.jsonl; `kbvqa_id` always carries the id, `answers` every accepted
+`index` is the kbvqa id when every id is a plain name (VLMEvalKit saves images as `{index}.png`) that
+an int() would not change, else the 0-based row number in samples.jsonl; `kbvqa_id` always carries the id, `answers` every accepted
 answer (JSON), `answer` the first one.
 """
 
@@ -38,7 +38,8 @@ def tsv_name(name: str) -> str:
 def write_vlmevalkit(exp: Exported, name: str) -> list[Path]:
     """Write DIR/<NAME>.tsv (images inlined as base64) and DIR/kbvqa_export.json."""
     data = tsv_name(name)
-    plain = all(_PLAIN_ID.fullmatch(s.id) for s in exp.samples)
+    # VLMEvalKit turns an all-digit index column into ints: "007" would come back as 7
+    plain = all(_PLAIN_ID.fullmatch(s.id) and (not s.id.isdigit() or str(int(s.id)) == s.id) for s in exp.samples)
     path = exp.out / f"{data}.tsv"
     csv.field_size_limit(1 << 30)
     with path.open("w", encoding="utf-8", newline="") as fh:
