@@ -263,3 +263,33 @@ def test_the_scanner_sees_every_kind_of_import():
     assert {"module", "function", "registry"} <= kinds
     stages_init = [e for e in ALL_EDGES if e.importer == "kbvqa.stages" and e.kind == "registry"]
     assert any(e.imported == "kbvqa.stages.audit.verify" for e in stages_init)
+
+
+#: Packages of one layer that must not import each other: the two model-driven funnels share
+#: kbvqa.pipelines.funnel (and kbvqa.stages.ask below it), so a change made for one family never
+#: reaches the other unseen (issue 36).
+APART = [("kbvqa.pipelines.curate", "kbvqa.pipelines.reference")]
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def crossings(edges: list[Edge], a: str, b: str) -> list[Edge]:
+    """The edges from package `a` into package `b`, or from `b` into `a`."""
+    return [e for e in edges if (_inside(e.importer, a) and _inside(e.imported, b))
+            or (_inside(e.importer, b) and _inside(e.imported, a))]
+
+
+@pytest.mark.parametrize("a,b", APART)
+def test_sibling_funnels_never_import_each_other(a, b):
+    bad = crossings(ALL_EDGES, a, b)
+    lines = sorted(f"{e.where()}  {e.importer} -> {e.imported}  ({e.kind} import)" for e in bad)
+    assert not bad, f"{a} and {b} import each other (share through kbvqa.pipelines.funnel):\n" + "\n".join(lines)
+
+
+def test_the_sibling_check_sees_a_lazy_crossing():
+    src = "def f():\n    from kbvqa.pipelines.reference.common import fill_pool\n"
+    edges = edges_of("kbvqa.pipelines.curate.items", src)
+    assert [(e.imported, e.kind) for e in crossings(edges, *APART[0])] == [
+        ("kbvqa.pipelines.reference.common", "function")]

@@ -29,9 +29,9 @@ from kbvqa.models.prompts.curate import TRANSLATE, TRANSLATION_CHECK
 from kbvqa.models.replies import NonBlank, Reply
 from kbvqa.pipelines.curate.common import CurateStage, ModelStageConfig, Verdict, consult, item, stage_payload
 from kbvqa.pipelines.curate.refine import Classify, LabelConfig, QuestionReply
-from kbvqa.pipelines.reference.common import gather_all, model_id, needs_model
 from kbvqa.runner.stage import Context
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import gather_all, model_id, require_role
 
 
 class CheckReply(Reply):
@@ -130,8 +130,7 @@ class Translate(CurateStage):
             return Verdict({"translated": False, "language": lang})
         if c.role in ctx.roles:  # no call is spent on a translation that cannot be checked
             for role in c.check_roles:
-                if role not in ctx.roles:
-                    raise needs_model("the translation cross-check", role)
+                require_role(ctx, role, "the translation cross-check")
         src = {"question": it["question"], "answer": it.get("answer") or "(none)"}
         reply, prov = await consult(ctx, c, TRANSLATE, QuestionReply, record, what="translation",
                                     language=lang, **src)

@@ -26,19 +26,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from kbvqa.pipelines.reference.common import ask
-from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.pipelines.funnel import FunnelStageConfig
+from kbvqa.runner.stage import Context, Stage
+from kbvqa.stages.ask import Ask, ask
 
 DROP = "drop"
 ITEM = "item"
 
 
-class CurateStageConfig(StageConfig):
+class CurateStageConfig(FunnelStageConfig):
     """`[curate.<stage>]` of a curate.toml: a misspelt key is an error."""
 
-    model_config = ConfigDict(extra="forbid")
     enabled: bool = True
 
 
@@ -180,3 +180,47 @@ async def consult(ctx: Context, config: ModelStageConfig, prompt: Any, reply_mod
     pics = kept_images(record, config.max_images) if images and config.max_images else []
     return await ask(ctx, config.role, prompt, reply_model, what=f"{what} ({record['id']})", images=pics,
                      params=params, check=check, model_index=model_index, **values)
+
+
+class AskStage(CurateStage):
+    """A curation stage that is one model call about the post: `asks` declares it (prompt, reply
+    model, name, images or not), `values` fills the prompt (the post's title and text unless the
+    stage says otherwise), and `decide` turns the reply and the judge's provenance into a keep or a
+    drop. A stage with its own flow overrides `check` and still calls `self.ask`."""
+
+    asks: ClassVar[Ask]
+    config_model = ModelStageConfig
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "asks" in cls.__dict__ and "prompts" not in cls.__dict__:
+            cls.prompts = (cls.asks.prompt,)
+
+    async def ask(self, record: dict[str, Any], ctx: Context, *, check: Callable[[Any], None] | None = None,
+                  **values: Any) -> tuple[Any, dict[str, Any]]:
+        a = self.asks
+        return await consult(ctx, self.config, a.prompt, a.reply_model, record,  # type: ignore[arg-type]
+                             what=a.what, images=a.images, check=check, **values)
+
+    def values(self, record: dict[str, Any]) -> dict[str, Any]:
+        return post_fields(record)
+
+    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
+        reply, judge = await self.ask(record, ctx, **self.values(record))
+        return self.decide(reply, judge, record)
+
+    def decide(self, reply: Any, judge: dict[str, Any], record: dict[str, Any]) -> Verdict:  # pragma: no cover
+        raise NotImplementedError
+
+
+class YesNoStage(AskStage):
+    """A yes/no check: the reply's `answer_field` true keeps the post, false drops it as `drop_reason`
+    with the model's reason as the detail."""
+
+    answer_field: ClassVar[str]
+    drop_reason: ClassVar[str]
+
+    def decide(self, reply: Any, judge: dict[str, Any], record: dict[str, Any]) -> Verdict:
+        said = getattr(reply, self.answer_field)
+        payload = {self.answer_field: said, "reason": reply.reason, "judge": judge}
+        return Verdict(payload) if said else Verdict(payload, self.drop_reason, reply.reason)

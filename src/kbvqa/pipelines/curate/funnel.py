@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kbvqa.data.jsonl import read_jsonl
-from kbvqa.pipelines.reference.funnel import stop_reason
+from kbvqa.pipelines.funnel import stop_reason
 from kbvqa.runner.stage import RUNNER_FIELDS
 
 

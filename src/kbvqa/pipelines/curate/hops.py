@@ -34,12 +34,12 @@ from pydantic import Field, StrictInt
 from kbvqa.data.schema import Sample
 from kbvqa.models.prompts.curate import REASONING_HOPS
 from kbvqa.models.replies import Reply
-from kbvqa.pipelines.reference.common import ask, model_id
 from kbvqa.runner import read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.options import JobOptions, ModelFlags
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import ask, model_id
 
 __all__ = ["CompareOptions", "HopsConfig", "HopsJudge", "estimate_hops", "hop_records", "hops_roles"]
 

@@ -14,11 +14,12 @@ from pydantic import Field, StrictBool, StrictInt
 
 from kbvqa.models.prompts.curate import AESTHETIC, INTERLEAVED_FIT, PLAUSIBLE_ANSWER, RUBRIC
 from kbvqa.models.replies import NonBlank, Reply
-from kbvqa.pipelines.curate.common import (CorpusStage, CurateStage, CurateStageConfig, ModelStageConfig, Verdict,
-                                           comment_list, consult, post_fields, ranked_comments, stage_payload)
+from kbvqa.pipelines.curate.common import (AskStage, CorpusStage, CurateStageConfig, ModelStageConfig, Verdict,
+                                           comment_list, post_fields, ranked_comments, stage_payload)
 from kbvqa.pipelines.curate.corpus import top_k_by_group
 from kbvqa.runner.stage import Context, Invalid
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import Ask
 
 Score = Annotated[StrictInt, Field(ge=1, le=5)]
 RUBRIC_AXES = ("question_clarity", "image_quality", "image_text_alignment", "interleaved_fit", "answer_objectivity")
@@ -54,21 +55,23 @@ class AestheticConfig(ModelStageConfig):
 
 
 @register_stage
-class Aesthetic(CurateStage):
+class Aesthetic(AskStage):
     """A VLM rates the images 1–5 as a benchmark picture; below `min_score` the post is dropped."""
 
     name = "curate-aesthetic"
     version = "1"
     key = "aesthetic"
     config_model = AestheticConfig
-    prompts = (AESTHETIC,)
+    asks = Ask(AESTHETIC, ScoreReply, "aesthetic filter")
 
-    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
-        c: AestheticConfig = self.config  # type: ignore[assignment]
-        reply, prov = await consult(ctx, c, AESTHETIC, ScoreReply, record, what="aesthetic filter")
-        payload = {"score": reply.score, "reason": reply.reason, "judge": prov}
-        if reply.score < c.min_score:
-            return Verdict(payload, "low_aesthetic", f"score {reply.score} < {c.min_score}: {reply.reason}")
+    def values(self, record: dict[str, Any]) -> dict[str, Any]:
+        return {}  # the pictures alone
+
+    def decide(self, reply: ScoreReply, judge: dict[str, Any], record: dict[str, Any]) -> Verdict:
+        low = self.config.min_score  # type: ignore[attr-defined]
+        payload = {"score": reply.score, "reason": reply.reason, "judge": judge}
+        if reply.score < low:
+            return Verdict(payload, "low_aesthetic", f"score {reply.score} < {low}: {reply.reason}")
         return Verdict(payload)
 
 
@@ -80,23 +83,24 @@ class InterleavedConfig(ModelStageConfig):
 
 
 @register_stage
-class InterleavedFit(CurateStage):
+class InterleavedFit(AskStage):
     """Interleaved suitability: a complete answer must cover at least `min_aspects` substantive aspects."""
 
     name = "curate-interleaved"
     version = "1"
     key = "interleaved"
     config_model = InterleavedConfig
-    prompts = (INTERLEAVED_FIT,)
+    asks = Ask(INTERLEAVED_FIT, AspectsReply, "interleaved-suitability filter")
 
-    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
-        c: InterleavedConfig = self.config  # type: ignore[assignment]
-        reply, prov = await consult(ctx, c, INTERLEAVED_FIT, AspectsReply, record, what="interleaved-suitability "
-                                    "filter", comments=comment_list(record, c.comments), **post_fields(record))
+    def values(self, record: dict[str, Any]) -> dict[str, Any]:
+        return {"comments": comment_list(record, self.config.comments), **post_fields(record)}  # type: ignore[attr-defined]
+
+    def decide(self, reply: AspectsReply, judge: dict[str, Any], record: dict[str, Any]) -> Verdict:
+        least = self.config.min_aspects  # type: ignore[attr-defined]
         aspects = list(dict.fromkeys(a.strip() for a in reply.aspects))
-        payload = {"aspects": aspects, "reason": reply.reason, "judge": prov}
-        if len(aspects) < c.min_aspects:
-            return Verdict(payload, "too_few_aspects", f"{len(aspects)} aspect(s) < {c.min_aspects}: {reply.reason}")
+        payload = {"aspects": aspects, "reason": reply.reason, "judge": judge}
+        if len(aspects) < least:
+            return Verdict(payload, "too_few_aspects", f"{len(aspects)} aspect(s) < {least}: {reply.reason}")
         return Verdict(payload)
 
 
@@ -105,25 +109,22 @@ class RubricConfig(ModelStageConfig):
 
 
 @register_stage
-class Rubric(CurateStage):
+class Rubric(AskStage):
     """The five-axis rubric; a post with any axis under `min_axis` is dropped, the total ranks the rest."""
 
     name = "curate-rubric"
     version = "1"
     key = "rubric"
     config_model = RubricConfig
-    prompts = (RUBRIC,)
+    asks = Ask(RUBRIC, RubricReply, "five-axis rubric")
 
-    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
-        c: RubricConfig = self.config  # type: ignore[assignment]
-        reply, prov = await consult(ctx, c, RUBRIC, RubricReply, record, what="five-axis rubric",
-                                    **post_fields(record))
+    def decide(self, reply: RubricReply, judge: dict[str, Any], record: dict[str, Any]) -> Verdict:
+        least = self.config.min_axis  # type: ignore[attr-defined]
         scores = {a: getattr(reply, a) for a in RUBRIC_AXES}
-        payload = {"scores": scores, "total": sum(scores.values()), "reason": reply.reason, "judge": prov}
-        low = [a for a, s in scores.items() if s < c.min_axis]
+        payload = {"scores": scores, "total": sum(scores.values()), "reason": reply.reason, "judge": judge}
+        low = [a for a, s in scores.items() if s < least]
         if low:
-            return Verdict(payload, "low_rubric_score", ", ".join(f"{a} {scores[a]}" for a in low)
-                           + f" < {c.min_axis}")
+            return Verdict(payload, "low_rubric_score", ", ".join(f"{a} {scores[a]}" for a in low) + f" < {least}")
         return Verdict(payload)
 
 
@@ -165,14 +166,14 @@ class PlausibilityConfig(ModelStageConfig):
 
 
 @register_stage
-class Plausibility(CurateStage):
+class Plausibility(AskStage):
     """A model checks that a comment gives a plausible answer (the short reference is distilled from it)."""
 
     name = "curate-plausibility"
     version = "1"
     key = "plausibility"
     config_model = PlausibilityConfig
-    prompts = (PLAUSIBLE_ANSWER,)
+    asks = Ask(PLAUSIBLE_ANSWER, PlausibleReply, "answer plausibility check")
 
     async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
         c: PlausibilityConfig = self.config  # type: ignore[assignment]
@@ -184,8 +185,7 @@ class Plausibility(CurateStage):
                 raise Invalid(f"answer plausibility check ({record['id']}): plausible but comment {r.comment!r} is "
                               f"not one of 1..{len(comments)}")
 
-        reply, prov = await consult(ctx, c, PLAUSIBLE_ANSWER, PlausibleReply, record, what="answer plausibility check",
-                                    comments=comments, check=names_a_comment, **post_fields(record))
+        reply, prov = await self.ask(record, ctx, comments=comments, check=names_a_comment, **post_fields(record))
         payload: dict[str, Any] = {"plausible": reply.plausible, "reason": reply.reason, "judge": prov}
         if not reply.plausible:
             return Verdict(payload, "no_plausible_answer", reply.reason)

@@ -22,12 +22,12 @@ from pydantic import Field, StrictBool
 from kbvqa.evaluate.normalize import contains_word_bounded, infoseek_normalize
 from kbvqa.models.prompts.curate import ANSWER_PROBE, CLASSIFY, PROBE_AGREEMENT, REWRITE, REWRITE_CHECK, STANDARDIZE
 from kbvqa.models.replies import NonBlank, Reply
-from kbvqa.pipelines.curate.common import (CorpusStage, CurateStage, CurateStageConfig, ModelStageConfig, Verdict,
-                                           comment_list, consult, item, post_fields, post_text, stage_payload)
+from kbvqa.pipelines.curate.common import (AskStage, CorpusStage, CurateStage, CurateStageConfig, ModelStageConfig,
+                                           Verdict, comment_list, consult, item, post_fields, post_text, stage_payload)
 from kbvqa.pipelines.curate.corpus import balance
-from kbvqa.pipelines.reference.common import gather_all
 from kbvqa.runner.stage import Context, Invalid
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import Ask, gather_all, needs_model
 
 #: The category × intent vocabulary (seed 001: "12 topical categories and 7 user intents"). Our copy of
 #: the paper names none of its categories (Figure 5 and Table 2's rows are not in it), so all twelve
@@ -110,7 +110,7 @@ class StandardizeConfig(ModelStageConfig):
 
 
 @register_stage
-class Standardize(CurateStage):
+class Standardize(AskStage):
     """Writes the item's question (plain, self-contained, in the post's language), its key fact, and
     its short reference: an expert-style paragraph distilled from the comments (about
     `reference_words` words; NoteVQA's average 107.5). The reference becomes the item's answer — what
@@ -121,7 +121,7 @@ class Standardize(CurateStage):
     version = "2"
     key = "standardize"
     config_model = StandardizeConfig
-    prompts = (STANDARDIZE,)
+    asks = Ask(STANDARDIZE, StandardizeReply, "style standardisation")
 
     async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
         from kbvqa.data.compare import word_count
@@ -133,9 +133,8 @@ class Standardize(CurateStage):
                 raise Invalid(f"style standardisation ({record['id']}): the reference has {word_count(r.reference)} "
                               f"words, fewer than {c.min_reference_words}: not an expert paragraph")
 
-        reply, prov = await consult(ctx, c, STANDARDIZE, StandardizeReply, record, what="style standardisation",
-                                    answer_comment=chosen, comments=comment_list(record, c.comments),
-                                    reference_words=c.reference_words, check=long_enough, **post_fields(record))
+        reply, prov = await self.ask(record, ctx, answer_comment=chosen, comments=comment_list(record, c.comments),
+                                     reference_words=c.reference_words, check=long_enough, **post_fields(record))
         words = word_count(reply.reference)
         return Verdict({"question": reply.question, "answer": reply.answer, "reference": reply.reference,
                         "reference_words": words, "judge": prov},
@@ -227,8 +226,6 @@ class Difficulty(CurateStage):
     prompts = (ANSWER_PROBE, PROBE_AGREEMENT)
 
     async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
-        from kbvqa.pipelines.reference.common import needs_model
-
         c: DifficultyConfig = self.config  # type: ignore[assignment]
         it = item(record)
         if c.role in ctx.roles and c.judge_role not in ctx.roles:

@@ -15,9 +15,9 @@ from pydantic import Field, StrictBool
 
 from kbvqa.models.prompts.curate import IMAGE_TEXT_CONSISTENCY, TEXT_ONLY_ANSWER, VQA_CANDIDATE
 from kbvqa.models.replies import NonBlank, Reply
-from kbvqa.pipelines.curate.common import CurateStage, ModelStageConfig, Verdict, consult, post_fields
-from kbvqa.runner.stage import Context
+from kbvqa.pipelines.curate.common import AskStage, ModelStageConfig, Verdict, YesNoStage
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import Ask
 
 
 class CandidateReply(Reply):
@@ -36,20 +36,14 @@ class ConsistencyReply(Reply):
 
 
 @register_stage
-class VqaCandidate(CurateStage):
+class VqaCandidate(YesNoStage):
     """A VLM decides whether the post asks something about what its images show."""
 
     name = "curate-vqa-candidate"
     version = "1"
     key = "candidate"
-    config_model = ModelStageConfig
-    prompts = (VQA_CANDIDATE,)
-
-    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
-        reply, prov = await consult(ctx, self.config, VQA_CANDIDATE, CandidateReply, record,
-                                    what="VQA-candidate check", **post_fields(record))
-        payload = {"candidate": reply.candidate, "reason": reply.reason, "judge": prov}
-        return Verdict(payload) if reply.candidate else Verdict(payload, "not_vqa_candidate", reply.reason)
+    asks = Ask(VQA_CANDIDATE, CandidateReply, "VQA-candidate check")
+    answer_field, drop_reason = "candidate", "not_vqa_candidate"
 
 
 class TextOnlyConfig(ModelStageConfig):
@@ -58,7 +52,7 @@ class TextOnlyConfig(ModelStageConfig):
 
 
 @register_stage
-class TextOnlyGate(CurateStage):
+class TextOnlyGate(AskStage):
     """The vision-necessity gate: a text-only model reads the post without its images; when it can
     answer, the picture is not needed and the post is dropped (its answer is kept as the evidence)."""
 
@@ -66,12 +60,10 @@ class TextOnlyGate(CurateStage):
     version = "1"
     key = "text_only"
     config_model = TextOnlyConfig
-    prompts = (TEXT_ONLY_ANSWER,)
+    asks = Ask(TEXT_ONLY_ANSWER, TextOnlyReply, "text-only answerability gate", images=False)
 
-    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
-        reply, prov = await consult(ctx, self.config, TEXT_ONLY_ANSWER, TextOnlyReply, record, images=False,
-                                    what="text-only answerability gate", **post_fields(record))
-        payload = {"answerable": reply.answerable, "answer": reply.answer, "judge": prov}
+    def decide(self, reply: TextOnlyReply, judge: dict[str, Any], record: dict[str, Any]) -> Verdict:
+        payload = {"answerable": reply.answerable, "answer": reply.answer, "judge": judge}
         if reply.answerable:
             return Verdict(payload, "text_only_answerable",
                            f"answered without the images: {reply.answer!r}" if reply.answer else
@@ -80,17 +72,11 @@ class TextOnlyGate(CurateStage):
 
 
 @register_stage
-class Consistency(CurateStage):
+class Consistency(YesNoStage):
     """A VLM checks that the images show what the text talks about."""
 
     name = "curate-consistency"
     version = "1"
     key = "consistency"
-    config_model = ModelStageConfig
-    prompts = (IMAGE_TEXT_CONSISTENCY,)
-
-    async def check(self, record: dict[str, Any], ctx: Context) -> Verdict:
-        reply, prov = await consult(ctx, self.config, IMAGE_TEXT_CONSISTENCY, ConsistencyReply, record,
-                                    what="image-text consistency check", **post_fields(record))
-        payload = {"consistent": reply.consistent, "reason": reply.reason, "judge": prov}
-        return Verdict(payload) if reply.consistent else Verdict(payload, "image_text_inconsistent", reply.reason)
+    asks = Ask(IMAGE_TEXT_CONSISTENCY, ConsistencyReply, "image-text consistency check")
+    answer_field, drop_reason = "consistent", "image_text_inconsistent"

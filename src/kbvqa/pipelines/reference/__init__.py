@@ -39,12 +39,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from kbvqa.pipelines.reference.audit import export_sheet, import_sheet
 from kbvqa.pipelines.reference.candidates import CandidateConfig, CandidateScoring
-from kbvqa.pipelines.reference.common import Placement, VerdictCache
+from kbvqa.pipelines.reference.common import Placement
 from kbvqa.pipelines.reference.consistency import ConsistencyCheck, ConsistencyConfig
 from kbvqa.pipelines.reference.dedup import Dedup, DedupConfig
 from kbvqa.pipelines.reference.entities import EntityConfig, EntitySearch
 from kbvqa.pipelines.reference.filter import FilterConfig, FiveRuleFilter
-from kbvqa.pipelines.reference.funnel import stage_lines, stage_summary
+from kbvqa.pipelines.funnel import stage_lines, stage_summary
 from kbvqa.pipelines.reference.harvest import Harvest, HarvestConfig, ImageStore, LoopFetcher, PageScraper
 from kbvqa.pipelines.reference.records import intake, trajectory_tools
 from kbvqa.pipelines.reference.synthesis import Synthesis, SynthesisConfig
@@ -53,6 +53,7 @@ from kbvqa.runner.config import load_table
 from kbvqa.runner.job import Job
 from kbvqa.runner.options import JobOptions, ModelFlags, RunOptions, read_table
 from kbvqa.runner.stage import Context, Stage
+from kbvqa.stages.ask import VerdictCache
 
 __all__ = ["STAGES", "BuildResult", "ReferenceConfig", "ReferenceOptions", "ReferenceSetupError", "build_references",
            "export_sheet", "import_sheet", "load_reference_config", "reference_context", "reference_options",

@@ -23,9 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kbvqa.data.images import BadImage, open_image
 from kbvqa.models.prompts.reference import CANDIDATE_SCORE
-from kbvqa.pipelines.reference.common import ReferenceStageConfig, ask, counts, gather_all, needs_model, stage_record
+from kbvqa.pipelines.funnel import counts, stage_record
+from kbvqa.pipelines.reference.common import ReferenceStageConfig
 from kbvqa.runner.stage import Context, Stage
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import ask, gather_all, needs_model
 
 DIMENSIONS = ("visual_relevance", "information_content", "clarity", "answer_substantiation", "necessity")
 Score = Annotated[int, Field(ge=1, le=5)]

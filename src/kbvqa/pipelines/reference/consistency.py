@@ -19,9 +19,11 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from kbvqa.models.prompts.reference import CONSISTENCY_CHECK
 from kbvqa.pipelines.reference.candidates import query_image
-from kbvqa.pipelines.reference.common import ReferenceStageConfig, ask, counts, needs_model, stage_record
+from kbvqa.pipelines.funnel import counts, stage_record
+from kbvqa.pipelines.reference.common import ReferenceStageConfig
 from kbvqa.runner.stage import Context, Stage
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import ask, require_role
 
 ISSUE_KINDS = ("answer_conflict", "image_mismatch", "query_mismatch", "unsupported")
 
@@ -62,8 +64,7 @@ class ConsistencyCheck(Stage):
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         c: ConsistencyConfig = self.config  # type: ignore[assignment]
-        if c.role not in ctx.roles:
-            raise needs_model("the multimodal consistency check of the draft", c.role)
+        require_role(ctx, c.role, "the multimodal consistency check of the draft")
         store = ctx.resource("image_store")
         draft = record["draft"]
         n = len(draft["images"])

@@ -26,11 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from kbvqa.data.images import BadImage
 from kbvqa.data.phash import CERTAIN_BITS, distance, phash
 from kbvqa.models.prompts.reference import SIMILAR_PROBE
-from kbvqa.pipelines.reference.common import (Placement, ReferenceStageConfig, ask, counts, gather_all, needs_model,
-                                              stage_record)
+from kbvqa.pipelines.funnel import counts, stage_record
+from kbvqa.pipelines.reference.common import Placement, ReferenceStageConfig
 from kbvqa.pipelines.reference.synthesis import keep_images
 from kbvqa.runner.stage import Context, Stage
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import ask, gather_all, needs_model
 
 
 class SimilarReply(BaseModel):

@@ -26,11 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kbvqa.models.prompts.reference import ENTITY_CHECK
 from kbvqa.pipelines.reference.candidates import query_image, score_images
-from kbvqa.pipelines.reference.common import (ENTITY_POOL, ReferenceStageConfig, ask, counts, needs_model,
-                                              stage_record)
+from kbvqa.pipelines.funnel import counts, stage_record
+from kbvqa.pipelines.reference.common import ENTITY_POOL, ReferenceStageConfig
 from kbvqa.pipelines.reference.harvest import Found, Harvest, HarvestConfig
 from kbvqa.runner.stage import Context, Invalid, Stage
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import ask, require_role
 
 POOL = ENTITY_POOL
 
@@ -134,8 +135,7 @@ class EntitySearch(Stage):
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         c: EntityConfig = self.config  # type: ignore[assignment]
-        if c.role not in ctx.roles:
-            raise needs_model("the entity check before the entity image search (a multimodal call)", c.role)
+        require_role(ctx, c.role, "the entity check before the entity image search (a multimodal call)")
         store = ctx.resource("image_store")
         cands = (record.get("candidates") or {}).get("kept") or []
         q, a = record.get("question", ""), record.get("answer", "")

@@ -32,11 +32,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kbvqa.models.prompts.reference import FILTER_RULES, FIVE_RULE_FILTER
 from kbvqa.pipelines.reference.candidates import loadable, query_image
-from kbvqa.pipelines.reference.common import (ModelCallFailed, Placement, ReferenceStageConfig, ask, counts,
-                                              needs_model, scored_pool, settle, stage_record)
+from kbvqa.pipelines.funnel import counts, stage_record
+from kbvqa.pipelines.reference.common import Placement, ReferenceStageConfig, scored_pool
 from kbvqa.pipelines.reference.synthesis import keep_images, tag_context
 from kbvqa.runner.stage import Context, Invalid, Stage
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import ModelCallFailed, ask, needs_model, settle
 
 Rule = Literal[FILTER_RULES]  # type: ignore[valid-type]  # the prompt and the reply contract share one list
 

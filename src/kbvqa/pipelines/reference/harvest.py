@@ -56,7 +56,8 @@ from kbvqa.data.fetch import HTML_TYPES, IMAGE_TYPES, GuardedFetcher
 from kbvqa.data.images import MAX_PIXELS, BadImage, open_image
 from kbvqa.data.outbox import readable, write_file
 from kbvqa.data.urls import canonical_url
-from kbvqa.pipelines.reference.common import ReferenceStageConfig, counts, stage_record
+from kbvqa.pipelines.funnel import counts, stage_record
+from kbvqa.pipelines.reference.common import ReferenceStageConfig
 from kbvqa.runner.stage import Context, Stage
 from kbvqa.stages import register_stage
 

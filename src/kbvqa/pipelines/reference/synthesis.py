@@ -28,10 +28,11 @@ from pydantic import Field
 from kbvqa.data.notevqa import _TAG, _TAG_PARTS, candidate_tag, reference_tags  # the one tag grammar
 from kbvqa.models.prompts.reference import SYNTHESIS
 from kbvqa.pipelines.reference.candidates import DIMENSIONS, query_image
-from kbvqa.pipelines.reference.common import (Placement, ReferenceStageConfig, ask, counts, needs_model, stage_record,
-                                              synthesis_pool)
+from kbvqa.pipelines.funnel import counts, stage_record
+from kbvqa.pipelines.reference.common import Placement, ReferenceStageConfig, synthesis_pool
 from kbvqa.runner.stage import Context, Invalid, Stage
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import ask, require_role
 
 NO_CANDIDATES = "(no candidate picture survived harvesting and filtering: write a text-only answer, with no tags)"
 
@@ -176,8 +177,7 @@ class Synthesis(Stage):
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         c: SynthesisConfig = self.config  # type: ignore[assignment]
-        if c.role not in ctx.roles:
-            raise needs_model("the interleaved synthesis (a multimodal call)", c.role)
+        require_role(ctx, c.role, "the interleaved synthesis (a multimodal call)")
         store = ctx.resource("image_store")
         cands, left_out = synthesis_pool(record, c.placement, c.max_candidates)
         query = query_image(record, "synthesis")

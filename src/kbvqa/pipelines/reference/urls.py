@@ -27,9 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from kbvqa.data.matching import content_words
 from kbvqa.data.urls import canonical_url
 from kbvqa.models.prompts.reference import URL_SCORES
-from kbvqa.pipelines.reference.common import ReferenceStageConfig, ask, counts, stage_record
+from kbvqa.pipelines.funnel import counts, stage_record
+from kbvqa.pipelines.reference.common import ReferenceStageConfig
 from kbvqa.runner.stage import Context, Invalid, Stage
 from kbvqa.stages import register_stage
+from kbvqa.stages.ask import ask
 from kbvqa.tools.base import VISIT_HEADER
 
 ENTRY_TYPES = ("search", "image_search", "visit")
