@@ -158,6 +158,11 @@ def test_vlmevalkit_tsv_json_xlsx_round_trip_on_the_notevqa_set(demo, tmp_path):
     a = summary["alignment"]
     assert a["unknown_ids"] == ["index=40"] and a["n_output"] == 2 and list(_preds(out)) == ids[:2]
     assert any(w.endswith("ids): 40") for w in summary["warnings"])
+    # kbvqa export vlmevalkit's kbvqa_id column, carried into the prediction file, wins over the index
+    by_col = tmp_path / "cols.json"
+    by_col.write_text(json.dumps([{"index": 9 - i, "kbvqa_id": d, "prediction": d.upper()} for i, d in enumerate(ids)]))
+    summary, out = _convert(tmp_path, by_col, "vlmevalkit", refs)
+    assert summary["alignment"]["clean"] and _preds(out) == {d: d.upper() for d in ids}
 
 
 # ------------------------------------------------------------------------------------------------ inspect_ai

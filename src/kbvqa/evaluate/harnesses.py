@@ -17,7 +17,8 @@ harnesses' own (see /work/shared/design/harness-formats.md for the files they co
   `--duplicates` says otherwise).
 * **vlmevalkit** – `{model}_{dataset}.xlsx` (read with openpyxl, when it is installed), `.tsv` or
   `.json` (a list of rows, or pandas' column orientation), columns `index`, `question`, `answer`,
-  `prediction`. The id is an id column (`data_id`, `id`, `question_id`) where there is one; else
+  `prediction`. The id is an id column (`kbvqa_id`, which `kbvqa export vlmevalkit` writes and
+  VLMEvalKit carries into its prediction file, or `data_id`, `id`, `question_id`) where there is one; else
   `index` itself when every index is a reference id; else `index` as a 0-based row number in the
   references' order (out of range: `index=<n>`, counted and named as above). An empty cell is no
   answer (null).
@@ -47,6 +48,7 @@ from kbvqa.evaluate.methods import ID_KEYS, METHODS, ConvertedPrediction, ReadOp
 __all__ = ["HarnessPrediction", "read_lmms_eval", "read_vlmevalkit", "read_inspect", "inspect_trajectory"]
 
 _NAMED = 20  # out-of-range ids named in a warning (the counts are complete)
+VLMEVAL_ID_COLUMNS = ("kbvqa_id", *ID_KEYS)
 _ZSTD = 93  # zip compression method number of Zstandard
 
 
@@ -189,7 +191,7 @@ def read_vlmevalkit(path: Path, o: ReadOptions) -> Iterator[ConvertedPrediction]
     if rows and "prediction" not in rows[0]:
         raise ScoreInputError(path, None, "prediction", f"vlmevalkit: no prediction column (columns "
                                                         f"{sorted(rows[0])[:12]})")
-    id_col = next((k for k in ID_KEYS if rows and k in rows[0]), None)
+    id_col = next((k for k in VLMEVAL_ID_COLUMNS if rows and k in rows[0]), None)
     refs = o.gt_order
     known = set(refs or ())
     as_ids = id_col is None and refs is not None and all(str(_int(r.get("index"))) in known for r in rows)
