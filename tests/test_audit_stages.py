@@ -1,12 +1,13 @@
 """The four audit stages on hand-made samples and a tiny in-memory KB."""
 
 import asyncio
+import json
 
 import pytest
 
 from kbvqa.data.schema import Article, Evidence, Sample, Section
 from kbvqa.kb.base import InMemoryKB
-from kbvqa.pipelines.audit import AuditConfig, audit_records
+from kbvqa.pipelines.audit import AuditConfig, audit_file, audit_records
 from kbvqa.runner.stage import Context, Invalid
 from kbvqa.stages.audit.derive import DeriveConfig, DeriveStage
 from kbvqa.stages.audit.leakage import LeakageStage, leaked
@@ -64,6 +65,20 @@ def test_unsupported_is_dropped_and_missing_kb_is_not_an_error():
     cfg = AuditConfig(derive=DeriveConfig(on_missing_kb="keep"))
     kept = run_all(rec("Who owns this car?", ["X"], url="https://en.wikipedia.org/wiki/Nope"), config=cfg)
     assert kept["audit"]["action"] == "keep"
+
+
+def test_a_sample_that_names_no_article_is_refused_not_dropped(tmp_path):
+    """Official InfoSeek rows carry a Wikidata id, no URL: 'the KB lacks the article' would drop every
+    row, so the record ends error saying what the audit needs instead."""
+    with pytest.raises(ValueError, match="names no KB article"):
+        run_all(Sample(id="s1", question="Who owns this car?", answers=["X"], entity={"wikidata_id": "Q1"}).dump())
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(Sample(id="w", question="Who owns this car?", answers=["X"],
+                          entity={"wikidata_id": "Q1"}).model_dump_json() + "\n")
+    out = tmp_path / "out.jsonl"
+    audit_file(inp, KB, out, fmt="kbvqa")
+    (row,) = map(json.loads, out.read_text().splitlines())
+    assert row["status"] == "error" and "entity.url" in row["reason"]
 
 
 def test_policy_is_configurable():

@@ -83,7 +83,7 @@ def kb_evidence(sample: Sample, kb: Any) -> tuple[list[EvidenceUnit], str | None
     if kb is None:
         return [], "no_kb"
     if not url:
-        return [], "missing_kb"  # nothing to look up: same outcome as an absent article
+        return [], "no_entity_url"  # nothing to look up: not the KB's lack (stages.audit.verify refuses it)
     art = kb.get(url)
     if art is None:
         return [], "missing_kb"

@@ -239,6 +239,12 @@ class VerifyStage(Stage):
         models = [n for n, c in verifiers if c is not None]
         notice = verification_notice(len(models))
         about = {"model_verifiers": models, **({"notice": notice} if notice else {})}
+        if not units and missing == "no_entity_url":
+            # An article the sample does not name is not one the KB lacks: dropping it as unsupported
+            # would empty a split whose rows carry only a Wikidata id (official InfoSeek JSONL).
+            raise ValueError("the sample names no KB article (entity.url) and carries no evidence: the audit "
+                             "cannot look its evidence up; give rows with the entity's wiki URL (E-VQA/ARA "
+                             "files carry one; InfoSeek's entity_id is a Wikidata id)")
         if not units:
             verdict = {"label": "not_supported", "reason": missing or "no_evidence", "evidence_source": None,
                        "rationale": "no evidence text to verify against", "verifiers": [],
