@@ -443,3 +443,34 @@ def supporting_spans(sample: Sample, units: list[EvidenceUnit]) -> list[dict[str
                         "end": (start + len(span)) if start >= 0 and len(sents) == 1 else None})
             break
     return out
+
+
+# Lives here, beside the other matching of answers against text, so that stage 3 (posedness) and
+# stage 4 (leakage) both read it without importing each other.
+def _is_choice_option(qn: str, form: str) -> bool:
+    return f" {form} or " in qn or f" or {form} " in qn
+
+
+def leaked(question: str, answers: list[Answer], min_chars: int = 1) -> str | None:
+    """The answer (or `&&` part, or an equivalent form) the question states word-bounded, or None.
+    Options of a choice question ("male or female?") are not leaks."""
+    qn = f" {mt.norm(question)} "
+    for a in answers:
+        for part in (a.parts or [a.text]):
+            if len(part.strip()) < min_chars:
+                continue
+            for form in mt.equivalent_forms(part):
+                if form and f" {form} " in qn and not _is_choice_option(qn, form):
+                    return part if form == mt.norm(part) else f"{part} (as {form!r})"
+    return None
+
+
+def combine(labels: list[str], contradicted: str = "all") -> str:
+    """A verifier's sample label from its unit labels: entailed if any unit is; contradicted when all
+    units are (`contradicted = "all"`, the authors' rule) or any is (`"any"`); else not_supported."""
+    if "entailed" in labels:
+        return "entailed"
+    hit = all if contradicted == "all" else any
+    if labels and hit(x == "contradicted" for x in labels):
+        return "contradicted"
+    return "not_supported"

@@ -24,7 +24,7 @@ from kbvqa.data import matching as mt
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import FINAL_CHECK
-from kbvqa.stages.audit.evidence import evidence_for, match_answer
+from kbvqa.stages.audit.evidence import evidence_for, leaked, match_answer
 from kbvqa.stages.audit.llm import llm_final_check, resolve_role
 from kbvqa.stages.audit.record import add_tag, apply_policy, drop, join_record, provenance, split_record, update_flags
 
@@ -38,24 +38,6 @@ class LeakageConfig(StageConfig):
     on_not_answerable: Literal["drop", "keep"] = "drop"  # the checker finds the answer not in the evidence
     evqa_keep_all: bool = True  # E-VQA's fixed split keeps every question (§4.2): nothing is removed
     max_section_chars: int = 0
-
-
-def _is_choice_option(qn: str, form: str) -> bool:
-    return f" {form} or " in qn or f" or {form} " in qn
-
-
-def leaked(question: str, answers: list[Answer], min_chars: int = 1) -> str | None:
-    """The answer (or `&&` part, or an equivalent form) the question states word-bounded, or None.
-    Options of a choice question ("male or female?") are not leaks."""
-    qn = f" {mt.norm(question)} "
-    for a in answers:
-        for part in (a.parts or [a.text]):
-            if len(part.strip()) < min_chars:
-                continue
-            for form in mt.equivalent_forms(part):
-                if form and f" {form} " in qn and not _is_choice_option(qn, form):
-                    return part if form == mt.norm(part) else f"{part} (as {form!r})"
-    return None
 
 
 def _distinct_answers(answers: list[Answer]) -> list[str]:

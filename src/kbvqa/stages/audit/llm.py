@@ -32,7 +32,7 @@ from kbvqa.models.prompts import audit as AP
 from kbvqa.models.replies import Reply
 from kbvqa.models.result import ModelCallError, call_model
 from kbvqa.runner.stage import Context
-from kbvqa.stages.audit.evidence import EvidenceUnit, Match, match_answer
+from kbvqa.stages.audit.evidence import EvidenceUnit, Match, combine, match_answer
 
 LLMMode = Literal["auto", "on", "off"]
 QuestionTag = Literal["missing_attribute_constraint", "missing_temporal_scope", "missing_spatial_reference"]
@@ -159,8 +159,6 @@ async def llm_verifier_label(label: str, client: Any, sample: Sample, units: lis
     """One model verifier over the sections, one call per section, shown every answer alias; sample
     label entailed if any section is, else contradicted when every section is (`contradicted="any"`:
     when one is), else not_supported."""
-    from kbvqa.stages.audit.verify import combine
-
     sections = []
     for u in rank_units(sample, units):
         text = u.text if not max_chars else u.text[:max_chars]

@@ -29,8 +29,7 @@ from kbvqa.data import matching as mt
 from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import POSEDNESS
-from kbvqa.stages.audit.evidence import EvidenceUnit, evidence_for
-from kbvqa.stages.audit.leakage import leaked
+from kbvqa.stages.audit.evidence import EvidenceUnit, evidence_for, leaked
 from kbvqa.stages.audit.llm import llm_posedness, minimal_edit, resolve_role
 from kbvqa.stages.audit.record import add_tag, escalate, join_record, provenance, split_record
 

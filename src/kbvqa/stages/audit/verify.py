@@ -32,7 +32,7 @@ from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import VERIFY_SECTION
 from kbvqa.stages.audit.classes import model_classes
-from kbvqa.stages.audit.evidence import (EvidenceUnit, expand_truncated, kb_evidence, match_answer,
+from kbvqa.stages.audit.evidence import (EvidenceUnit, combine, expand_truncated, kb_evidence, match_answer,
                                          rules_section_label, sample_evidence)
 from kbvqa.stages.audit.llm import expand, gather_strict, llm_verifier_label, resolve_role
 from kbvqa.stages.audit.record import join_record, provenance, split_record
@@ -52,18 +52,6 @@ RULES_ONLY = ("no model verifier: the rules-only audit is kbvqa's offline stand-
 _VERBATIM_KINDS = frozenset({"phrase", "number", "date"})
 
 
-def combine(labels: list[str], contradicted: str = "all") -> str:
-    """A verifier's sample label from its unit labels: entailed if any unit is; contradicted when all
-    units are (`contradicted = "all"`, the authors' rule) or any is (`"any"`); else not_supported."""
-    if "entailed" in labels:
-        return "entailed"
-    hit = all if contradicted == "all" else any
-    if labels and hit(x == "contradicted" for x in labels):
-        return "contradicted"
-    return "not_supported"
-
-
-_combine = combine
 
 
 def verification_notice(n_models: int) -> str | None:
