@@ -52,8 +52,6 @@ RULES_ONLY = ("no model verifier: the rules-only audit is kbvqa's offline stand-
 _VERBATIM_KINDS = frozenset({"phrase", "number", "date"})
 
 
-
-
 def verification_notice(n_models: int) -> str | None:
     """What a run with `n_models` model verifiers must say about itself (None: two or more)."""
     return RULES_ONLY if n_models == 0 else ONE_VERIFIER if n_models == 1 else None
