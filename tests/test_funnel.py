@@ -95,6 +95,15 @@ def test_the_documented_stage_keeps_drops_and_never_defaults():
         run(stage, None, post("f"))
 
 
+def test_one_call_stages_list_the_prompt_they_declare():
+    from kbvqa.models.prompts.reference import CONSISTENCY_CHECK, SYNTHESIS
+    from kbvqa.pipelines.reference.consistency import ConsistencyCheck
+    from kbvqa.pipelines.reference.synthesis import Synthesis
+
+    assert ConsistencyCheck.prompts == (CONSISTENCY_CHECK,) and Synthesis.prompts == (SYNTHESIS,)
+    assert Synthesis.asks.reply_model is None  # plain text, the draft with its tags
+
+
 def test_a_yes_no_stage_drops_on_false_with_the_models_reason():
     client = Scripted({"watermarked": False, "reason": "no mark"}, {"watermarked": True, "reason": "marked"})
     assert run(WatermarkGate(), client, post("a"))["drop"]["reason"] == "has_no_watermark"

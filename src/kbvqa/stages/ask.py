@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -36,7 +36,7 @@ from kbvqa.data.kvstore import KVStore
 from kbvqa.models.jsonx import extract_json
 from kbvqa.models.prompts import Prompt
 from kbvqa.models.result import ModelCallError, rejected
-from kbvqa.runner.stage import Context, Invalid, NeedsModel
+from kbvqa.runner.stage import Context, Invalid, NeedsModel, Stage
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -83,6 +83,25 @@ class Ask:
     reply_model: type[BaseModel] | None
     what: str
     images: bool = True
+
+
+class OneCallStage(Stage):
+    """A stage whose model work is one declared call (`asks`) to the role its config names
+    (`config.role`): `prompts` follows from the declaration, so the manifest lists exactly what
+    the stage sends, and `call` is `ask` with the prompt, reply model and name filled in."""
+
+    asks: ClassVar[Ask]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "asks" in cls.__dict__ and "prompts" not in cls.__dict__:
+            cls.prompts = (cls.asks.prompt,)
+
+    async def call(self, ctx: Context, *, what: str | None = None, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """`ask(ctx, config.role, …)`; `what` replaces the declared name (to add the item's id)."""
+        a = self.asks
+        return await ask(ctx, self.config.role, a.prompt, a.reply_model,  # type: ignore[attr-defined]
+                         what=what or a.what, **kwargs)
 
 
 def require_role(ctx: Context, role: str, what: str) -> None:

@@ -37,9 +37,9 @@ from kbvqa.models.replies import Reply
 from kbvqa.runner import read_results
 from kbvqa.runner.job import Job
 from kbvqa.runner.options import JobOptions, ModelFlags
-from kbvqa.runner.stage import Context, Stage, StageConfig
+from kbvqa.runner.stage import Context, StageConfig
 from kbvqa.stages import register_stage
-from kbvqa.stages.ask import ask, model_id
+from kbvqa.stages.ask import Ask, OneCallStage, model_id
 
 __all__ = ["CompareOptions", "HopsConfig", "HopsJudge", "estimate_hops", "hop_records", "hops_roles"]
 
@@ -76,18 +76,17 @@ def hops_roles(opts: CompareOptions) -> dict[str, Any]:
 
 
 @register_stage
-class HopsJudge(Stage):
+class HopsJudge(OneCallStage):
     """Records {id, question, answer}; adds `hops` (an integer) and `judge` (provenance)."""
 
     name = "compare-hops"
     version = "1"
     config_model = HopsConfig
-    prompts = (REASONING_HOPS,)
+    asks = Ask(REASONING_HOPS, HopsReply, "reasoning-hops estimate")
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        reply, prov = await ask(ctx, self.config.role, REASONING_HOPS, HopsReply,  # type: ignore[attr-defined]
-                                what=f"reasoning-hops estimate ({record['id']})", question=record["question"],
-                                answer=record.get("answer") or "(none)")
+        reply, prov = await self.call(ctx, what=f"{self.asks.what} ({record['id']})", question=record["question"],
+                                      answer=record.get("answer") or "(none)")
         return {**record, "hops": reply.hops, "judge": prov}
 
 

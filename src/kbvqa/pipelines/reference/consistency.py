@@ -21,9 +21,9 @@ from kbvqa.models.prompts.reference import CONSISTENCY_CHECK
 from kbvqa.pipelines.reference.candidates import query_image
 from kbvqa.pipelines.funnel import counts, stage_record
 from kbvqa.pipelines.reference.common import ReferenceStageConfig
-from kbvqa.runner.stage import Context, Stage
+from kbvqa.runner.stage import Context
 from kbvqa.stages import register_stage
-from kbvqa.stages.ask import ask, require_role
+from kbvqa.stages.ask import Ask, OneCallStage, require_role
 
 ISSUE_KINDS = ("answer_conflict", "image_mismatch", "query_mismatch", "unsupported")
 
@@ -54,13 +54,13 @@ class ConsistencyConfig(ReferenceStageConfig):
 
 
 @register_stage
-class ConsistencyCheck(Stage):
+class ConsistencyCheck(OneCallStage):
     """Reads `draft`; adds `consistency` {passed, issues, checker}. Resources: `image_store`."""
 
     name = "reference-consistency"
     version = "1"
     config_model = ConsistencyConfig
-    prompts = (CONSISTENCY_CHECK,)
+    asks = Ask(CONSISTENCY_CHECK, ConsistencyReply, "consistency check")
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         c: ConsistencyConfig = self.config  # type: ignore[assignment]
@@ -68,11 +68,10 @@ class ConsistencyCheck(Stage):
         store = ctx.resource("image_store")
         draft = record["draft"]
         n = len(draft["images"])
-        reply, prov = await ask(ctx, c.role, CONSISTENCY_CHECK, ConsistencyReply, what="consistency check",
-                                images=[query_image(record, "the consistency check"),
-                                        *(store.path(im["path"]) for im in draft["images"])],
-                                question=record.get("question", ""), answer=record.get("answer", ""),
-                                draft_raw=draft["text"])
+        reply, prov = await self.call(ctx, images=[query_image(record, "the consistency check"),
+                                                   *(store.path(im["path"]) for im in draft["images"])],
+                                      question=record.get("question", ""), answer=record.get("answer", ""),
+                                      draft_raw=draft["text"])
         issues = [i.model_dump() for i in reply.issues]
         for i in issues:
             if i["tag"] is not None and not 1 <= i["tag"] <= n:

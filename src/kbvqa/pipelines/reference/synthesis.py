@@ -30,9 +30,9 @@ from kbvqa.models.prompts.reference import SYNTHESIS
 from kbvqa.pipelines.reference.candidates import DIMENSIONS, query_image
 from kbvqa.pipelines.funnel import counts, stage_record
 from kbvqa.pipelines.reference.common import Placement, ReferenceStageConfig, synthesis_pool
-from kbvqa.runner.stage import Context, Invalid, Stage
+from kbvqa.runner.stage import Context, Invalid
 from kbvqa.stages import register_stage
-from kbvqa.stages.ask import ask, require_role
+from kbvqa.stages.ask import Ask, OneCallStage, require_role
 
 NO_CANDIDATES = "(no candidate picture survived harvesting and filtering: write a text-only answer, with no tags)"
 
@@ -165,7 +165,7 @@ class SynthesisConfig(ReferenceStageConfig):
 
 
 @register_stage
-class Synthesis(Stage):
+class Synthesis(OneCallStage):
     """Reads the synthesis pool (`common.synthesis_pool`: `dedup.kept` before, or `candidates.kept` +
     `entities.added` when the filter runs after) and `steps`; adds `draft` {text, images, unused,
     generator}."""
@@ -173,7 +173,7 @@ class Synthesis(Stage):
     name = "reference-synthesis"
     version = "2"  # 2: unresolvable tags dropped and counted, not the whole draft; at most ten shown in all
     config_model = SynthesisConfig
-    prompts = (SYNTHESIS,)
+    asks = Ask(SYNTHESIS, None, "synthesis")  # plain text: the draft with its tags
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         c: SynthesisConfig = self.config  # type: ignore[assignment]
@@ -181,11 +181,11 @@ class Synthesis(Stage):
         store = ctx.resource("image_store")
         cands, left_out = synthesis_pool(record, c.placement, c.max_candidates)
         query = query_image(record, "synthesis")
-        raw, prov = await ask(ctx, c.role, SYNTHESIS, None, what="synthesis", params={"max_tokens": c.max_reply_tokens},
-                              images=[query, *(store.path(x["path"]) for x in cands)],
-                              question_raw=record.get("question", ""), answer_raw=record.get("answer", ""),
-                              trajectory_raw=trajectory_text(record.get("steps") or [], c.observation_chars),
-                              candidates_raw=candidate_block(cands), check=lambda text: usable(text, len(cands)))
+        raw, prov = await self.call(ctx, params={"max_tokens": c.max_reply_tokens},
+                                    images=[query, *(store.path(x["path"]) for x in cands)],
+                                    question_raw=record.get("question", ""), answer_raw=record.get("answer", ""),
+                                    trajectory_raw=trajectory_text(record.get("steps") or [], c.observation_chars),
+                                    candidates_raw=candidate_block(cands), check=lambda text: usable(text, len(cands)))
         text, used, violations = salvage(raw, len(cands))
         images = [{"index": i, **{k: cands[old - 1].get(k) for k in ("sha256", "path", "source_url", "page_url",
                                                                       "pool", "overall", "entity")

@@ -29,9 +29,9 @@ from kbvqa.data.urls import canonical_url
 from kbvqa.models.prompts.reference import URL_SCORES
 from kbvqa.pipelines.funnel import counts, stage_record
 from kbvqa.pipelines.reference.common import ReferenceStageConfig
-from kbvqa.runner.stage import Context, Invalid, Stage
+from kbvqa.runner.stage import Context, Invalid
 from kbvqa.stages import register_stage
-from kbvqa.stages.ask import ask
+from kbvqa.stages.ask import Ask, OneCallStage
 from kbvqa.tools.base import VISIT_HEADER
 
 ENTRY_TYPES = ("search", "image_search", "visit")
@@ -161,13 +161,13 @@ def _links_block(entries: list[dict[str, Any]]) -> str:
 
 
 @register_stage
-class UrlScoring(Stage):
+class UrlScoring(OneCallStage):
     """Records from `records.intake`; adds `urls` {entries, selected, image_results, scorer}."""
 
     name = "reference-urls"
     version = "1"
     config_model = UrlConfig
-    prompts = (URL_SCORES,)
+    asks = Ask(URL_SCORES, UrlReply, "URL scoring")
 
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         c: UrlConfig = self.config  # type: ignore[assignment]
@@ -185,10 +185,9 @@ class UrlScoring(Stage):
             scorer = {"backend": "rules", "rule": "answer-term overlap, question-term overlap, visit>search>image, "
                                                   "first touched; distinct pages"}
         else:
-            reply, scorer = await ask(ctx, c.role, URL_SCORES, UrlReply, what="URL scoring",
-                                      question=record.get("question", ""), answer=record.get("answer", ""),
-                                      links_raw=_links_block(entries), top_k=c.top_k,
-                                      check=lambda r: self._select(r, entries, c.top_k))
+            reply, scorer = await self.call(ctx, question=record.get("question", ""), answer=record.get("answer", ""),
+                                            links_raw=_links_block(entries), top_k=c.top_k,
+                                            check=lambda r: self._select(r, entries, c.top_k))
             selected = self._select(reply, entries, c.top_k)
         for rank, s in enumerate(selected, 1):
             s["rank"] = rank
