@@ -30,7 +30,7 @@ from pydantic import Field
 
 from kbvqa.pipelines.funnel import FunnelStageConfig
 from kbvqa.runner.stage import Context, Stage
-from kbvqa.stages.ask import Ask, ask
+from kbvqa.stages.ask import OneCallStage, ask
 
 DROP = "drop"
 ITEM = "item"
@@ -182,19 +182,14 @@ async def consult(ctx: Context, config: ModelStageConfig, prompt: Any, reply_mod
                      params=params, check=check, model_index=model_index, **values)
 
 
-class AskStage(CurateStage):
+class AskStage(OneCallStage, CurateStage):
     """A curation stage that is one model call about the post: `asks` declares it (prompt, reply
-    model, name, images or not), `values` fills the prompt (the post's title and text unless the
-    stage says otherwise), and `decide` turns the reply and the judge's provenance into a keep or a
-    drop. A stage with its own flow overrides `check` and still calls `self.ask`."""
+    model, name, images or not; `prompts` follows, as for every `OneCallStage`), `values` fills the
+    prompt (the post's title and text unless the stage says otherwise), and `decide` turns the reply
+    and the judge's provenance into a keep or a drop. A stage with its own flow overrides `check` and
+    still calls `self.ask`, which sends the post's images and names the post in every reason."""
 
-    asks: ClassVar[Ask]
     config_model = ModelStageConfig
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "asks" in cls.__dict__ and "prompts" not in cls.__dict__:
-            cls.prompts = (cls.asks.prompt,)
 
     async def ask(self, record: dict[str, Any], ctx: Context, *, check: Callable[[Any], None] | None = None,
                   **values: Any) -> tuple[Any, dict[str, Any]]:
