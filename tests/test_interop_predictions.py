@@ -84,6 +84,16 @@ def test_lmms_eval_samples_round_trip_on_the_audited_split(demo, tmp_path):
                                                "id:doc_id->references;key:filtered_resps[0]"}
         assert _preds(out) == src  # every prediction back under its own id
         assert _infoseek(out, refs) == _infoseek(plain, refs)
+    assert _by_type(out, refs) == _by_type(plain, refs)  # a study reads the converted file unchanged
+
+
+def _by_type(preds: Path, refs: Path) -> dict:
+    from kbvqa.cli.study import app as study_app
+
+    r = runner.invoke(study_app, ["by-type", "-p", str(preds), "-r", str(refs), "--scorer", "infoseek-strict",
+                                  "--resamples", "50", "--name", "m", "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
 
 
 def test_lmms_eval_doc_id_out_of_range_is_counted_and_named(demo, tmp_path):
@@ -251,12 +261,31 @@ def test_inspect_logs_round_trip_with_trajectories_and_errors(demo, tmp_path):
         assert [s["tool"] for s in steps if s.get("tool")] == [s["tool"] for s in traj if s.get("tool")]
         assert all(s["status"] == "ok" and s["observation"] for s in steps if s.get("tool"))
         assert steps[-1]["answer"] == src[ids[0]] and first["meta"]["inspect"]["model"] == "mockllm/model"
-        assert kind_of([], first) == "agent"  # kbvqa view shows it as an agent episode
+        assert kind_of([], first) == "agent"  # kbvqa view lists it as an agent episode
         assert _infoseek(out, refs) == _infoseek(plain, refs)
+    _viewer_shows(out, ids[0], traj, tmp_path / "view")
     with FakeLLMServer(handler=Judge(golds, fail_on=src[ids[1]], prose_on=src[ids[2]])) as srv:
         converted, direct = _judge(out, refs, srv), _judge(plain, refs, srv)
     assert converted == direct
     assert converted["n_error"] == 1 and converted["n_invalid"] == 1 and converted["n_error_lines"] == 1
+
+
+def _viewer_shows(converted: Path, rid: str, traj: list[dict], folder: Path) -> None:
+    """`kbvqa view` renders a converted inspect sample as an agent episode, each tool call a step."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from kbvqa.cli.view import build_site
+    from kbvqa.report.viewer.app import create_app
+
+    folder.mkdir()
+    (folder / "inspect.jsonl").write_bytes(converted.read_bytes())
+    client = TestClient(create_app(build_site([folder]), warm=False), follow_redirects=False)
+    page = client.get(f"/o/inspect/r/{rid}")
+    assert page.status_code == 200, page.text[:300]
+    tools = [s["tool"] for s in traj if s.get("tool")]
+    assert "turn 1" in page.text and all(t in page.text for t in tools)
+    assert "termination <span class=\"badge termination\">stop</span>" in page.text
 
 
 def test_inspect_epochs_are_duplicates_and_a_missing_zstd_is_said(demo, tmp_path, monkeypatch):
