@@ -1,7 +1,8 @@
 """One model call for a stage that asks a role: the prompt, the reply model, the failure states, the
 verdict cache. Every model-driven funnel stage (curation, reference construction, the benchmark
-comparison's hops judge) asks through `ask`; it sits in stages/ so that any stage can, and the
-pipelines' funnel module (kbvqa.pipelines.funnel) builds on it.
+comparison's hops judge) asks through `ask`, and a stage that makes one call declares it once
+(`Ask`, `OneCallStage`). It sits in stages/ so that any stage can; the pipelines' funnel module
+(kbvqa.pipelines.funnel) holds what the funnels add on top.
 
 Failure states, the same for every caller:
 - no model configured for the stage's role → `NeedsModel` (the runner's: status `needs_model`, reason
