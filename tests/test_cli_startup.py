@@ -1,6 +1,7 @@
 """The command line imports only the command being run: `kbvqa score infoseek` on a 300k-item file
 took 1.2 s of start-up when every command's module (and with them httpx, Pillow and numpy) was
-imported first. Checked by what a fresh interpreter has imported, not by time."""
+imported first, and `kbvqa --help` took 0.8-1.0 s listing them. Checked by what a fresh interpreter
+has imported, not by time (the times are benchmarks/cli_startup.py's)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import subprocess
 import sys
 
 import pytest
+import typer.main
 
-from kbvqa.cli.app import COMMANDS, _command_in, build_app
+from kbvqa.cli.app import COMMANDS, _click, build_app
 
 _HEAVY = ("httpx", "httpcore", "aiohttp", "PIL", "numpy", "faiss", "torch", "starlette")
 
@@ -21,32 +23,81 @@ def _modules_after(code: str) -> set[str]:
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("argv, command", [
-    (["score", "infoseek", "-p", "x"], "score"),
-    (["--executor", "local", "score", "infoseek"], "score"),
-    (["--executor=local", "--fail-on-error", "audit", "run"], "audit"),
-    (["--cache", "score", "kb"], "kb"),  # --cache takes a value: "score" is that value here
-    (["--help"], None),
-    ([], None),
-    (["nonsense"], None),
-    (["--", "score"], None),
+def _lazy_root():
+    """The click group `main` runs, with no command imported yet."""
+    return typer.main.get_command(build_app(lazy=True))
+
+
+@pytest.mark.parametrize("argv, command, rest", [
+    (["score", "infoseek", "-p", "x"], "score", ["infoseek", "-p", "x"]),
+    (["--executor", "local", "score", "infoseek"], "score", ["infoseek"]),
+    (["--executor=local", "--fail-on-error", "audit", "run"], "audit", ["run"]),
+    (["--cache", "score", "kb"], "kb", []),  # --cache takes a value: "score" is that value here
+    (["--prompt-file", "a=b", "--no-cache", "study", "x"], "study", ["x"]),
 ])
-def test_the_sub_command_is_found_past_root_options(argv, command):
-    assert _command_in(argv) == command
+def test_the_root_resolves_the_command_past_root_options_and_builds_only_that_one(argv, command, rest):
+    root = _lazy_root()
+    ctx = root.make_context("kbvqa", list(argv))  # parses the root options; runs no callback
+    name, cmd, args = root.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+    assert (name, args) == (command, rest) and cmd is root.commands[command]
+    assert root.commands.loaded() == [command]
+
+
+def test_an_unknown_command_is_refused_with_a_suggestion_and_nothing_built():
+    root = _lazy_root()
+    ctx = root.make_context("kbvqa", ["scor"])
+    with pytest.raises(_click("exceptions").UsageError, match=r"No such command 'scor'. Did you mean 'score'\?"):
+        root.resolve_command(ctx, ["scor"])
+    assert root.commands.loaded() == []
+
+
+def test_completing_a_command_name_lists_the_table_and_builds_nothing():
+    root = _lazy_root()
+    ctx = root.make_context("kbvqa", [], resilient_parsing=True)
+    items = root.shell_complete(ctx, "s")
+    assert [i.value for i in items] == [n for n in COMMANDS if n.startswith("s")] == ["score", "study"]
+    assert "--executor" in [i.value for i in root.shell_complete(ctx, "--ex")]
+    assert root.commands.loaded() == []
+    # the short help Typer gives a loaded command (its own completion reads it)
+    assert [i.help for i in items] == [root.commands[i.value].get_short_help_str() for i in items]
+    assert items[0].help == "Score predictions: InfoSeek, E-VQA,..."
+
+
+_NO_COMMAND = ("kbvqa.cli.", "kbvqa.pipelines", "kbvqa.evaluate", "kbvqa.runner", "kbvqa.models", "kbvqa.stages",
+               "kbvqa.kb", "kbvqa.report", "kbvqa.demo", "kbvqa.tools", "kbvqa.registry")
+
+
+def test_top_level_help_imports_no_command_and_lists_every_one_with_its_summary():
+    """`kbvqa --help` and `kbvqa` alone, as the console script runs them."""
+    code = ("import json, sys\nfrom kbvqa.cli.app import main\nouts = []\n"
+            "for argv in (['--help'], []):\n"
+            "    sys.argv = ['kbvqa', *argv]\n"
+            "    try:\n        main()\n    except SystemExit as exc:\n        outs.append(exc.code)\n"
+            "print(json.dumps([outs, sorted(sys.modules)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    codes, mods = json.loads(out.stdout.strip().splitlines()[-1])
+    assert codes == [0, 2]  # --help exits 0; no arguments prints the help and exits 2 (click's usage error)
+    heavy = sorted(m for m in mods if m in _HEAVY or m.split(".")[0] in ("numpy", "PIL", "asyncio", "sqlite3")
+                   or (m.startswith(_NO_COMMAND) and m != "kbvqa.cli.app"))
+    assert not heavy, heavy
+    for text in (out.stdout.rsplit("\n[[", 1)[0], out.stderr):  # --help on stdout; no arguments: stderr
+        listing = text.split("Commands:\n", 1)[1].splitlines()
+        rows = dict(line.split(None, 1) for line in listing if line.strip())
+        assert list(rows) == list(COMMANDS)
+        for name, (_, _, help_) in COMMANDS.items():
+            assert help_.startswith(rows[name].removesuffix("...")) and len(rows[name]) > 20, (name, rows[name])
 
 
 def test_score_infoseek_does_not_import_the_http_stack_or_image_libraries():
-    mods = _modules_after("from kbvqa.cli.app import build_app, _command_in\n"
-                          "app = build_app(_command_in(['score', 'infoseek']))\n"
-                          "import typer.main; typer.main.get_command(app)")
+    mods = _modules_after("from kbvqa.cli.app import build_app\n"
+                          "import typer.main; typer.main.get_command(build_app(lazy=True)).get_command(None, 'score')")
     assert "kbvqa.cli.score" in mods and "kbvqa.evaluate.infoseek" in mods
     assert not [m for m in _HEAVY if m in mods], sorted(m for m in _HEAVY if m in mods)
     assert "kbvqa.cli.audit" not in mods and "kbvqa.cli.view" not in mods
 
 
 def test_full_app_has_every_command_and_a_single_command_app_only_that_one():
-    import typer.main
-
     full = typer.main.get_command(build_app())
     assert sorted(full.commands) == sorted(COMMANDS)  # type: ignore[attr-defined]
     one = typer.main.get_command(build_app("score"))

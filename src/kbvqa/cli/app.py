@@ -16,8 +16,10 @@ from kbvqa.data.images import ALLOW_OUTSIDE_ROOT_ENV
 
 # Every sub-command in the order a user meets them (data and KB, audit, augment, retrieve/answer,
 # score, study, report): name -> (module under kbvqa.cli, its Typer app or command function, help).
-# A command's module is imported only when that command runs (or for the full `--help`): `kbvqa score
-# infoseek` must not pay for the HTTP stack, Pillow and numpy that other commands need.
+# The help is the command's own (`kbvqa NAME --help` shows it) and its summary in `kbvqa --help`, which
+# is built from this table alone: a command's module is imported only when that command is named, so
+# neither `kbvqa score infoseek` nor `kbvqa --help` pays for the HTTP stack, Pillow, numpy or the
+# pipelines that other commands need.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("data", "app", "Convert benchmark files between formats; dataset statistics."),
     "kb": ("kb", "app", "Import a wiki JSON into the SQLite/FTS5 KB store; search it."),
@@ -43,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("demo", "demo", "End-to-end offline demo on real photographs shipped in PyPI packages."),
     "view": ("view", "view", "Browse runs in a local read-only web app (or --export a static site)."),
 }
+_ORDER = {name: i for i, name in enumerate(COMMANDS)}
 
 
 class _RootGroup(TyperGroup):
@@ -69,6 +72,88 @@ class _RootGroup(TyperGroup):
                 fail(line, code=EXIT_WRITE_FAILED)
             raise
 
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The table's order (Typer's would put plain commands before groups)."""
+        return sorted(self.commands, key=lambda name: _ORDER.get(name, len(_ORDER)))
+
+
+class _LazyCommands(dict):  # type: ignore[type-arg]
+    """The root's commands by name: every name in COMMANDS is a key, a command's click object is
+    built (its module imported) the first time it is looked up, so the root can list the names and
+    resolve one without importing the others."""
+
+    def __missing__(self, name: str) -> Any:
+        if name not in COMMANDS:
+            raise KeyError(name)
+        import typer.main
+
+        self[name] = cmd = typer.main.get_command(build_app(name)).commands[name]  # type: ignore[attr-defined]
+        return cmd
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or dict.__contains__(self, name)
+
+    def keys(self) -> Any:  # Typer's "did you mean" reads the keys
+        return [*COMMANDS, *(name for name in dict.keys(self) if name not in COMMANDS)]
+
+    def __iter__(self) -> Any:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def items(self) -> Any:  # whoever asks for every command gets every one, built
+        return [(name, self[name]) for name in self]
+
+    def values(self) -> Any:
+        return [self[name] for name in self]
+
+    def loaded(self) -> list[str]:
+        """The names whose module has been imported."""
+        return list(dict.keys(self))
+
+
+class _LazyRoot(_RootGroup):
+    """The root `main` runs: names and one-line summaries from COMMANDS, a command imported when it
+    is resolved. `kbvqa --help`, `kbvqa` alone and completing a command name import no command."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = _LazyCommands(self.commands)
+
+    def _summary(self, name: str, limit: int) -> str:
+        """What the listing shows for `name`: the loaded command's own short help, else the same
+        shortening of its table help (click's, so the text is the one the full app prints)."""
+        if name in self.commands.loaded():
+            return self.commands[name].get_short_help_str(limit)
+        return _click("utils").make_default_short_help(COMMANDS[name][2], limit)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, self._summary(name, limit)) for name in names])
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        """Command names with their summaries (45 columns, as click completes), then root options."""
+        item = _click("shell_completion").CompletionItem
+        return [*(item(name, help=self._summary(name, 45)) for name in self.list_commands(ctx)
+                  if name.startswith(incomplete)), *_click("core").Command.shell_complete(self, ctx, incomplete)]
+
+
+def _click(module: str) -> Any:
+    """A click module: the copy recent Typer releases carry, else click itself (older Typer)."""
+    try:
+        return importlib.import_module(f"typer._click.{module}")
+    except ImportError:
+        return importlib.import_module(f"click.{module}")
+
 
 def _interrupted(exc: KeyboardInterrupt) -> None:
     """One line per output the runner left `interrupted` (their manifests say so, with counts), then
@@ -84,8 +169,9 @@ def _interrupted(exc: KeyboardInterrupt) -> None:
     raise typer.Exit(code=exit_code(exc))
 
 
-def build_app(only: str | None = None) -> typer.Typer:
-    """The `kbvqa` Typer app with every sub-command, or with `only` that one (what `main` runs)."""
+def build_app(only: str | None = None, *, lazy: bool = False) -> typer.Typer:
+    """The `kbvqa` Typer app with every sub-command, or with `only` that one; `lazy`: with none
+    imported yet, each built when it is named (what `main` runs)."""
     root = typer.Typer(
         name="kbvqa",
         help="Audit, repair, augment and evaluate knowledge-seeking VQA benchmarks and the MM-RAG "
@@ -94,9 +180,11 @@ def build_app(only: str | None = None) -> typer.Typer:
         rich_markup_mode=None,  # help texts carry [brackets] (TOML tables, extras): never read them as markup
         pretty_exceptions_enable=False,
         add_completion=False,
-        cls=_RootGroup,
+        cls=_LazyRoot if lazy else _RootGroup,
     )
     root.callback()(_root)
+    if lazy:
+        return root
     for name, (module, attr, help_) in COMMANDS.items():
         if only is not None and name != only:
             continue
@@ -249,27 +337,9 @@ def _ray_options(address: str | None, actors: int | None, init: str | None,
     return options
 
 
-# root options that take a value: skipped (with it) when looking for the sub-command in argv
-_VALUED = {"--executor", "--ray-address", "--ray-actors", "--ray-init", "--ray-config", "--record-deadline", "--cache",
-           "--prompt-file"}
-
-
-def _command_in(argv: list[str]) -> str | None:
-    """The sub-command `argv` names, if it is one of COMMANDS (else None: the full app answers)."""
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return None
-        if arg.startswith("-"):
-            i += 2 if arg in _VALUED else 1
-            continue
-        return arg if arg in COMMANDS else None
-    return None
-
-
 def main() -> None:
-    build_app(_command_in(sys.argv[1:]))(prog_name="kbvqa")
+    """Click parses the root options and names the command; only that command's module is imported."""
+    build_app(lazy=True)(prog_name="kbvqa")
 
 
 def __getattr__(name: str) -> typer.Typer:
