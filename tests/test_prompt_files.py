@@ -54,11 +54,13 @@ def test_a_file_replaces_the_prompt_everywhere_it_is_rendered(tmp_path):
     assert "the flower {bloom}" in text  # a value's braces are data
     d = p.describe()
     assert d["file"] == str(f.resolve()) and d["replaces"] == "user" and len(d["file_sha256"]) == 64
+    assert p.fragments == () and "fragments" not in d  # the file replaces the composed text whole
     assert prompts.get(p.id) is p and prompts.get("reference.five_rule_filter@2") is p
     assert list(table) == ["reference.five_rule_filter"] and json.loads(os.environ[OVERRIDES_ENV])[0]["path"] == d["file"]
     assert [o["prompt"] for o in prompts.describe_overrides()] == ["reference.five_rule_filter"]
     prompts.clear_prompt_files()
     assert (p.id, p.sha256) == built_in and OVERRIDES_ENV not in os.environ
+    assert set(p.fragments) == {"reply.json", "reference.known_answer"}
 
 
 @pytest.mark.parametrize("text, message", [

@@ -72,3 +72,41 @@ def test_every_stage_prompt_is_registered():
     declared = {pid for e in STAGES for pid in e.obj().prompt_versions()}
     # the one declared id that is not a prompt: IVR-12's rubric (a data file versioned beside its prompts)
     assert declared and declared - registered == {"ivr12.rubric@2-reconstructed"}
+
+
+#: Which prompts compose each shared fragment: editing one changes the hash of exactly these.
+FRAGMENT_USERS = {
+    "reply.json": 36,  # every strict-JSON checker and judge outside the answer family
+    "reply.json_example": {"answer.short", "answer.identify_entity", "answer.rerank_sections"},
+    "judge.verdict": {"judge.simpleqa", "judge.paragraph"},
+    "ivr12.answer_fence": {"ivr12.content", "ivr12.presentation", "ivr12.image", "ivr12.gate"},
+    "reference.known_answer": {"reference.url_scores", "reference.candidate_score", "reference.five_rule_filter",
+                               "reference.entity_check"},
+    "curate.post": {"curate.vqa_candidate", "curate.text_only_answer", "curate.image_text_consistency",
+                    "curate.interleaved_fit", "curate.rubric", "curate.plausible_answer", "curate.standardize"},
+}
+
+
+def test_each_fragment_is_composed_into_the_prompts_that_share_it():
+    users: dict[str, set[str]] = {}
+    for p in prompts.all_prompts().values():
+        for name in p.fragments:
+            users.setdefault(name, set()).add(p.name)
+    assert set(users) == set(prompts.FRAGMENTS) == set(FRAGMENT_USERS)
+    for name, expected in FRAGMENT_USERS.items():
+        assert (len(users[name]) if isinstance(expected, int) else users[name]) == expected, name
+        assert len(users[name]) >= 2, f"{name} is used by one prompt only: it belongs in that prompt"
+    assert prompts.get("judge.paragraph").describe()["fragments"] == "reply.json,judge.verdict"
+
+
+def test_a_fragment_is_written_once():
+    """Said once: a fragment's text stands in the source of the prompts package at most once, where it is
+    defined (or not at all, when it is built from parts), so every prompt gets it by composition and a
+    change to it reaches them all."""
+    from pathlib import Path
+
+    sources = {f.name: f.read_text(encoding="utf-8") for f in Path(prompts.__file__).parent.glob("*.py")}
+    for name, text in prompts.FRAGMENTS.items():
+        forms = {text, text.replace("\n", "\\n")}
+        where = [f for f, src in sorted(sources.items()) for form in forms for _ in range(src.count(form))]
+        assert len(where) <= 1, f"fragment {name} is written out more than once: {where}"

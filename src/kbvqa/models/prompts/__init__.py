@@ -5,7 +5,9 @@ Every prompt has a name, a version and a sha256 over its text; stages put `name@
 hash in each verdict's provenance and in the run manifest (`Stage.prompt_versions`). Changing the
 wording of a prompt means bumping its version (a test pins every hash), so old and new verdicts are
 never confused. The prompts themselves live in this package, one file per family (`audit`,
-`answer`, `augment`, `judge`); importing the package registers all of them.
+`answer`, `augment`, `judge`); importing the package registers all of them. Wording that several
+prompts share (the strict-JSON reply rule, the judges' verdict line, a family's input block) is a
+named fragment (`fragments`) composed into each of them, so it is said once and hashed in each.
 
 Prompts are `str.format` templates. Values are inserted as JSON strings where they come from the
 data (question, answers, evidence), so quotes or braces in a question cannot break the layout; a
@@ -39,9 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from kbvqa.models.prompts.fragments import FRAGMENTS, JSON_ONLY  # noqa: F401 - JSON_ONLY re-exported for the families
 from kbvqa.registry import Registry
-
-JSON_ONLY = "Reply with one JSON object and nothing else."
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,18 @@ class Prompt:
         system = [{"role": "system", "content": self.render_system(**values)}] if self.texts()[0] else []
         return [*system, user_message(self.render(**values), images)]
 
+    @property
+    def fragments(self) -> tuple[str, ...]:
+        """The shared fragments (`fragments.FRAGMENTS`) that kbvqa's text of this prompt contains: a change
+        to one of them changes this prompt's hash. None while a user's file replaces the text whole."""
+        if self.override is not None:
+            return ()
+        return tuple(n for n, t in FRAGMENTS.items() if t in self.system or t in self.user)
+
     def describe(self) -> dict[str, str]:
         o = self.override
         return {"name": self.name, "version": self.version, "sha256": self.sha256,
+                **({"fragments": ",".join(self.fragments)} if self.fragments else {}),
                 **({"file": o.path, "file_sha256": o.file_sha256, "replaces": ",".join(o.parts)} if o else {})}
 
 

@@ -7,7 +7,8 @@ harness stops the tool phase), the visit extractor, and the two study judges: th
 
 from __future__ import annotations
 
-from kbvqa.models.prompts import JSON_ONLY, Prompt, register
+from kbvqa.models.prompts import Prompt, register
+from kbvqa.models.prompts.fragments import BOOL, JSON_ONLY, free, one_of, returns
 
 SYSTEM = register(Prompt(
     name="agent.system", version="2",
@@ -91,8 +92,9 @@ VISIT_EXTRACT = register(Prompt(
     system=("You read a web page for a researcher and report only what serves their goal. Quote the page; do not "
             "add knowledge of your own. " + JSON_ONLY),
     user=("Page URL: {url}\nGoal: {goal}\nPage text:\n{page}\n\n"
-          'Return {{"rational": "<which parts of the page matter and why>", "evidence": "<the relevant passages, '
-          'quoted>", "summary": "<what they say about the goal, in two or three sentences>"}}'),
+          + returns(rational=free("which parts of the page matter and why"),
+                    evidence=free("the relevant passages, quoted"),
+                    summary=free("what they say about the goal, in two or three sentences"))),
     fields=("url", "goal", "page"),
 ))
 
@@ -138,7 +140,7 @@ FAILURE_CATEGORY = register(Prompt(
           "failing tools or malformed calls point to T4; searches that never turned up the needed facts to T1; "
           "evidence it had but did not use to T2; a wrong guess it kept trying to confirm to T3. Choose N1 or N2 "
           "only when the episode shows that error.\n"
-          'Return {{"category": "T1" | "T2" | "T3" | "T4" | "N1" | "N2", "rationale": "<one sentence>"}}'),
+          + returns(category=one_of(*FAILURE_CATEGORIES), rationale=free("one sentence"))),
     fields=("question", "reference", "outcome_raw", "ending_raw", "answer", "trajectory_raw"),
 ))
 
@@ -153,6 +155,6 @@ USEFUL_EVIDENCE = register(Prompt(
             "contradicts it. " + JSON_ONLY),
     user=("Question: {question}\nReference answer: {reference}\nRetrieved by the agent's {tool_raw} call:\n"
           "{observation}\n\n"
-          'Return {{"supports": true | false, "rationale": "<one sentence: which part of the text, or why none>"}}'),
+          + returns(supports=BOOL, rationale=free("one sentence: which part of the text, or why none"))),
     fields=("question", "reference", "tool_raw", "observation"),
 ))

@@ -3,8 +3,9 @@ well-posedness, and the final leak/answerability/uniqueness check."""
 
 from __future__ import annotations
 
-from kbvqa.models.prompts import JSON_ONLY as _JSON_ONLY
 from kbvqa.models.prompts import Prompt, register
+from kbvqa.models.prompts.fragments import BOOL, free, one_of, returns
+from kbvqa.models.prompts.fragments import JSON_ONLY as _JSON_ONLY
 
 VERIFY_SECTION = register(Prompt(
     name="audit.verify_section", version="2",
@@ -26,8 +27,8 @@ VERIFY_SECTION = register(Prompt(
           "For a taxonomy question the answer must be the rank the question asks for (the closest "
           "parent taxon of the entity), not another rank the section names.\n"
           "Judge only from this section, not from your own knowledge.\n"
-          'Return {{"label": "entailed" | "contradicted" | "not_supported", "rationale": "<one sentence, '
-          'quoting the decisive words>"}}'),
+          + returns(label=one_of("entailed", "contradicted", "not_supported"),
+                    rationale=free("one sentence, quoting the decisive words"))),
     fields=("question", "answers", "title", "text"),
 ))
 
@@ -51,8 +52,8 @@ CORRECT_ANSWER = register(Prompt(
           "built from several numbers is corrected part by part, never collapsed to one of them; the "
           "shortest phrase that answers a text question; `evidence_quote` is the sentence you took it "
           "from.\n"
-          'Return {{"status": "matched" | "mismatched" | "not_answerable", "answer": "<string or null>", '
-          '"evidence_quote": "<string>", "rationale": "<one sentence>"}}'),
+          + returns(status=one_of("matched", "mismatched", "not_answerable"), answer=free("string or null"),
+                    evidence_quote=free("string"), rationale=free("one sentence"))),
     fields=("question", "answer_type", "answers", "evidence"),
 ))
 
@@ -74,8 +75,8 @@ POSEDNESS = register(Prompt(
           "If there is a problem, `suggested_question` adds only the missing constraint, as stated by "
           "the evidence; it keeps the wording otherwise, keeps referring to the entity as in the "
           "original, and must not contain any of the answers. Otherwise `suggested_question` is null.\n"
-          'Return {{"tags": [<zero or more of the three names>], "suggested_question": "<string or null>", '
-          '"rationale": "<one sentence>"}}'),
+          + returns(tags="[<zero or more of the three names>]", suggested_question=free("string or null"),
+                    rationale=free("one sentence"))),
     fields=("question", "answers", "evidence"),
 ))
 
@@ -91,7 +92,6 @@ FINAL_CHECK = register(Prompt(
           "Offering it as one option of an either/or question is not a leak.\n"
           "- answerable: the evidence supports the answer to this question.\n"
           "- unique: the question, read with the evidence, has one correct answer.\n"
-          'Return {{"leak": true | false, "answerable": true | false, "unique": true | false, '
-          '"rationale": "<one sentence>"}}'),
+          + returns(leak=BOOL, answerable=BOOL, unique=BOOL, rationale=free("one sentence"))),
     fields=("question", "answer", "evidence"),
 ))

@@ -9,10 +9,10 @@ inserted as JSON strings, so quotes or braces in a post cannot break the layout.
 from __future__ import annotations
 
 from kbvqa.models.prompts import JSON_ONLY, Prompt, register
+from kbvqa.models.prompts.fragments import fragment
 
-_POST = """\
-Post title: {title}
-Post text: {text}"""
+#: How every post-level check shows the post.
+_POST = fragment("curate.post", "Post title: {title}\nPost text: {text}")
 
 VQA_CANDIDATE = register(Prompt(
     name="curate.vqa_candidate", version="1", system="",

@@ -19,6 +19,7 @@ same rendering.
 from __future__ import annotations
 
 from kbvqa.models.prompts import JSON_ONLY, Prompt, register
+from kbvqa.models.prompts.fragments import REPLY_JSON, fragment
 
 _SYSTEM = ("You grade answers to questions people asked about a photo, with a fixed rubric. Apply each "
            "criterion on its own, use the whole 1-5 scale (the anchors describe 1, 3 and 5; 2 and 4 lie "
@@ -27,16 +28,19 @@ _SYSTEM = ("You grade answers to questions people asked about a photo, with a fi
 _GATE_SYSTEM = ("You check answers to questions people asked about a photo against a pass/fail gate. Decide "
                 "from what is shown only; when in doubt, fail. " + JSON_ONLY)
 
-_ANSWER = """\
-The answer to grade (image tags are shown as [Image N]; [unresolved image] marks a tag that names no image):
-<<<ANSWER
-{answer_raw}
-ANSWER>>>"""
+#: The answer under review, fenced so that nothing in it reads as an instruction.
+_FENCE = fragment("ivr12.answer_fence", "<<<ANSWER\n{answer_raw}\nANSWER>>>")
 
-_REPLY = """\
-Reply with one JSON object and nothing else, with exactly these keys, an integer score from 1 to 5
-and a one-line rationale for each:
-{reply_raw}"""
+_ANSWER = ("The answer to grade (image tags are shown as [Image N]; [unresolved image] marks a tag that names no "
+           "image):\n" + _FENCE)
+
+
+def _reply(each: str) -> str:
+    """The reply contract: the strict-JSON rule, then what each of the rubric's keys holds."""
+    return f"{REPLY_JSON}, with exactly these keys, {each} for each:\n{{reply_raw}}"
+
+
+_REPLY = _reply("an integer score from 1 to 5\nand a one-line rationale")
 
 CONTENT = register(Prompt(
     name="ivr12.content", version="1", system=_SYSTEM,
@@ -100,16 +104,12 @@ query image(s).
 Question: {question}
 
 The answer (image tags shown as [Image N]):
-<<<ANSWER
-{answer_raw}
-ANSWER>>>
+""" + _FENCE + """
 
 Gate:
 {criteria_raw}
 
-Reply with one JSON object and nothing else, with exactly these keys, a boolean `pass` and a
-one-line rationale for each:
-{reply_raw}""",
+""" + _reply("a boolean `pass` and a\none-line rationale"),
     fields=("question", "answer_raw", "criteria_raw", "reply_raw"),
 ))
 

@@ -4,6 +4,7 @@ kbvqa's grader for paragraph references (NoteVQA short references), which grades
 from __future__ import annotations
 
 from kbvqa.models.prompts import Prompt, register
+from kbvqa.models.prompts.fragments import grading_tail
 
 SIMPLEQA = register(Prompt(
     name="judge.simpleqa", version="1", system="",
@@ -27,12 +28,7 @@ not_attempted – the gold answer is not given but nothing in the answer contrad
 Judge only the answer below; do not solve the question yourself and do not use knowledge that
 contradicts the gold answer.
 
-Question: {question_raw}
-Gold answer: {target_raw}
-Answer to grade: {predicted_raw}
-
-Reply with one JSON object and nothing else:
-{{"label": "correct" | "incorrect" | "not_attempted", "rationale": "<one short sentence>"}}""",
+""" + grading_tail("Gold answer", "one short sentence"),
     fields=("question_raw", "target_raw", "predicted_raw"),
 ))
 
@@ -68,11 +64,7 @@ A central claim is one the reference's conclusion depends on; every other statem
 Judge only the answer below; do not answer the question yourself and do not use knowledge that
 contradicts the reference.
 
-Question: {question_raw}
-Reference answer: {target_raw}
-Answer to grade: {predicted_raw}
-
-Reply with one JSON object and nothing else:
-{{"label": "correct" | "incorrect" | "not_attempted", "rationale": "<one short sentence: the reference's conclusion and whether the answer reaches it>"}}""",
+""" + grading_tail("Reference answer", "one short sentence: the reference's conclusion and whether the answer "
+                                       "reaches it"),
     fields=("question_raw", "target_raw", "predicted_raw"),
 ))

@@ -14,6 +14,10 @@ check only, so its four kinds of inconsistency are kbvqa's).
 from __future__ import annotations
 
 from kbvqa.models.prompts import JSON_ONLY, Prompt, register
+from kbvqa.models.prompts.fragments import fragment
+
+#: What every reference-stage check is told first: the question and its answer, known to be right.
+_KNOWN_ANSWER = fragment("reference.known_answer", "Question: {question}\nKnown answer: {answer}")
 
 #: The five removal rules of the filter, in the order the prompt lists them.
 FILTER_RULES = ("redundant_with_query", "composite", "watermark", "video_thumbnail", "off_topic")
@@ -24,8 +28,7 @@ URL_SCORES = register(Prompt(
 A research agent collected the web pages below while answering a question whose correct answer is
 known. Rank the pages by how much each one helps to answer it.
 
-Question: {question}
-Known answer: {answer}
+""" + _KNOWN_ANSWER + """
 
 Pages (an ID, the tool that produced the page, its URL, then the text the agent saw):
 {links_raw}
@@ -51,8 +54,7 @@ CANDIDATE_SCORE = register(Prompt(
 Two images follow this text. Image 1 is the photo a user attached to a question. Image 2 is a
 candidate picture found while researching the answer; it may go into an illustrated answer.
 
-Question: {question}
-Known answer: {answer}
+""" + _KNOWN_ANSWER + """
 
 Judge what image 2 would add to an illustrated answer, reading image 1 as context only. Give each
 dimension an integer from 1 (not at all) to 5 (fully) and a short reason:
@@ -76,8 +78,7 @@ FIVE_RULE_FILTER = register(Prompt(
 Two images follow this text. Image 1 is the user's query photo; image 2 is a candidate picture for
 an illustrated reference answer.
 
-Question: {question}
-Known answer: {answer}
+""" + _KNOWN_ANSWER + """
 Text around image 2 (in the answer where it is placed, or on the page it came from): {context}
 
 Remove image 2 if any of these rules applies (name the first one that does):
@@ -117,8 +118,7 @@ The first image is the photo a user attached to a question. The images after it 
 pictures gathered for an illustrated answer, numbered 1, 2, ... in the order shown (the query photo
 is not numbered).
 
-Question: {question}
-Known answer: {answer}
+""" + _KNOWN_ANSWER + """
 Where each candidate came from:
 {candidates_raw}
 
