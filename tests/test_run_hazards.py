@@ -432,3 +432,21 @@ def test_an_unreadable_input_is_not_called_a_write_failure(tmp_path, monkeypatch
     monkeypatch.setattr(we.os, "access", lambda path, mode: False)
     assert write_failure(denied) is None  # exists, cannot be read: the input's own error, not a write
     assert write_failure(OSError(errno.ENOSPC, "No space left on device", str(f))).startswith("cannot write")
+
+
+def test_view_export_on_a_full_disk_names_the_export_folder(tmp_path, monkeypatch):
+    """write() on a full disk raises ENOSPC without a file name; `view --export` says which folder."""
+    from typer.testing import CliRunner
+
+    import kbvqa.report.viewer as viewer
+    from kbvqa.cli.app import app
+
+    def full(site, out):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(viewer, "export_site", full)
+    (tmp_path / "runs").mkdir()
+    res = CliRunner().invoke(app, ["view", str(tmp_path / "runs"), "--export", str(tmp_path / "site")])
+    assert res.exit_code == 1, res.output
+    assert f"cannot write {tmp_path / 'site'}: No space left on device" in res.output
+    assert "Traceback" not in res.output

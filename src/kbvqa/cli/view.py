@@ -93,7 +93,13 @@ def view(
     if export is not None:
         from kbvqa.report.viewer import export_site
 
-        res = export_site(site, export)
+        from kbvqa.runner.write_errors import as_write_failure
+
+        try:
+            res = export_site(site, export)
+        except OSError as exc:  # a full disk: name the export folder when write() names no file
+            failed = as_write_failure(exc, export)
+            raise (failed if failed is not None else exc) from exc
         for p in res.problems:
             typer.echo(f"  note: {p}", err=True)
         typer.echo(f"exported {res.pages} pages ({res.records} records, {res.images} images) -> {res.out / 'index.html'}")
