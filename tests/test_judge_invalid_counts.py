@@ -200,7 +200,8 @@ def test_viewer_judge_listing_gives_the_accuracy_over_graded_with_the_counts(tmp
                                                                   "stages": [{"name": "simpleqa-judge"}]}))
     client = TestClient(create_app(build_site([tmp_path]), warm=False), follow_redirects=False)
     page = client.get("/o/run-judge/").text
-    assert "accuracy (%) 50.00" in page and "2 correct / 4 graded" in page and "invalid 1" in page and "error 1" in page
+    assert "accuracy (%) 33.33</b> = 2 correct / 6 responses" in page  # seed 001's: over all responses
+    assert "accuracy over graded (%) 50.00 = 2 / 4 graded" in page and "invalid 1" in page and "error 1" in page
     record = client.get("/o/run-judge/r/q2").text
     assert "no grade" in record and "the whole answer, image tags removed" in record
 

@@ -316,13 +316,15 @@ def judge_detail(r: dict[str, Any], ctx: RecordContext) -> dict[str, Any]:
 
 
 def judge_figures(labels: Any) -> dict[str, Any]:
-    """The judge listing's headline from its label counts: accuracy over graded verdicts (correct,
-    incorrect, not_attempted) with n graded / invalid / error beside it — an invalid or failed
-    verdict is never a wrong answer (kbvqa.evaluate.judge)."""
+    """The judge listing's headline from its label counts, as `score judge` gives it: seed 001's
+    accuracy (correct / all responses in the file) and kbvqa's over graded verdicts (correct,
+    incorrect, not_attempted), with n graded / invalid / error beside them (kbvqa.evaluate.judge)."""
     c = {k: int(v) for k, v in dict(labels or {}).items()}
     graded = sum(c.get(k, 0) for k in ("correct", "incorrect", "not_attempted"))
-    return {"n": sum(c.values()), "graded": graded, "correct": c.get("correct", 0), "invalid": c.get("invalid", 0),
-            "error": c.get("error", 0), "accuracy": c.get("correct", 0) / graded if graded else None}
+    n, correct = sum(c.values()), c.get("correct", 0)
+    return {"n": n, "graded": graded, "correct": correct, "invalid": c.get("invalid", 0),
+            "error": c.get("error", 0), "accuracy": correct / n if n else None,
+            "accuracy_graded": correct / graded if graded else None}
 
 
 def ivr12_facets(r: dict[str, Any]) -> Facets:
