@@ -110,3 +110,13 @@ def test_a_fragment_is_written_once():
         forms = {text, text.replace("\n", "\\n")}
         where = [f for f, src in sorted(sources.items()) for form in forms for _ in range(src.count(form))]
         assert len(where) <= 1, f"fragment {name} is written out more than once: {where}"
+
+
+def test_a_prompts_fields_are_the_placeholders_of_its_text():
+    """`define` takes a prompt's fields from its text; a prompt that declares them must declare the same set
+    (a declared field its text never shows would be sent nowhere; an undeclared placeholder fails to render)."""
+    assert prompts.placeholders('{b} {{"x": 1}} {a_raw} {b}') == ("b", "a_raw")
+    for p in prompts.all_prompts().values():
+        assert set(p.fields) == set(prompts.placeholders(p.user)), p.name
+        if p.system_fields:
+            assert set(p.system_fields) == set(prompts.placeholders(p.system)), p.name

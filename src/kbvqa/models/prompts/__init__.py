@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -134,6 +135,17 @@ PROMPTS: Registry[Prompt] = Registry("prompt", modules=("kbvqa.models.prompts.au
 def register(p: Prompt) -> Prompt:
     PROMPTS.add(p.name, p)
     return p
+
+
+def placeholders(template: str) -> tuple[str, ...]:
+    """The fields a `str.format` template fills, in the order they first appear (`{{` is literal)."""
+    return tuple(dict.fromkeys(f for _, f, _, _ in string.Formatter().parse(template) if f))
+
+
+def define(name: str, version: str, user: str, system: str = "") -> Prompt:
+    """Register a prompt whose fields are its user text's placeholders (declared once, by the text) and
+    whose system text, if any, is sent as written (not a template)."""
+    return register(Prompt(name=name, version=version, system=system, user=user, fields=placeholders(user)))
 
 
 def get(name: str) -> Prompt:

@@ -7,7 +7,7 @@ harness stops the tool phase), the visit extractor, and the two study judges: th
 
 from __future__ import annotations
 
-from kbvqa.models.prompts import Prompt, register
+from kbvqa.models.prompts import Prompt, define, register
 from kbvqa.models.prompts.fragments import BOOL, JSON_ONLY, free, one_of, returns
 
 SYSTEM = register(Prompt(
@@ -43,49 +43,25 @@ Today is {today_raw}.""",
     system_fields=("tools_block_raw", "today_raw"),
 ))
 
-GUIDED_QUESTION = register(Prompt(
-    name="agent.guided_question", version="1", system="",
-    user=("{question_raw}\n\n(This run collects evidence for a reference answer. The correct short answer is "
-          "\"{answer_raw}\". Use the tools to find sources and pictures that confirm and explain it; do not "
-          "search for the answer text itself.)"),
-    fields=("question_raw", "answer_raw"),
-))
-
-FORMAT_ERROR = register(Prompt(
-    name="agent.format_error", version="1", system="",
-    user=("Your last reply could not be used: {problem_raw}. Reply with <think>...</think> followed by exactly one "
-          "<tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call> or one <answer>...</answer>."),
-    fields=("problem_raw",),
-))
-
-ANSWER_NOW = register(Prompt(
-    name="agent.answer_now", version="1", system="",
-    user=("You are about to run out of {budget_raw}. Do not call any more tools: write your final "
-          "<answer>...</answer> now from what you have found."),
-    fields=("budget_raw",),
-))
-
-REPEAT_WARNING = register(Prompt(
-    name="agent.repeat_warning", version="1", system="",
-    user=("Your recent calls keep asking the same thing and add nothing new ({detail_raw}). Try a different "
-          "approach, question your current hypothesis, or answer."),
-    fields=("detail_raw",),
-))
-
-NOTHING_NEW = register(Prompt(
-    name="agent.nothing_new", version="1", system="",
-    user=("Note: that call returned nothing that earlier calls had not already returned. Use what you have, "
-          "look elsewhere, or answer."),
-    fields=(),
-))
-
-FORCED_ANSWER = register(Prompt(
-    name="agent.forced_answer", version="1", system="",
-    user=("The tools are now closed: {reason_raw}. This is your last turn. Do not call a tool. Write your final "
-          "<answer>...</answer> from what the tool results showed, what the image shows and what you know; "
-          "if the searches found nothing useful, answer from your own knowledge and say how sure you are."),
-    fields=("reason_raw",),
-))
+# The harness's own messages: user turns with no system part, their placeholders the fields.
+GUIDED_QUESTION = define("agent.guided_question", "1", (
+    "{question_raw}\n\n(This run collects evidence for a reference answer. The correct short answer is "
+    "\"{answer_raw}\". Use the tools to find sources and pictures that confirm and explain it; do not "
+    "search for the answer text itself.)"))
+FORMAT_ERROR = define("agent.format_error", "1", (
+    "Your last reply could not be used: {problem_raw}. Reply with <think>...</think> followed by exactly one "
+    "<tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call> or one <answer>...</answer>."))
+ANSWER_NOW = define("agent.answer_now", "1", "You are about to run out of {budget_raw}. Do not call any more "
+                         "tools: write your final <answer>...</answer> now from what you have found.")
+REPEAT_WARNING = define("agent.repeat_warning", "1", (
+    "Your recent calls keep asking the same thing and add nothing new ({detail_raw}). Try a different "
+    "approach, question your current hypothesis, or answer."))
+NOTHING_NEW = define("agent.nothing_new", "1", "Note: that call returned nothing that earlier calls had not "
+                          "already returned. Use what you have, look elsewhere, or answer.")
+FORCED_ANSWER = define("agent.forced_answer", "1", (
+    "The tools are now closed: {reason_raw}. This is your last turn. Do not call a tool. Write your final "
+    "<answer>...</answer> from what the tool results showed, what the image shows and what you know; "
+    "if the searches found nothing useful, answer from your own knowledge and say how sure you are."))
 
 VISIT_EXTRACT = register(Prompt(
     name="agent.visit_extract", version="1",

@@ -3,33 +3,27 @@ LLM section reranker."""
 
 from __future__ import annotations
 
-from kbvqa.models.prompts import Prompt, register
+from kbvqa.models.prompts import define
 from kbvqa.models.prompts.fragments import json_only
 
-SHORT_ANSWER = register(Prompt(
-    name="answer.short", version="1",
+SHORT_ANSWER = define(
+    "answer.short", "1",
     system=("You answer knowledge-seeking questions about the entity shown in an image. Use the evidence "
             "passages from the knowledge base; if they do not contain the answer, answer from your own "
             "knowledge. " + json_only('{"answer": "..."}') + " where the answer is as short as possible (a name, a "
             "number with no unit, a year or a date)."),
-    user="Evidence:\n{passages_raw}\n\nQuestion: {question_raw}",
-    fields=("passages_raw", "question_raw"),
-))
+    user="Evidence:\n{passages_raw}\n\nQuestion: {question_raw}")
 
-IDENTIFY_ENTITY = register(Prompt(
-    name="answer.identify_entity", version="1",
+IDENTIFY_ENTITY = define(
+    "answer.identify_entity", "1",
     system=("Identify the specific entity shown in the image (a species, building, landmark, artwork, vehicle "
             "model, ...) as a Wikipedia article title. " + json_only('{"entities": ["title", ...]}')
             + " with as many candidates as asked for, most likely first."),
-    user="Question about the image: {question_raw}\nWhich entity is shown? Give up to {n} candidates.",
-    fields=("question_raw", "n"),
-))
+    user="Question about the image: {question_raw}\nWhich entity is shown? Give up to {n} candidates.")
 
-RERANK_SECTIONS = register(Prompt(
-    name="answer.rerank_sections", version="1",
+RERANK_SECTIONS = define(
+    "answer.rerank_sections", "1",
     system=("You rank knowledge-base passages by how useful they are for answering a question about the entity "
             "in an image. " + json_only('{"ranking": [passage numbers, most useful first]}')
             + ". Include every passage that could contain the answer; omit the rest."),
-    user="Question: {question_raw}\n\nPassages:\n{passages_raw}",
-    fields=("question_raw", "passages_raw"),
-))
+    user="Question: {question_raw}\n\nPassages:\n{passages_raw}")
