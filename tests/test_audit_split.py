@@ -138,6 +138,12 @@ def test_scoring_an_audited_file_with_drops_is_refused_unless_asked(demo, tmp_pa
     assert r.exit_code == 0, r.output
     with pytest.raises(ScoreInputError):  # the flag did not outlive its command
         load_infoseek_references(audited)
+    from kbvqa.evaluate.judge import read_judge_references  # the judge's references too
+
+    with pytest.raises(ScoreInputError, match=rf"references hold {n_drop} dropped rows"):
+        read_judge_references(audited)
+    with including_dropped():
+        assert len(read_judge_references(audited)) == 38
     write_split(audited, tmp_path / "fixed.jsonl")
     r = runner.invoke(app, ["score", "infoseek", "-p", str(preds), "-r", str(tmp_path / "fixed.jsonl"), "--mode",
                             "strict", "--json"])

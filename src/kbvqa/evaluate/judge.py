@@ -61,7 +61,7 @@ from kbvqa.data.jsonl import gc_paused
 from kbvqa.data.notevqa import looks_like_notevqa
 from kbvqa.data.schema import Provenance, Verdict
 from kbvqa.evaluate import METRICS
-from kbvqa.evaluate.io import ScoreInputError, read_csv, read_jsonl
+from kbvqa.evaluate.io import DroppedRows, ScoreInputError, read_csv, read_jsonl
 from kbvqa.models import prompts
 from kbvqa.models.replies import Reply
 from kbvqa.models.jsonx import extract_json
@@ -348,10 +348,12 @@ def read_judge_references(path: str | Path) -> dict[str, JudgeReference]:
                 raise ScoreInputError(path, ln, "answer", f"empty gold answer for {did!r}")
             out[did] = JudgeReference(row.get("problem") or row.get("question") or "", target.replace("|", " / "))
     else:
+        dropped = DroppedRows(path)  # an audited file's dropped rows are not references (seed 000's fixed split)
         for ln, obj in read_jsonl(path):
             did = obj.get("id", obj.get("data_id"))
             if not isinstance(did, str) or not did:
                 raise ScoreInputError(path, ln, "id", f"must be a non-empty string, got {did!r}")
+            dropped.see(obj, ln)
             answers = obj.get("answers") or ([obj["answer"]] if isinstance(obj.get("answer"), str) else [])
             texts = [a if isinstance(a, str) else a.get("text", "") for a in answers if isinstance(a, (str, dict))]
             texts = [t for t in texts if t and t.strip()]
@@ -359,6 +361,7 @@ def read_judge_references(path: str | Path) -> dict[str, JudgeReference]:
                 raise ScoreInputError(path, ln, "answers", f"no gold answer for {did!r}")
             target = texts[0] if len(texts) == 1 else "any one of: " + " | ".join(texts)
             out[did] = JudgeReference(obj.get("question") or "", target, "notevqa" if looks_like_notevqa(obj) else "")
+        dropped.check()
     return out
 
 
