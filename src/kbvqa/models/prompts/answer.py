@@ -17,8 +17,8 @@ SHORT_ANSWER = define(
 IDENTIFY_ENTITY = define(
     "answer.identify_entity", "1",
     system=("Identify the specific entity shown in the image (a species, building, landmark, artwork, vehicle "
-            "model, ...) as a Wikipedia article title. " + json_only('{"entities": ["title", ...]}')
-            + " with as many candidates as asked for, most likely first."),
+            "model, ...) as a Wikipedia article title. "
+            + json_only('{"entities": ["title", ...]}') + " with as many candidates as asked for, most likely first."),
     user="Question about the image: {question_raw}\nWhich entity is shown? Give up to {n} candidates.")
 
 RERANK_SECTIONS = define(

@@ -3,12 +3,12 @@ well-posedness, and the final leak/answerability/uniqueness check."""
 
 from __future__ import annotations
 
-from kbvqa.models.prompts import Prompt, register
+from kbvqa.models.prompts import define
 from kbvqa.models.prompts.fragments import BOOL, free, one_of, returns
 from kbvqa.models.prompts.fragments import JSON_ONLY as _JSON_ONLY
 
-VERIFY_SECTION = register(Prompt(
-    name="audit.verify_section", version="2",
+VERIFY_SECTION = define(
+    "audit.verify_section", "2",
     system=("You check benchmark annotations against an encyclopedia. You read ONE section of the "
             "article about the entity in an image and decide whether that section, on its own, "
             "establishes the annotated answer to the question. " + _JSON_ONLY),
@@ -28,12 +28,10 @@ VERIFY_SECTION = register(Prompt(
           "parent taxon of the entity), not another rank the section names.\n"
           "Judge only from this section, not from your own knowledge.\n"
           + returns(label=one_of("entailed", "contradicted", "not_supported"),
-                    rationale=free("one sentence, quoting the decisive words"))),
-    fields=("question", "answers", "title", "text"),
-))
+                    rationale=free("one sentence, quoting the decisive words"))))
 
-CORRECT_ANSWER = register(Prompt(
-    name="audit.correct_answer", version="2",
+CORRECT_ANSWER = define(
+    "audit.correct_answer", "2",
     system=("You repair benchmark answers using only the evidence given. You never use outside "
             "knowledge and never invent a value the evidence does not contain. " + _JSON_ONLY),
     user=("Question: {question}\n"
@@ -53,12 +51,10 @@ CORRECT_ANSWER = register(Prompt(
           "shortest phrase that answers a text question; `evidence_quote` is the sentence you took it "
           "from.\n"
           + returns(status=one_of("matched", "mismatched", "not_answerable"), answer=free("string or null"),
-                    evidence_quote=free("string"), rationale=free("one sentence"))),
-    fields=("question", "answer_type", "answers", "evidence"),
-))
+                    evidence_quote=free("string"), rationale=free("one sentence"))))
 
-POSEDNESS = register(Prompt(
-    name="audit.posedness", version="2",
+POSEDNESS = define(
+    "audit.posedness", "2",
     system=("You review visual question answering items whose question refers to the entity in an "
             "image (\"this building\", \"this bird\"). You flag questions that admit more than one "
             "correct answer and propose the smallest edit that fixes them. " + _JSON_ONLY),
@@ -76,12 +72,10 @@ POSEDNESS = register(Prompt(
           "the evidence; it keeps the wording otherwise, keeps referring to the entity as in the "
           "original, and must not contain any of the answers. Otherwise `suggested_question` is null.\n"
           + returns(tags="[<zero or more of the three names>]", suggested_question=free("string or null"),
-                    rationale=free("one sentence"))),
-    fields=("question", "answers", "evidence"),
-))
+                    rationale=free("one sentence"))))
 
-FINAL_CHECK = register(Prompt(
-    name="audit.final_check", version="1",
+FINAL_CHECK = define(
+    "audit.final_check", "1",
     system=("You do the last quality check on a repaired benchmark item before release. "
             + _JSON_ONLY),
     user=("Question: {question}\n"
@@ -92,6 +86,4 @@ FINAL_CHECK = register(Prompt(
           "Offering it as one option of an either/or question is not a leak.\n"
           "- answerable: the evidence supports the answer to this question.\n"
           "- unique: the question, read with the evidence, has one correct answer.\n"
-          + returns(leak=BOOL, answerable=BOOL, unique=BOOL, rationale=free("one sentence"))),
-    fields=("question", "answer", "evidence"),
-))
+          + returns(leak=BOOL, answerable=BOOL, unique=BOOL, rationale=free("one sentence"))))
