@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import typer
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, include_dropped_option, journal_reasons, print_result)
+from kbvqa.cli.common import emit_json, end_job, fail, include_dropped_option, journal_reasons, print_result
+from kbvqa.cli.flag_groups import GROUP, ModelLimits, flag_group, group_values, with_groups
 from kbvqa.cli.options import default_from, with_defaults
 from kbvqa.evaluate.scorers import SCORERS
 
@@ -96,16 +96,72 @@ _GROUNDED_REFS = typer.Option(None, "--grounded-references", exists=True, dir_ok
 _EXAMPLES = typer.Option(5, "--examples", min=0, help="Example ids per row.")
 
 
-def _subset(files: Optional[list[str]], references: Path, stage: str, k: Optional[int]) -> Any:
-    """The grounded subset --grounded asks for (None without it)."""
-    if not files:
-        return None
-    from kbvqa.evaluate.analyses import grounded_subset
+# The flag groups the study commands share (kbvqa.cli.flag_groups): a command names each as one parameter.
 
-    return grounded_subset(files, references, stage=stage, k=k)
+@flag_group
+class Bootstrap:
+    """--resamples and --seed of the seeded bootstrap CIs."""
+
+    resamples: int = _RESAMPLES
+    seed: int = _SEED
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"n_resamples": self.resamples, "seed": self.seed}
+
+
+@flag_group
+class ScorerTuning:
+    """The settings of the scorers that need one (evqa-semantic's threshold, evqa-bem's model)."""
+
+    semantic_threshold: float = _THRESHOLD
+    bem_dir: Optional[Path] = _BEM_DIR
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"semantic_threshold": self.semantic_threshold, "bem_dir": self.bem_dir}
+
+
+@flag_group
+class Output:
+    """--out (results folder), --no-report, --json."""
+
+    out: Optional[Path] = _OUT
+    no_report: bool = _NO_REPORT
+    as_json: bool = _JSON
+
+
+@flag_group
+class Grounded:
+    """--grounded and its settings: restrict a study to the items grounded in some runs."""
+
+    grounded: Optional[list[str]] = _GROUNDED
+    grounded_stage: str = _GROUNDED_STAGE
+    grounded_k: Optional[int] = _GROUNDED_K
+    grounded_references: Optional[Path] = _GROUNDED_REFS
+
+    def subset(self, references: Optional[Path]) -> Any:
+        """The grounded subset --grounded asks for (None without it); gold entities from
+        --grounded-references, else `references`."""
+        if not self.grounded:
+            return None
+        from kbvqa.evaluate.analyses import grounded_subset
+
+        return grounded_subset(self.grounded, self.grounded_references or references, stage=self.grounded_stage,
+                               k=self.grounded_k)
+
+
+def _run(study: Callable[[], dict[str, Any]], output: Output, errors: tuple[type[Exception], ...] = _INPUT_ERRORS
+         ) -> dict[str, Any]:
+    """Every study's sequence: run it (a bad input is one error line, exit 2), then `_finish`."""
+    try:
+        res = study()
+    except errors as exc:
+        fail(exc)
+    _finish(res, output.out, not output.no_report, output.as_json)
+    return res
 
 
 @app.command("by-type", cls=_DEFAULTS)
+@with_groups
 def by_type(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
@@ -113,32 +169,21 @@ def by_type(
     scorer: Optional[ScorerName] = _SCORER,  # type: ignore[valid-type]
     qtypes: Optional[Path] = _QTYPES,
     name: str = typer.Option("", "--name", help="Method name shown in tables (default: the file stem)."),
-    grounded: Optional[list[str]] = _GROUNDED,
-    grounded_stage: str = _GROUNDED_STAGE,
-    grounded_k: Optional[int] = _GROUNDED_K,
-    grounded_references: Optional[Path] = _GROUNDED_REFS,
-    resamples: int = _RESAMPLES,
-    seed: int = _SEED,
-    semantic_threshold: float = _THRESHOLD,
-    bem_dir: Optional[Path] = _BEM_DIR,
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
+    grounded: Grounded = GROUP,
+    bootstrap: Bootstrap = GROUP,
+    tuning: ScorerTuning = GROUP,
+    output: Output = GROUP,
 ) -> None:
     """Accuracy per question type (or any reference field) with seeded bootstrap 95% CIs."""
     from kbvqa.evaluate.studies import by_type_study
 
-    try:
-        sub = _subset(grounded, grounded_references or references, grounded_stage, grounded_k)
-        scorer = _scorer_for(scorer, references)
-        res = by_type_study(predictions, references, scorer, by=by, qtypes=qtypes, label=name, subset=sub,
-                            n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold, bem_dir=bem_dir)
-    except _INPUT_ERRORS as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
+    _run(lambda: by_type_study(predictions, references, subset=grounded.subset(references),
+                               scorer=_scorer_for(scorer, references), by=by, qtypes=qtypes, label=name,
+                               **bootstrap.kwargs(), **tuning.kwargs()), output)
 
 
 @app.command("compare", cls=_DEFAULTS)
+@with_groups
 def compare(
     references_a: Path = typer.Option(..., "--references-a", exists=True, dir_okay=False, help="e.g. unfixed."),
     references_b: Path = typer.Option(..., "--references-b", exists=True, dir_okay=False, help="e.g. fixed."),
@@ -149,58 +194,38 @@ def compare(
     qtypes: Optional[Path] = _QTYPES,
     allow_partial: bool = typer.Option(False, "--allow-partial",
                                        help="Pair on the common ids when the splits differ (counts reported)."),
-    grounded: Optional[list[str]] = _GROUNDED,
-    grounded_stage: str = _GROUNDED_STAGE,
-    grounded_k: Optional[int] = _GROUNDED_K,
-    grounded_references: Optional[Path] = _GROUNDED_REFS,
-    resamples: int = _RESAMPLES,
-    seed: int = _SEED,
-    semantic_threshold: float = _THRESHOLD,
-    bem_dir: Optional[Path] = _BEM_DIR,
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
+    grounded: Grounded = GROUP,
+    bootstrap: Bootstrap = GROUP,
+    tuning: ScorerTuning = GROUP,
+    output: Output = GROUP,
 ) -> None:
     """Per-method accuracy on two aligned splits, paired deltas with CIs, and ranking reversals."""
     from kbvqa.evaluate.studies import compare_study, parse_method_specs
 
     split_names = tuple(x.strip() for x in names.split(","))
-    try:
-        sub = _subset(grounded, grounded_references or references_b, grounded_stage, grounded_k)
-        scorer = _scorer_for(scorer, references_a)
-        res = compare_study(references_a, references_b, parse_method_specs(method), scorer, subset=sub,
-                            split_names=split_names, qtypes=qtypes, allow_partial=allow_partial,  # type: ignore[arg-type]
-                            n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold, bem_dir=bem_dir)
-    except _INPUT_ERRORS as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
+    _run(lambda: compare_study(references_a, references_b, parse_method_specs(method),
+                               subset=grounded.subset(references_b), scorer=_scorer_for(scorer, references_a),
+                               split_names=split_names, qtypes=qtypes, allow_partial=allow_partial,  # type: ignore[arg-type]
+                               **bootstrap.kwargs(), **tuning.kwargs()), output)
 
 
 @app.command("retrieval-2x2", cls=_DEFAULTS)
+@with_groups
 def retrieval_2x2(
     with_pred: Path = typer.Option(..., "--with", exists=True, dir_okay=False, help="Run with retrieval."),
     without_pred: Path = typer.Option(..., "--without", exists=True, dir_okay=False, help="Run without retrieval."),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
     scorer: Optional[ScorerName] = _SCORER,  # type: ignore[valid-type]
     qtypes: Optional[Path] = _QTYPES,
-    resamples: int = _RESAMPLES,
-    seed: int = _SEED,
-    semantic_threshold: float = _THRESHOLD,
-    bem_dir: Optional[Path] = _BEM_DIR,
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
+    bootstrap: Bootstrap = GROUP,
+    tuning: ScorerTuning = GROUP,
+    output: Output = GROUP,
 ) -> None:
     """Both correct / only with retrieval / only without / neither, for two runs of one model."""
     from kbvqa.evaluate.studies import retrieval_2x2_study
 
-    try:
-        scorer = _scorer_for(scorer, references)
-        res = retrieval_2x2_study(with_pred, without_pred, references, scorer, qtypes=qtypes, n_resamples=resamples,
-                                  seed=seed, semantic_threshold=semantic_threshold, bem_dir=bem_dir)
-    except _INPUT_ERRORS as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
+    _run(lambda: retrieval_2x2_study(with_pred, without_pred, references, _scorer_for(scorer, references),
+                                     qtypes=qtypes, **bootstrap.kwargs(), **tuning.kwargs()), output)
 
 
 @app.command("augmentation-recall")
@@ -247,6 +272,7 @@ def augmentation_recall(
 
 
 @app.command("agent-tools", cls=with_defaults("kbvqa.pipelines.score_options:AgentToolsOptions"))
+@with_groups
 def agent_tools(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                                      help="Agent predictions (`kbvqa answer --pipeline agent`)."),
@@ -274,14 +300,8 @@ def agent_tools(
                                            help="Per-call evidence verdicts (default PREDICTIONS.evidence.jsonl)."),
     resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep the journal's verdicts; "
                                           "re-send failed and unusable calls (--no-resume moves it aside)."),
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    output: Output = GROUP,
+    limits: ModelLimits = GROUP,
 ) -> None:
     """Search-agent tool usage (seed 001 Table 4 shape): calls per tool (repeated and over-quota calls
     counted and shown) — per outcome group of the with/without-retrieval 2x2 given --baseline-verdicts —
@@ -293,12 +313,13 @@ def agent_tools(
     from kbvqa.pipelines.score import judge_of
     from kbvqa.pipelines.score_options import AgentToolsOptions, from_config
 
-    try:
-        opts = from_config(AgentToolsOptions, **flags(AgentToolsOptions, locals()))
-        res = run_tools(predictions, references, verdicts, baseline_verdicts, judge_of(opts), opts, out=journal)
-    except _INPUT_ERRORS as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
+    settings = flags(AgentToolsOptions, {**locals(), **group_values(limits)})
+
+    def study() -> dict[str, Any]:
+        opts = from_config(AgentToolsOptions, **settings)
+        return run_tools(predictions, references, verdicts, baseline_verdicts, judge_of(opts), opts, out=journal)
+
+    res = _run(study, output)
     asked = res.get("evidence_requests")
     if asked and asked["calls"]:  # the evidence judge ran: its failures in the exit code, as every judge job
         end_job(asked["ok"], {"error": asked["error"], "invalid": asked["invalid"]}, what="call(s) to judge",
@@ -306,6 +327,7 @@ def agent_tools(
 
 
 @app.command("agent-failures", cls=with_defaults("kbvqa.pipelines.score_options:AgentFailureOptions"))
+@with_groups
 def agent_failures(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
@@ -325,14 +347,8 @@ def agent_failures(
                                            help="Per-episode verdicts (default PREDICTIONS.failures.jsonl)."),
     resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep the journal's categories; "
                                           "re-send failed and unusable calls (--no-resume moves it aside)."),
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    output: Output = GROUP,
+    limits: ModelLimits = GROUP,
 ) -> None:
     """Failure categories of every non-correct agent episode by a judge role (seed 001 Table 5 shape):
     T1-T4 tool-related, N1-N2 not (seed 001 names only T3; the other wordings are kbvqa's). Unusable
@@ -343,18 +359,20 @@ def agent_failures(
     from kbvqa.pipelines.score import judge_of
     from kbvqa.pipelines.score_options import AgentFailureOptions, from_config
 
-    try:
-        opts = from_config(AgentFailureOptions, **flags(AgentFailureOptions, locals()))
-        res = run_failures(predictions, references, verdicts, judge_of(opts), opts, out=journal)
-    except _INPUT_ERRORS as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
+    settings = flags(AgentFailureOptions, {**locals(), **group_values(limits)})
+
+    def study() -> dict[str, Any]:
+        opts = from_config(AgentFailureOptions, **settings)
+        return run_failures(predictions, references, verdicts, judge_of(opts), opts, out=journal)
+
+    res = _run(study, output)
     # the table's counts (its episodes only: a journal line of an episode since graded correct is not one)
     end_job(res["categorised"], {"error": res["error"], "invalid": res["invalid"]}, what="episode(s) to categorise",
             reasons=journal_reasons(res["out"]) if res["error"] or res["invalid"] else None)
 
 
 @app.command("image-ablation", cls=with_defaults("kbvqa.pipelines.ablation:AblationOptions"))
+@with_groups
 def image_ablation(
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
                                     help="NoteVQA-style JSONL whose reference.text cites reference.images with "
@@ -386,11 +404,7 @@ def image_ablation(
     resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Send again only what failed or is new."),
     no_report: bool = _NO_REPORT,
     as_json: bool = _JSON,
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    limits: ModelLimits = GROUP,
 ) -> None:
     """Image ablation of interleaved references (seed 001 §4.3, Tables 6-7 shape): probes written from
     each reference, a positive control, the reader with image tags removed / replaced by "image N"
@@ -404,7 +418,7 @@ def image_ablation(
 
     try:
         opts = AblationOptions.build(read_table(config, "study.image-ablation"), source=str(config),
-                                     **flags(AblationOptions, locals()))
+                                     **flags(AblationOptions, {**locals(), **group_values(limits)}))
         res = image_ablation_study(references, out, ablation_models(opts), opts, progress=not as_json)
     except (*_INPUT_ERRORS, DataError) as exc:
         fail(exc)
@@ -424,6 +438,7 @@ def image_ablation(
 # ---------------------------------------------------- seed 000's analyses (kbvqa.evaluate.analyses)
 
 @app.command("fix-kinds", cls=_DEFAULTS)
+@with_groups
 def fix_kinds(
     unfixed: Path = typer.Option(..., "--unfixed", exists=True, dir_okay=False, help="Predictions on the unfixed split."),
     fixed: Path = typer.Option(..., "--fixed", exists=True, dir_okay=False, help="The same method on the fixed split."),
@@ -435,35 +450,24 @@ def fix_kinds(
     scorer: Optional[ScorerName] = _SCORER,  # type: ignore[valid-type]
     qtypes: Optional[Path] = _QTYPES,
     name: str = typer.Option("", "--name", help="Method name shown in tables (default: the fixed file's stem)."),
-    grounded: Optional[list[str]] = _GROUNDED,
-    grounded_stage: str = _GROUNDED_STAGE,
-    grounded_k: Optional[int] = _GROUNDED_K,
-    grounded_references: Optional[Path] = _GROUNDED_REFS,
+    grounded: Grounded = GROUP,
     examples: int = typer.Option(3, "--examples", min=0, help="Example ids gained / lost per fix kind."),
-    resamples: int = _RESAMPLES,
-    seed: int = _SEED,
-    semantic_threshold: float = _THRESHOLD,
-    bem_dir: Optional[Path] = _BEM_DIR,
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
+    bootstrap: Bootstrap = GROUP,
+    tuning: ScorerTuning = GROUP,
+    output: Output = GROUP,
 ) -> None:
     """Accuracy before -> after the fix by what the audit changed (question only / answer only / both /
     nothing), paired on the same ids, with CIs (seed 000 §6.2, Appendix 0.D)."""
     from kbvqa.evaluate.analyses import fix_kinds_study
 
-    try:
-        sub = _subset(grounded, grounded_references or references_b, grounded_stage, grounded_k)
-        scorer = _scorer_for(scorer, references_a)
-        res = fix_kinds_study(unfixed, fixed, references_a, references_b, scorer, audited=audited, subset=sub,
-                              qtypes=qtypes, label=name, examples=examples, n_resamples=resamples, seed=seed,
-                              semantic_threshold=semantic_threshold, bem_dir=bem_dir)
-    except _INPUT_ERRORS as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
+    _run(lambda: fix_kinds_study(unfixed, fixed, references_a, references_b, audited=audited,
+                                 subset=grounded.subset(references_b), scorer=_scorer_for(scorer, references_a),
+                                 qtypes=qtypes, label=name, examples=examples, **bootstrap.kwargs(),
+                                 **tuning.kwargs()), output)
 
 
 @app.command("grounded", cls=_DEFAULTS)
+@with_groups
 def grounded_cmd(
     predictions: list[str] = typer.Option(..., "--predictions", "-p",
                                           help="PATH or NAME=PATH; repeat per run. kbvqa runs, converted files, or a "
@@ -479,28 +483,26 @@ def grounded_cmd(
     k: Optional[int] = typer.Option(None, "--k", min=1, help="Top-k of a retrieval stage that counts (default: 1, or the whole stage when it is an aggregated pool, as Wiki-PRF post stage; not for pool)."),
     ids_out: Optional[Path] = typer.Option(None, "--ids-out", dir_okay=False,
                                            help="Write the ids grounded in every run here, one per line."),
-    resamples: int = _RESAMPLES,
-    seed: int = _SEED,
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
+    bootstrap: Bootstrap = GROUP,
+    output: Output = GROUP,
 ) -> None:
     """Post-retrieval recall per run (seed 000 Table 3): items whose final evidence is the gold entity,
     and the size of the subset grounded in every run."""
     from kbvqa.evaluate.analyses import grounded_study, grounded_subset
 
-    try:
-        res = grounded_study(predictions, references, stage=stage, k=k, n_resamples=resamples, seed=seed)
+    def study() -> dict[str, Any]:
+        res = grounded_study(predictions, references, stage=stage, k=k, **bootstrap.kwargs())
         if ids_out is not None:
             ids = sorted(grounded_subset(predictions, references, stage=stage, k=k).ids)
             ids_out.write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")
             typer.echo(f"wrote {len(ids)} ids to {ids_out}", err=True)
-    except _INPUT_ERRORS as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
+        return res
+
+    _run(study, output)
 
 
 @app.command("modification-rates", cls=_DEFAULTS)
+@with_groups
 def modification_rates(
     a: Path = typer.Argument(..., exists=True, dir_okay=False, help="Version A (before), any input format; or one "
                                                                     "audited file (its question_before / "
@@ -511,26 +513,20 @@ def modification_rates(
     fmt_b: Optional[str] = typer.Option(None, "--from-b"),
     tag_field: Optional[str] = typer.Option(None, "--tag-field", help="Tags from this meta key (e.g. "
                                                                       "meta.final_check_tag) instead of audit.tags."),
-    resamples: int = _RESAMPLES,
-    seed: int = _SEED,
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
+    bootstrap: Bootstrap = GROUP,
+    output: Output = GROUP,
 ) -> None:
     """Share of questions and answers modified and of items dropped, per dataset and question type, with
     tags (seed 000 Table 6 shape); the same comparison as `kbvqa audit diff`."""
     from kbvqa.data.errors import DataError
     from kbvqa.evaluate.analyses import modification_rates_study
 
-    try:
-        res = modification_rates_study(a, b, fmt_a=fmt_a, fmt_b=fmt_b, tag_field=tag_field, n_resamples=resamples,
-                                       seed=seed)
-    except (*_INPUT_ERRORS, DataError) as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
+    _run(lambda: modification_rates_study(a, b, fmt_a=fmt_a, fmt_b=fmt_b, tag_field=tag_field,
+                                          **bootstrap.kwargs()), output, (*_INPUT_ERRORS, DataError))
 
 
 @app.command("variants", cls=_DEFAULTS)
+@with_groups
 def variants(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                                      help="Predictions on the augmented samples (ids __anchor, __intra, ...)."),
@@ -546,33 +542,25 @@ def variants(
                                            help="Columns per question type (default: for InfoSeek's types)."),
     qtypes: Optional[Path] = _QTYPES,
     name: str = typer.Option("", "--name", help="Method name shown in tables (default: the file stem)."),
-    resamples: int = _RESAMPLES,
-    seed: int = _SEED,
-    semantic_threshold: float = _THRESHOLD,
-    bem_dir: Optional[Path] = _BEM_DIR,
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
+    bootstrap: Bootstrap = GROUP,
+    tuning: ScorerTuning = GROUP,
+    output: Output = GROUP,
 ) -> None:
     """QA accuracy per augmentation variant by question type with the change against the anchor (seed
     000 Table 4), and post-retrieval recall per variant (Table 3), with CIs."""
     from kbvqa.evaluate.analyses import variants_study
     from kbvqa.report.summaries import variant_tables
 
-    try:
-        scorer = _scorer_for(scorer, references)
-        res = variants_study(predictions, references, scorer, stage=None if stage == "none" else stage, k=k,
-                             qtypes=qtypes, label=name, by_type=by_type, n_resamples=resamples, seed=seed,
-                             semantic_threshold=semantic_threshold, bem_dir=bem_dir)
-    except _INPUT_ERRORS as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
-    if not as_json:
+    res = _run(lambda: variants_study(predictions, references, _scorer_for(scorer, references),
+                                      stage=None if stage == "none" else stage, k=k, qtypes=qtypes, label=name,
+                                      by_type=by_type, **bootstrap.kwargs(), **tuning.kwargs()), output)
+    if not output.as_json:
         for table in variant_tables(res)[1:]:
             print_result(table)
 
 
 @app.command("buckets", cls=_DEFAULTS)
+@with_groups
 def buckets(
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
     method: list[str] = typer.Option(..., "--method", help="NAME=PRED.jsonl, or NAME=PRED_A.jsonl,PRED_B.jsonl with "
@@ -585,18 +573,11 @@ def buckets(
     by_variant: bool = typer.Option(False, "--by-variant", help="The references are augmented samples: each "
                                                                 "method's variants are the runs compared."),
     qtypes: Optional[Path] = _QTYPES,
-    grounded: Optional[list[str]] = _GROUNDED,
-    grounded_stage: str = _GROUNDED_STAGE,
-    grounded_k: Optional[int] = _GROUNDED_K,
-    grounded_references: Optional[Path] = _GROUNDED_REFS,
+    grounded: Grounded = GROUP,
     examples: int = _EXAMPLES,
-    resamples: int = _RESAMPLES,
-    seed: int = _SEED,
-    semantic_threshold: float = _THRESHOLD,
-    bem_dir: Optional[Path] = _BEM_DIR,
-    out: Optional[Path] = _OUT,
-    no_report: bool = _NO_REPORT,
-    as_json: bool = _JSON,
+    bootstrap: Bootstrap = GROUP,
+    tuning: ScorerTuning = GROUP,
+    output: Output = GROUP,
 ) -> None:
     """Correctness buckets: the 2^N patterns of which methods answer each item correctly, with counts and
     example ids; with --references-b, where the fix changed the pattern."""
@@ -605,18 +586,16 @@ def buckets(
     from kbvqa.report.summaries import buckets_tables
 
     split_names = tuple(x.strip() for x in names.split(","))
-    try:
+
+    def study() -> dict[str, Any]:
         if len(split_names) != 2 or not all(split_names):
             raise ValueError(f"--split-names needs two non-empty names, got {names!r}")
-        sub = _subset(grounded, grounded_references or references_b or references, grounded_stage, grounded_k)
-        scorer = _scorer_for(scorer, references)
-        res = buckets_study(references, parse_method_specs(method), scorer, references_b=references_b,
-                            split_names=split_names, by_variant=by_variant, subset=sub, qtypes=qtypes,  # type: ignore[arg-type]
-                            examples=examples, n_resamples=resamples, seed=seed, semantic_threshold=semantic_threshold,
-                            bem_dir=bem_dir)
-    except _INPUT_ERRORS as exc:
-        fail(exc)
-    _finish(res, out, not no_report, as_json)
-    if not as_json:
+        sub = grounded.subset(references_b or references)
+        return buckets_study(references, parse_method_specs(method), _scorer_for(scorer, references),
+                             references_b=references_b, split_names=split_names, by_variant=by_variant,  # type: ignore[arg-type]
+                             subset=sub, qtypes=qtypes, examples=examples, **bootstrap.kwargs(), **tuning.kwargs())
+
+    res = _run(study, output)
+    if not output.as_json:
         for table in buckets_tables(res)[1:]:
             print_result(table)
