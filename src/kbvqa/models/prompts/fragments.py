@@ -8,9 +8,10 @@ until its version is bumped, so the manifests stay honest. `Prompt.fragments` na
 prompt's own text contains; a user's `--prompt-file` replaces the composed text whole (then the prompt
 claims none). A fragment only one family uses may stay in that family's file, registered here by name.
 
-The helpers below write the reply contract ("Return {...}") the same way everywhere: key order as
-given, choices as `"a" | "b"`, free text as `"<what to write>"`; braces come out doubled, since every
-prompt is a `str.format` template.
+The helpers below write the one-line reply contract of the audit and agent checkers ("Return {...}")
+one way: key order as given, choices as `"a" | "b"`, free text as `"<what to write>"`; braces come
+out doubled, since a prompt's user text is a `str.format` template. (The curate and reference
+prompts show their multi-line reply objects as written text after the strict-JSON rule.)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def fragment(name: str, text: str) -> str:
     return text
 
 
-#: The strict-JSON reply rule: every kbvqa judge and checker ends its instructions with it.
+#: The strict-JSON reply rule that every kbvqa judge and checker states (the answer family has its own form).
 REPLY_JSON = fragment("reply.json", "Reply with one JSON object and nothing else")
 JSON_ONLY = REPLY_JSON + "."
 
