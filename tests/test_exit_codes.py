@@ -212,7 +212,7 @@ def test_agent_failures_with_nothing_categorised_exits_3(case):
 
 
 def test_data_compare_with_every_hops_call_failing_exits_3(case):
-    args = _judge_inputs(3)  # refs.jsonl: three kbvqa samples
+    _judge_inputs(3)  # refs.jsonl: three kbvqa samples
     res = _invoke(["data", "compare", "refs.jsonl", "--out", "cmp", "--llm", f"http://127.0.0.1:{_closed_port()}/v1",
                    "--model", "m", "--max-retries", "0", "--json"])
     assert res.exit_code == 3, res.output
