@@ -10,6 +10,7 @@ side writes (kbvqa.data.outbox), to `emit`, at most once per task. An executor n
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
@@ -88,6 +89,17 @@ EXECUTORS: Registry[Callable[..., Executor]] = Registry("executor", modules=("kb
 
 
 _DEFAULT: dict[str, Any] = {"name": os.environ.get("KBVQA_EXECUTOR") or "local", "options": {}}
+
+
+async def run_lanes(lanes: Sequence[asyncio.Task]) -> None:
+    """Await an executor's worker tasks; when one breaks (or the run is cancelled) the others are
+    cancelled and awaited too, so no worker outlives its run (the local and the Ray executor alike)."""
+    try:
+        await asyncio.gather(*lanes)
+    finally:
+        for t in lanes:
+            t.cancel()  # no-op for finished ones; stops the rest if one lane broke
+        await asyncio.gather(*lanes, return_exceptions=True)
 
 
 def set_default_executor(name: str, **options: Any) -> None:

@@ -11,7 +11,7 @@ import asyncio
 from typing import Any, Sequence
 
 from kbvqa.data.schema import Usage
-from kbvqa.runner.executor import EXECUTORS, Emit, TaskSource
+from kbvqa.runner.executor import EXECUTORS, Emit, TaskSource, run_lanes
 from kbvqa.runner.stage import Context, Stage, run_record
 
 
@@ -33,11 +33,5 @@ class LocalExecutor:
                 line, status = await run_record(task.record, stages, ctx, task.attempts, writes=writes)
                 emit(task, line, status, writes)  # the driver applies them: the same path as Ray's
 
-        workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
-        try:
-            await asyncio.gather(*workers)
-        finally:
-            for w in workers:
-                w.cancel()  # no-op for finished ones; stops the rest if one worker broke
-            await asyncio.gather(*workers, return_exceptions=True)
+        await run_lanes([asyncio.create_task(worker()) for _ in range(concurrency)])
         return Usage()  # stages added their usage to ctx directly

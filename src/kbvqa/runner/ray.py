@@ -44,7 +44,7 @@ from typing import Any, Sequence
 from kbvqa.data.outbox import mark_worker
 from kbvqa.data.schema import Usage
 from kbvqa.runner.executor import EXECUTORS, Emit, ExecutorError, ExecutorMissing, NodeInputMissing, Task, \
-    TaskSource, WorkersLost
+    TaskSource, WorkersLost, run_lanes
 from kbvqa.runner.interrupt import keep_sigterm
 from kbvqa.runner.stage import Context, Stage, run_record
 
@@ -328,12 +328,7 @@ class RayExecutor:
         lanes = [asyncio.create_task(lane(a)) for a in actors for _ in range(self.calls_per_actor)]
         failed = True
         try:
-            try:
-                await asyncio.gather(*lanes)
-            finally:
-                for t in lanes:
-                    t.cancel()  # no-op for finished ones; stops the rest if one lane broke
-                await asyncio.gather(*lanes, return_exceptions=True)
+            await run_lanes(lanes)
             total, stray, nodes = Usage(), [], set()
             for used, files, node in await asyncio.gather(*(a.finish.remote(job_id) for a in actors)):
                 total, stray = total.add(used), stray + files
