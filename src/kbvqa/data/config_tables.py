@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-__all__ = ["AUDIT_TOP_LEVEL", "CONFIG_TABLES", "check_tables", "did_you_mean"]
+__all__ = ["AUDIT_TOP_LEVEL", "CONFIG_TABLES", "check_tables", "did_you_mean", "renamed_key"]
 
 
 #: Every table a kbvqa.toml may hold: top-level name -> the names known one level down (None: whatever
@@ -90,3 +90,19 @@ def did_you_mean(model: type[BaseModel], loc: tuple[Any, ...] | list[Any], also:
     names = [*node.model_fields, *(also if len(parts) == 1 else ())]
     close = difflib.get_close_matches(str(parts[-1]), names, n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
+
+
+def renamed_key(data: Any, old: str, new: str, *, convert: Callable[[Any], Any] = lambda v: v,
+                conflict: str = "") -> Any:
+    """A config written before a key was renamed reads as the new key (a pydantic `mode="before"`
+    validator's body): `old`'s value, `convert`ed, becomes `new`'s; both given is refused with
+    `conflict` (default: naming both) unless they agree."""
+    if not isinstance(data, dict) or old not in data:
+        return data
+    data = dict(data)
+    value = convert(data.pop(old))
+    if new in data and data[new] != value:
+        raise ValueError(conflict or f"{old} = {value!r} and {new} = {data[new]!r}: `{old}` is the old name of "
+                                     f"{new}; keep one")
+    data[new] = value
+    return data

@@ -65,6 +65,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from kbvqa.data.redact import register_key_env, register_secret
+from kbvqa.data.config_tables import renamed_key
 from kbvqa.models.cache import ResponseCache
 from kbvqa.models.replay import ReplayClient
 from kbvqa.models.result import ModelClient, StructuredOutput, normalize_base_url
@@ -166,14 +167,7 @@ class RoleConfig(BaseModel):
     @classmethod
     def _timeout_is_read_timeout(cls, data: Any) -> Any:
         """Configs written before connect/read timeouts were separate say `timeout`: the read timeout."""
-        if isinstance(data, dict) and "timeout" in data:
-            data = dict(data)
-            old = data.pop("timeout")
-            if "read_timeout" in data and data["read_timeout"] != old:
-                raise ValueError(f"timeout = {old!r} and read_timeout = {data['read_timeout']!r}: `timeout` is the "
-                                 "old name of read_timeout; keep one")
-            data["read_timeout"] = old
-        return data
+        return renamed_key(data, "timeout", "read_timeout")
 
     @property
     def timeout(self) -> float:

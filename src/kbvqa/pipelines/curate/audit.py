@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import Field, StrictBool, field_validator, model_validator
 
 from kbvqa.data.errors import DataError
+from kbvqa.data.config_tables import renamed_key
 from kbvqa.data.jsonl import read_jsonl, write_jsonl
 from kbvqa.data.sheets import read_sheet, write_sheet
 from kbvqa.models.prompts.curate import TRANSLATE, TRANSLATION_CHECK
@@ -52,13 +53,8 @@ class TranslateConfig(ModelStageConfig):
     @classmethod
     def _one_check_role(cls, data: Any) -> Any:
         """`check_role = "x"` (one checker, the old key) is `check_roles = ["x"]`."""
-        if isinstance(data, dict) and "check_role" in data:
-            data = dict(data)
-            one = data.pop("check_role")
-            if "check_roles" in data:
-                raise ValueError("give check_roles (a list) or check_role (one), not both")
-            data["check_roles"] = [one]
-        return data
+        return renamed_key(data, "check_role", "check_roles", convert=lambda one: [one],
+                           conflict="give check_roles (a list) or check_role (one), not both")
 
     @field_validator("check_roles")
     @classmethod
