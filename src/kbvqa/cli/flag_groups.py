@@ -1,9 +1,9 @@
 """Groups of flags that several commands share, declared once.
 
 A group is a dataclass whose fields are typer options (`@flag_group`); a command names it as one
-parameter, `bootstrap: Bootstrap = GROUP`, and `with_groups` puts the group's flags in that place of
-the command's signature (so --help lists them where the parameter stands) and hands the command one
-instance holding their values. Flag names, defaults, help and callbacks stay those of the fields:
+parameter, `bootstrap: Bootstrap = GROUP`, and `with_groups` (applied by `@command(app, name)`) puts
+the group's flags in that place of the command's signature (so --help lists them where the parameter
+stands) and hands the command one instance holding their values. Flag names, defaults, help and callbacks stay those of the fields:
 a group changes how a command is written, never what it accepts or shows.
 """
 
@@ -15,9 +15,12 @@ import inspect
 import typing
 from typing import Any, Callable, Optional, TypeVar
 
+import typer
+
 from kbvqa.cli.common import CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT
 
-__all__ = ["GROUP", "ModelLimits", "flag_group", "group_values", "with_groups"]
+__all__ = ["GROUP", "ModelLimits", "command", "flag_group", "group_values", "make_flag_group", "ungrouped",
+           "with_groups"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C", bound=type)
@@ -40,9 +43,29 @@ def flag_group(cls: C) -> C:
     return cls
 
 
+def make_flag_group(name: str, fields: list[tuple[str, Any, Any]]) -> type:
+    """A flag group made from (name, type, typer option) triples: for groups whose help text the
+    command composes (a judge study's --config names its own table)."""
+    cls = dataclasses.make_dataclass(name, fields, frozen=True)
+    cls.__flag_group__ = True  # type: ignore[attr-defined]
+    return cls
+
+
 def group_values(group: Any) -> dict[str, Any]:
-    """The group's flags by parameter name (for `flags(Options, {**locals(), **group_values(g)})`)."""
+    """The group's flags by parameter name."""
     return {f.name: getattr(group, f.name) for f in dataclasses.fields(group)}
+
+
+def ungrouped(values: dict[str, Any]) -> dict[str, Any]:
+    """A command's parameters (`locals()`) with each flag group replaced by its flags, as they were
+    given: ready for `kbvqa.cli.options.flags(Options, ...)`."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if getattr(type(value), "__flag_group__", False):
+            out.update(group_values(value))
+        else:
+            out[name] = value
+    return out
 
 
 def _flags_of(cls: type) -> list[inspect.Parameter]:
@@ -81,6 +104,15 @@ def with_groups(func: F) -> F:
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}
     return command  # type: ignore[return-value]
+
+
+def command(app: typer.Typer, name: str, **kwargs: Any) -> Callable[[F], F]:
+    """`@app.command(name, **kwargs)` over `@with_groups`: a command that takes flag groups."""
+
+    def register(func: F) -> F:
+        return app.command(name, **kwargs)(with_groups(func))
+
+    return register
 
 
 @flag_group

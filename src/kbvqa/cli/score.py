@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Callable, Literal, Optional
 
 import typer
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json,
-                              end_journal_job, fail, include_dropped_option, print_result)
+from kbvqa.cli.common import emit_json, end_journal_job, fail, include_dropped_option, print_result
+from kbvqa.cli.flag_groups import GROUP, ModelLimits, command, flag_group, ungrouped
 from kbvqa.cli.options import with_defaults
 from kbvqa.evaluate import METRICS, infoseek_modes
 from kbvqa.evaluate.methods import DATASETS, DUPLICATE_POLICIES, METHODS, RULES
@@ -79,6 +79,15 @@ _JOB_CONFIG = typer.Option(None, "--config", exists=True, dir_okay=False,
 _CONCURRENCY = typer.Option(None, "--concurrency", min=1, help="Judge requests in flight.")
 
 
+@flag_group
+class JudgeServer:
+    """The judge model asked directly: --judge-base-url, --judge-model, --judge-replay."""
+
+    judge_base_url: Optional[str] = _JUDGE_URL
+    judge_model: Optional[str] = _JUDGE_MODEL
+    judge_replay: Optional[Path] = _JUDGE_REPLAY
+
+
 @app.command("infoseek")
 def infoseek(
     predictions: Path = _PRED,
@@ -99,7 +108,7 @@ def infoseek(
                                        time_leniency=not no_time_leniency), as_json)
 
 
-@app.command("evqa", cls=with_defaults("kbvqa.pipelines.score_options:EvqaOptions"))
+@command(app, "evqa", cls=with_defaults("kbvqa.pipelines.score_options:EvqaOptions"))
 def evqa(
     predictions: Path = _PRED,
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
@@ -107,9 +116,7 @@ def evqa(
     per_item: Optional[Path] = _PER_ITEM,
     as_json: bool = _JSON,
     bem_dir: Optional[Path] = typer.Option(None, "--bem-dir", help="Local BEM model directory (see evqa.load_bem)."),
-    judge_base_url: Optional[str] = _JUDGE_URL,
-    judge_model: Optional[str] = _JUDGE_MODEL,
-    judge_replay: Optional[Path] = _JUDGE_REPLAY,
+    server: JudgeServer = GROUP,
     judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1,
                                                     help="Judge requests in flight."),
     config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
@@ -126,11 +133,7 @@ def evqa(
                                                        help="Cosine threshold for --semantic."),
     semantic_model_dir: Optional[Path] = typer.Option(None, "--semantic-model-dir", file_okay=False,
                                                       help="Local sentence-transformers model (default MiniLM)."),
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    limits: ModelLimits = GROUP,
 ) -> None:
     """E-VQA accuracy: exact match, then an optional equivalence backend when EM fails
     (BEM from --bem-dir, an LLM judge, or --semantic; at most one)."""
@@ -138,7 +141,7 @@ def evqa(
     from kbvqa.pipelines.score import judge_of, score_evqa_files
     from kbvqa.pipelines.score_options import EvqaOptions, from_config
 
-    settings = flags(EvqaOptions, locals())
+    settings = flags(EvqaOptions, ungrouped(locals()))
 
     def job() -> ScoreReport:
         opts = from_config(EvqaOptions, **settings)
@@ -150,14 +153,12 @@ def evqa(
         end_journal_job(run["out"], what="judge verdict(s)")
 
 
-@app.command("judge", cls=with_defaults("kbvqa.pipelines.score_options:JudgeOptions"))
+@command(app, "judge", cls=with_defaults("kbvqa.pipelines.score_options:JudgeOptions"))
 def judge(
     predictions: Path = _PRED,
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
                                     help="kbvqa JSONL or CSV (data_id, problem/question, answer)."),
-    judge_base_url: Optional[str] = _JUDGE_URL,
-    judge_model: Optional[str] = _JUDGE_MODEL,
-    judge_replay: Optional[Path] = _JUDGE_REPLAY,
+    server: JudgeServer = GROUP,
     config: Optional[Path] = _JOB_CONFIG,
     judge_role: Optional[str] = _ROLE,
     concurrency: Optional[int] = _CONCURRENCY,
@@ -167,11 +168,7 @@ def judge(
     per_item: Optional[Path] = _PER_ITEM,
     as_json: bool = _JSON,
     graded_text: Optional[GradedText] = _GRADED,  # type: ignore[valid-type]
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    limits: ModelLimits = GROUP,
 ) -> None:
     """SimpleQA-style grading (correct / incorrect / not_attempted) of the whole answer, or of its short
     answer with --graded-text short; a paragraph gold (NoteVQA layout, or over 40 words) is graded on its
@@ -181,7 +178,7 @@ def judge(
     from kbvqa.pipelines.score import judge_files, judge_of
     from kbvqa.pipelines.score_options import JudgeOptions, from_config
 
-    settings = flags(JudgeOptions, locals())
+    settings = flags(JudgeOptions, ungrouped(locals()))
 
     def job() -> ScoreReport:
         opts = from_config(JudgeOptions, **settings)
@@ -239,7 +236,7 @@ def convert_predictions(
                           allow_gt_order=allow_gt_order, rules=rules), as_json)
 
 
-@app.command("ivr12", cls=with_defaults("kbvqa.pipelines.score_options:IVR12Options"))
+@command(app, "ivr12", cls=with_defaults("kbvqa.pipelines.score_options:IVR12Options"))
 def ivr12(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                                      help="Agent prediction lines (answer with image tags, meta.provenance), or the "
@@ -272,11 +269,7 @@ def ivr12(
     require_complete: Optional[bool] = typer.Option(None, "--require-complete/--no-require-complete",
                                                     help="Exit 1 when any item ended invalid or error."),
     as_json: bool = _JSON,
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    limits: ModelLimits = GROUP,
 ) -> None:
     """IVR-12 rubric judge for interleaved answers: 12 dimensions (1-5) in three groups and two gates, gated
     and ungated means with their denominators; a group or overall mean only where every dimension in it
@@ -288,7 +281,7 @@ def ivr12(
     from kbvqa.pipelines.score_options import IVR12Options, from_config
     from kbvqa.report.summaries import ivr12_terminal_tables
 
-    settings = flags(IVR12Options, {**locals(), "rubric": None if rubric is None else str(rubric)})
+    settings = flags(IVR12Options, {**ungrouped(locals()), "rubric": None if rubric is None else str(rubric)})
     try:
         opts = from_config(IVR12Options, **settings)
         summary = ivr12_files(predictions, samples, judges_of(opts), opts, out=out, progress=not as_json)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, Optional
 import typer
 
 from kbvqa.cli.common import emit_json, end_job, fail, include_dropped_option, journal_reasons, print_result
-from kbvqa.cli.flag_groups import GROUP, ModelLimits, flag_group, group_values, with_groups
+from kbvqa.cli.flag_groups import GROUP, ModelLimits, command, flag_group, make_flag_group, ungrouped
 from kbvqa.cli.options import default_from, with_defaults
 from kbvqa.evaluate.scorers import SCORERS
 
@@ -149,6 +149,35 @@ class Grounded:
                                k=self.grounded_k)
 
 
+def _judge_flags(table: str, judge: str, role_help: str) -> type:
+    """The flags naming a study's judge: --config (its [models.<role>] and the [`table`] of options), --judge-*."""
+    return make_flag_group(f"JudgeFlags[{table}]", [
+        ("config", Optional[Path], typer.Option(None, "--config", exists=True, dir_okay=False,
+                                                help=f"kbvqa.toml: {judge} is its [models.<role>]; [{table}] sets "
+                                                     "this command's options (flags win).")),
+        ("judge_role", Optional[str], typer.Option(None, "--judge-role", help=role_help)),
+        ("judge_base_url", Optional[str], typer.Option(None, "--judge-base-url",
+                                                       help="OpenAI-compatible judge server.")),
+        ("judge_model", Optional[str], typer.Option(None, "--judge-model")),
+        ("judge_replay", Optional[Path], typer.Option(None, "--judge-replay", exists=True, dir_okay=False))])
+
+
+def _journal_flags(journal_help: str, kept: str) -> type:
+    """A judging study's --concurrency, --journal (`journal_help`) and --resume (keeping the journal's `kept`)."""
+    return make_flag_group("JournalFlags", [
+        ("concurrency", Optional[int], typer.Option(None, "--concurrency", min=1, help="Judge requests in flight.")),
+        ("journal", Optional[Path], typer.Option(None, "--journal", dir_okay=False, help=journal_help)),
+        ("resume", Optional[bool], typer.Option(None, "--resume/--no-resume",
+                                                help=f"Keep the journal's {kept}; re-send failed and unusable "
+                                                     "calls (--no-resume moves it aside)."))])
+
+
+_TOOLS_JUDGE = _judge_flags("study.agent-tools", "the evidence judge", "Role that judges useful evidence.")
+_TOOLS_JOURNAL = _journal_flags("Per-call evidence verdicts (default PREDICTIONS.evidence.jsonl).", "verdicts")
+_FAILURES_JUDGE = _judge_flags("study.agent-failures", "the judge", "Role that judges (default judge).")
+_FAILURES_JOURNAL = _journal_flags("Per-episode verdicts (default PREDICTIONS.failures.jsonl).", "categories")
+
+
 def _run(study: Callable[[], dict[str, Any]], output: Output, errors: tuple[type[Exception], ...] = _INPUT_ERRORS
          ) -> dict[str, Any]:
     """Every study's sequence: run it (a bad input is one error line, exit 2), then `_finish`."""
@@ -160,8 +189,7 @@ def _run(study: Callable[[], dict[str, Any]], output: Output, errors: tuple[type
     return res
 
 
-@app.command("by-type", cls=_DEFAULTS)
-@with_groups
+@command(app, "by-type", cls=_DEFAULTS)
 def by_type(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
@@ -182,8 +210,7 @@ def by_type(
                                **bootstrap.kwargs(), **tuning.kwargs()), output)
 
 
-@app.command("compare", cls=_DEFAULTS)
-@with_groups
+@command(app, "compare", cls=_DEFAULTS)
 def compare(
     references_a: Path = typer.Option(..., "--references-a", exists=True, dir_okay=False, help="e.g. unfixed."),
     references_b: Path = typer.Option(..., "--references-b", exists=True, dir_okay=False, help="e.g. fixed."),
@@ -209,8 +236,7 @@ def compare(
                                **bootstrap.kwargs(), **tuning.kwargs()), output)
 
 
-@app.command("retrieval-2x2", cls=_DEFAULTS)
-@with_groups
+@command(app, "retrieval-2x2", cls=_DEFAULTS)
 def retrieval_2x2(
     with_pred: Path = typer.Option(..., "--with", exists=True, dir_okay=False, help="Run with retrieval."),
     without_pred: Path = typer.Option(..., "--without", exists=True, dir_okay=False, help="Run without retrieval."),
@@ -271,8 +297,7 @@ def augmentation_recall(
         typer.echo(to_markdown(recall_by_variant_table(rows, stage=stage)), nl=False)
 
 
-@app.command("agent-tools", cls=with_defaults("kbvqa.pipelines.score_options:AgentToolsOptions"))
-@with_groups
+@command(app, "agent-tools", cls=with_defaults("kbvqa.pipelines.score_options:AgentToolsOptions"))
 def agent_tools(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                                      help="Agent predictions (`kbvqa answer --pipeline agent`)."),
@@ -286,20 +311,10 @@ def agent_tools(
         help="`kbvqa score judge` output for a single-pass run of the same model (`--pipeline direct`): tool use "
              "per with/without-retrieval group (both correct, search helps, search hurts, both wrong; needs "
              "--verdicts)."),
-    config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
-                                          help="kbvqa.toml: the evidence judge is its [models.<role>]; "
-                                               "[study.agent-tools] sets this command's options (flags win)."),
-    judge_role: Optional[str] = typer.Option(None, "--judge-role", help="Role that judges useful evidence."),
-    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server."),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model"),
-    judge_replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False),
+    judge: _TOOLS_JUDGE = GROUP,  # type: ignore[valid-type]
     evidence_chars: Optional[int] = typer.Option(None, "--evidence-chars", min=1,
                                                  help="Characters of each observation checked for evidence."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Judge requests in flight."),
-    journal: Optional[Path] = typer.Option(None, "--journal", dir_okay=False,
-                                           help="Per-call evidence verdicts (default PREDICTIONS.evidence.jsonl)."),
-    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep the journal's verdicts; "
-                                          "re-send failed and unusable calls (--no-resume moves it aside)."),
+    judging: _TOOLS_JOURNAL = GROUP,  # type: ignore[valid-type]
     output: Output = GROUP,
     limits: ModelLimits = GROUP,
 ) -> None:
@@ -313,11 +328,12 @@ def agent_tools(
     from kbvqa.pipelines.score import judge_of
     from kbvqa.pipelines.score_options import AgentToolsOptions, from_config
 
-    settings = flags(AgentToolsOptions, {**locals(), **group_values(limits)})
+    settings = flags(AgentToolsOptions, ungrouped(locals()))
 
     def study() -> dict[str, Any]:
         opts = from_config(AgentToolsOptions, **settings)
-        return run_tools(predictions, references, verdicts, baseline_verdicts, judge_of(opts), opts, out=journal)
+        return run_tools(predictions, references, verdicts, baseline_verdicts, judge_of(opts), opts,
+                         out=judging.journal)
 
     res = _run(study, output)
     asked = res.get("evidence_requests")
@@ -326,8 +342,7 @@ def agent_tools(
                 reasons=journal_reasons(res["evidence_journal"]) if asked["error"] or asked["invalid"] else None)
 
 
-@app.command("agent-failures", cls=with_defaults("kbvqa.pipelines.score_options:AgentFailureOptions"))
-@with_groups
+@command(app, "agent-failures", cls=with_defaults("kbvqa.pipelines.score_options:AgentFailureOptions"))
 def agent_failures(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False),
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
@@ -335,18 +350,8 @@ def agent_failures(
                                   help="`kbvqa score judge` output: every non-correct episode (incorrect, not "
                                        "attempted, no answer) is categorised; invalid or failed verdicts are counted "
                                        "apart."),
-    config: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False,
-                                          help="kbvqa.toml: the judge is its [models.<role>]; [study.agent-failures] "
-                                               "sets this command's options (flags win)."),
-    judge_role: Optional[str] = typer.Option(None, "--judge-role", help="Role that judges (default judge)."),
-    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="OpenAI-compatible judge server."),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model"),
-    judge_replay: Optional[Path] = typer.Option(None, "--judge-replay", exists=True, dir_okay=False),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Judge requests in flight."),
-    journal: Optional[Path] = typer.Option(None, "--journal", dir_okay=False,
-                                           help="Per-episode verdicts (default PREDICTIONS.failures.jsonl)."),
-    resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep the journal's categories; "
-                                          "re-send failed and unusable calls (--no-resume moves it aside)."),
+    judge: _FAILURES_JUDGE = GROUP,  # type: ignore[valid-type]
+    judging: _FAILURES_JOURNAL = GROUP,  # type: ignore[valid-type]
     output: Output = GROUP,
     limits: ModelLimits = GROUP,
 ) -> None:
@@ -359,11 +364,11 @@ def agent_failures(
     from kbvqa.pipelines.score import judge_of
     from kbvqa.pipelines.score_options import AgentFailureOptions, from_config
 
-    settings = flags(AgentFailureOptions, {**locals(), **group_values(limits)})
+    settings = flags(AgentFailureOptions, ungrouped(locals()))
 
     def study() -> dict[str, Any]:
         opts = from_config(AgentFailureOptions, **settings)
-        return run_failures(predictions, references, verdicts, judge_of(opts), opts, out=journal)
+        return run_failures(predictions, references, verdicts, judge_of(opts), opts, out=judging.journal)
 
     res = _run(study, output)
     # the table's counts (its episodes only: a journal line of an episode since graded correct is not one)
@@ -371,8 +376,7 @@ def agent_failures(
             reasons=journal_reasons(res["out"]) if res["error"] or res["invalid"] else None)
 
 
-@app.command("image-ablation", cls=with_defaults("kbvqa.pipelines.ablation:AblationOptions"))
-@with_groups
+@command(app, "image-ablation", cls=with_defaults("kbvqa.pipelines.ablation:AblationOptions"))
 def image_ablation(
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False,
                                     help="NoteVQA-style JSONL whose reference.text cites reference.images with "
@@ -418,7 +422,7 @@ def image_ablation(
 
     try:
         opts = AblationOptions.build(read_table(config, "study.image-ablation"), source=str(config),
-                                     **flags(AblationOptions, {**locals(), **group_values(limits)}))
+                                     **flags(AblationOptions, ungrouped(locals())))
         res = image_ablation_study(references, out, ablation_models(opts), opts, progress=not as_json)
     except (*_INPUT_ERRORS, DataError) as exc:
         fail(exc)
@@ -437,8 +441,7 @@ def image_ablation(
 
 # ---------------------------------------------------- seed 000's analyses (kbvqa.evaluate.analyses)
 
-@app.command("fix-kinds", cls=_DEFAULTS)
-@with_groups
+@command(app, "fix-kinds", cls=_DEFAULTS)
 def fix_kinds(
     unfixed: Path = typer.Option(..., "--unfixed", exists=True, dir_okay=False, help="Predictions on the unfixed split."),
     fixed: Path = typer.Option(..., "--fixed", exists=True, dir_okay=False, help="The same method on the fixed split."),
@@ -466,8 +469,7 @@ def fix_kinds(
                                  **tuning.kwargs()), output)
 
 
-@app.command("grounded", cls=_DEFAULTS)
-@with_groups
+@command(app, "grounded", cls=_DEFAULTS)
 def grounded_cmd(
     predictions: list[str] = typer.Option(..., "--predictions", "-p",
                                           help="PATH or NAME=PATH; repeat per run. kbvqa runs, converted files, or a "
@@ -501,8 +503,7 @@ def grounded_cmd(
     _run(study, output)
 
 
-@app.command("modification-rates", cls=_DEFAULTS)
-@with_groups
+@command(app, "modification-rates", cls=_DEFAULTS)
 def modification_rates(
     a: Path = typer.Argument(..., exists=True, dir_okay=False, help="Version A (before), any input format; or one "
                                                                     "audited file (its question_before / "
@@ -525,8 +526,7 @@ def modification_rates(
                                           **bootstrap.kwargs()), output, (*_INPUT_ERRORS, DataError))
 
 
-@app.command("variants", cls=_DEFAULTS)
-@with_groups
+@command(app, "variants", cls=_DEFAULTS)
 def variants(
     predictions: Path = typer.Option(..., "--predictions", "-p", exists=True, dir_okay=False,
                                      help="Predictions on the augmented samples (ids __anchor, __intra, ...)."),
@@ -559,8 +559,7 @@ def variants(
             print_result(table)
 
 
-@app.command("buckets", cls=_DEFAULTS)
-@with_groups
+@command(app, "buckets", cls=_DEFAULTS)
 def buckets(
     references: Path = typer.Option(..., "--references", "-r", exists=True, dir_okay=False),
     method: list[str] = typer.Option(..., "--method", help="NAME=PRED.jsonl, or NAME=PRED_A.jsonl,PRED_B.jsonl with "
