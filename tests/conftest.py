@@ -52,3 +52,30 @@ def demo_copy(demo_source):
         return dest, res
 
     return make
+
+
+# One `build_bench` per session (~1.7 s on 2 cores: it decodes and re-encodes every photograph; 25
+# modules used to build their own). A copy per caller, so a module may write into its bench folder.
+@pytest.fixture(scope="session")
+def bench_source(tmp_path_factory):
+    """The session's demo bench (kbvqa.demo.bench.build_bench). Read it, never write into it."""
+    from kbvqa.demo.bench import build_bench
+
+    return build_bench(tmp_path_factory.mktemp("bench-source") / "bench")
+
+
+@pytest.fixture(scope="session")
+def bench_copy(bench_source):
+    """`bench_copy(dest)`: the session's bench copied to `dest`, as `build_bench(dest)` would return it
+    (every path in the DemoBench under `dest`)."""
+    src = bench_source.root
+
+    def make(dest):
+        dest = Path(dest)
+        shutil.copytree(src, dest, dirs_exist_ok=True)  # a mktemp folder may already exist
+        moved = {url: dest / p.relative_to(src) for url, p in bench_source.kb_images.items()}
+        return dataclasses.replace(bench_source, root=dest, samples=dest / bench_source.samples.relative_to(src),
+                                   kb=dest / bench_source.kb.relative_to(src), kb_images=moved,
+                                   flaws=dict(bench_source.flaws))
+
+    return make

@@ -354,12 +354,12 @@ def test_tables_and_offline_and_bad_references(refs, tmp_path):
     assert res.exit_code == 2 and "row 2" in res.output and script.calls == []
 
 
-def test_demo_community_set(tmp_path):
+def test_demo_community_set(bench_copy, tmp_path):
     """The demo's 15 NoteVQA-style references (real photographs, one image each) go through the whole
     study; the scripted reader needs the picture for image-critical probes."""
-    from kbvqa.demo.bench import build_bench, build_community
+    from kbvqa.demo.bench import build_community
 
-    community = build_community(build_bench(tmp_path / "bench"))
+    community = build_community(bench_copy(tmp_path / "bench"))
 
     def handler(req: dict) -> Reply:
         system, user = _text(req["messages"][0]), req["messages"][-1]

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from kbvqa.data.formats import read_samples
-from kbvqa.demo.bench import build_bench
 from kbvqa.kb.store import KBStore
 from kbvqa.models.client import OpenAIChatClient
 from kbvqa.models.image_encoders import HistogramEncoder
@@ -74,9 +73,9 @@ def _handler(req: dict) -> Reply:
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
+def bench(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("agent")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     kb = KBStore(b.kb)
     enc = HistogramEncoder()
     index, _ = build_image_index(kb, b.root, enc)

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from kbvqa.data.formats import read_samples
-from kbvqa.demo.bench import build_bench
 from kbvqa.kb.store import KBStore
 from kbvqa.models.client import OpenAIChatClient
 from kbvqa.pipelines.answer import build_answer_job
@@ -26,9 +25,9 @@ from test_agent import answer, call  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
+def bench(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("budgets")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     kb = KBStore(b.kb)
     base = [s.dump() for s in read_samples(b.samples, "kbvqa")][0]
     yield b, kb, base, root

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from kbvqa.cli.app import app
 from kbvqa.data.formats import read_samples
-from kbvqa.demo.bench import build_bench
 from kbvqa.kb.store import KBStore
 from kbvqa.models.client import OpenAIChatClient
 from kbvqa.pipelines.answer import build_answer_job
@@ -57,8 +56,8 @@ def _answer_cli(*args: str) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def test_replay_recorded_with_the_default_cache_on(tmp_path, monkeypatch):
-    b = build_bench(tmp_path / "bench")
+def test_replay_recorded_with_the_default_cache_on(bench_copy, tmp_path, monkeypatch):
+    b = bench_copy(tmp_path / "bench")
     base = [s.dump() for s in read_samples(b.samples, "kbvqa")][0]
     (b.root / "episodes.jsonl").write_text("".join(json.dumps({**base, "id": f"e{i}", "question": q}) + "\n"
                                                    for i, q in enumerate(SCRIPTS)), encoding="utf-8")
@@ -108,13 +107,13 @@ def only_loopback(monkeypatch):
     yield from loopback_only(monkeypatch)
 
 
-def test_url_only_samples_get_their_own_reverse_search_results(tmp_path, monkeypatch, only_loopback):
+def test_url_only_samples_get_their_own_reverse_search_results(bench_copy, tmp_path, monkeypatch, only_loopback):
     """No local image file: the reverse-search cache key is the image URL, so two samples with different
     URLs get different results — live and in the replay of their cassette, which needs no API key."""
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("KBVQA_TEST_SERPER_KEY", "sk-test-123")
-    b = build_bench(tmp_path / "bench")
+    b = bench_copy(tmp_path / "bench")
     kb = KBStore(b.kb)
     base = [s.dump() for s in read_samples(b.samples, "kbvqa")][0]
     samples = [{**base, "id": name, "question": "what is pictured", "images": [],

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from kbvqa.cli.app import app
 from kbvqa.data.formats import read_samples
-from kbvqa.demo.bench import build_bench, build_community
+from kbvqa.demo.bench import build_community
 from kbvqa.kb.store import KBStore
 from kbvqa.models.image_encoders import HistogramEncoder
 from kbvqa.pipelines.answer import build_answer_job
@@ -27,9 +27,9 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("agentstudy")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     community = build_community(b)
     kb = KBStore(b.kb)
     enc = HistogramEncoder()

@@ -22,7 +22,7 @@ from kbvqa.cli.app import app
 from kbvqa.data.errors import DataError, ErrorPolicy, SkipReport
 from kbvqa.data.formats import read_samples
 from kbvqa.data.posts import read_posts
-from kbvqa.demo.bench import build_bench, build_community, build_posts, load_content
+from kbvqa.demo.bench import build_community, build_posts, load_content
 from kbvqa.models.client import OpenAIChatClient
 from kbvqa.pipelines.curate import (CurateConfig, CurateSetupError, curate_posts, export_review,
                                     load_curate_config, review_import)
@@ -148,8 +148,8 @@ def small_config(**overrides) -> object:
 
 
 @pytest.fixture(scope="module")
-def demo_bench(tmp_path_factory):
-    return build_bench(tmp_path_factory.mktemp("bench"))
+def demo_bench(bench_copy, tmp_path_factory):
+    return bench_copy(tmp_path_factory.mktemp("bench"))
 
 
 @pytest.fixture(scope="module")

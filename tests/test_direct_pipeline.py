@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from kbvqa.cli.app import app
 from kbvqa.data.formats import read_samples, write_samples
-from kbvqa.demo.bench import build_bench, build_community
+from kbvqa.demo.bench import build_community
 from kbvqa.kb.store import KBStore
 from kbvqa.models.client import OpenAIChatClient
 from kbvqa.pipelines.answer import build_answer_job
@@ -27,9 +27,9 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
+def bench(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("direct")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     items = list(read_samples(build_community(b)))[:4]
     write_samples(items, b.root / "items.jsonl", "kbvqa")
     return root, b, items

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from kbvqa.cli import answer as answer_cmd
 from kbvqa.cli import eval as eval_cmd
 from kbvqa.cli.app import app
-from kbvqa.demo.bench import build_bench
 from kbvqa.pipelines.answer import AnswerOptions
 from kbvqa.report.compare import FLAG, compare_runs, summary_metric
 
@@ -36,9 +35,9 @@ def _json(args, code=0):
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
+def bench(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("eval")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     idx = root / "idx" / "images"
     _run(["index", "images", "--kb", b.kb, "--images", b.root, "--out", idx])
     return b, root, idx

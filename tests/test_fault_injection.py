@@ -24,7 +24,6 @@ from fake_llm_server import FAULT_KINDS, FakeLLMServer, Faults, Reply, ok, serve
 
 from kbvqa.data.formats import read_samples
 from kbvqa.data.schema import Article, Sample, Section
-from kbvqa.demo.bench import build_bench
 from kbvqa.kb.base import InMemoryKB
 from kbvqa.kb.store import KBStore
 from kbvqa.models.client import OpenAIChatClient
@@ -171,9 +170,9 @@ def test_judge(tmp_path):
 # ----------------------------------------------------------------------------- answer and agent (bench)
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
+def bench(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     kb = KBStore(b.kb)
     enc = HistogramEncoder()
     index, _ = build_image_index(kb, b.root, enc)

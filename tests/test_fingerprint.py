@@ -174,10 +174,9 @@ def test_a_resumed_judge_refuses_another_setting_and_names_it(tmp_path, caplog):
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    from kbvqa.demo.bench import build_bench
+def bench(bench_copy, tmp_path_factory):
 
-    return build_bench(tmp_path_factory.mktemp("fingerprint") / "bench")
+    return bench_copy(tmp_path_factory.mktemp("fingerprint") / "bench")
 
 
 def _agent(req: dict) -> Reply:

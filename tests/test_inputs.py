@@ -72,11 +72,10 @@ def test_a_failed_conversion_leaves_the_previous_output_untouched(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_exit_codes_of_a_job_that_failed(tmp_path):
+def test_exit_codes_of_a_job_that_failed(bench_copy, tmp_path):
     """Every record failed → 3; some failed → 0, or 4 with --fail-on-error; counts on stderr."""
-    from kbvqa.demo.bench import build_bench
 
-    b = build_bench(tmp_path / "bench")
+    b = bench_copy(tmp_path / "bench")
     res = runner.invoke(app, ["index", "images", "--kb", str(b.kb), "--images", str(b.root),
                               "--out", str(tmp_path / "idx")])
     assert res.exit_code == 0, res.output

@@ -414,16 +414,16 @@ def test_flag_errors(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(bench_copy, tmp_path_factory):
     from kbvqa.data.formats import read_samples
-    from kbvqa.demo.bench import build_bench, build_community
+    from kbvqa.demo.bench import build_community
     from kbvqa.kb.store import KBStore
     from kbvqa.models.image_encoders import HistogramEncoder
     from kbvqa.pipelines.answer import build_answer_job
     from kbvqa.pipelines.index import build_image_index
 
     root = tmp_path_factory.mktemp("ivr12demo")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     community = build_community(b)
     kb = KBStore(b.kb)
     enc = HistogramEncoder()

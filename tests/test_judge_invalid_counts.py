@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from kbvqa.cli.app import app
-from kbvqa.demo.bench import build_bench
 from kbvqa.evaluate.judge import simpleqa_metrics
 from kbvqa.report.results import build_report
 
@@ -53,10 +52,10 @@ class Judge:
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
+def evaluated(bench_copy, tmp_path_factory):
     """One `kbvqa eval` with the judge and judge-verdicts metrics; 2 invalid verdicts, 1 error."""
     root = tmp_path_factory.mktemp("invalid")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     idx = root / "idx" / "images"
     _run(["index", "images", "--kb", b.kb, "--images", b.root, "--out", idx])
     with FakeLLMServer(handler=Judge()) as srv:

@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from kbvqa.cli.app import app
-from kbvqa.demo.bench import build_bench
 from kbvqa.kb.store import open_kb
 from kbvqa.pipelines.answer import AnswerOptions, answer_options, build_answer_job
 from kbvqa.runner.options import OptionsError
@@ -80,9 +79,9 @@ def test_derived_defaults_have_one_written_value():
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
+def bench(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("opts")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     res = runner.invoke(app, ["index", "images", "--kb", str(b.kb), "--images", str(b.root),
                               "--out", str(root / "idx" / "images")])
     assert res.exit_code == 0, res.output

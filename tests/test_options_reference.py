@@ -19,11 +19,11 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
-    from kbvqa.demo.bench import build_bench, build_community
+def bench(bench_copy, tmp_path_factory):
+    from kbvqa.demo.bench import build_community
 
     root = tmp_path_factory.mktemp("refopts")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     return {"bench": b, "community": build_community(b)}
 
 

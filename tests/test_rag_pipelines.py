@@ -14,15 +14,15 @@ from kbvqa.models.image_encoders import HistogramEncoder
 from kbvqa.models.rules import RulesClient
 from kbvqa.pipelines.answer import build_answer_job, write_retrieval_records
 from kbvqa.pipelines.index import build_image_index
-from kbvqa.demo.bench import build_bench, load_content
+from kbvqa.demo.bench import load_content
 from kbvqa.runner import read_results
 from kbvqa.stages.answer.identify import resolve_entity
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
+def bench(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("rag")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     kb = KBStore(b.kb)
     enc = HistogramEncoder()
     index, report = build_image_index(kb, b.root, enc)

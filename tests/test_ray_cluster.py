@@ -22,7 +22,6 @@ from typer.testing import CliRunner  # noqa: E402
 
 from kbvqa.cli.app import app  # noqa: E402
 from kbvqa.data.formats import read_samples  # noqa: E402
-from kbvqa.demo.bench import build_bench  # noqa: E402
 from kbvqa.runner import read_results  # noqa: E402
 from kbvqa.runner.executor import set_default_executor  # noqa: E402
 from kbvqa.runner.ray import LOCAL_ENV, shutdown_session  # noqa: E402
@@ -121,8 +120,9 @@ def _executor(manifest: Path) -> dict:
     return json.loads(manifest.read_text())["runner"]["executor"]
 
 
-def test_agent_judge_and_reference_build_on_two_nodes_match_local(two_nodes, tmp_path, monkeypatch, local_default):
-    b = build_bench(tmp_path / "bench")
+def test_agent_judge_and_reference_build_on_two_nodes_match_local(bench_copy, two_nodes, tmp_path, monkeypatch,
+                                                                  local_default):
+    b = bench_copy(tmp_path / "bench")
     base = [s.dump() for s in read_samples(b.samples, "kbvqa")][0]
     (b.root / "episodes.jsonl").write_text("".join(json.dumps({**base, "id": f"e{i}", "question": q}) + "\n"
                                                    for i, q in enumerate(SCRIPTS)), encoding="utf-8")
@@ -192,10 +192,11 @@ def test_agent_judge_and_reference_build_on_two_nodes_match_local(two_nodes, tmp
     assert {k: _stable(v) for k, v in replayed.items()} == {k: _stable(v) for k, v in lines.items()}
 
 
-def test_relative_paths_from_another_working_directory(two_nodes, tmp_path, monkeypatch, local_default):
+def test_relative_paths_from_another_working_directory(bench_copy, two_nodes, tmp_path, monkeypatch,
+                                                       local_default):
     """The driver runs from a folder of its own with ../ paths; the nodes were started elsewhere and
     the actors work in private folders: only absolute paths can reach them."""
-    b = build_bench(tmp_path / "bench")
+    b = bench_copy(tmp_path / "bench")
     base = [s.dump() for s in read_samples(b.samples, "kbvqa")][0]
     (b.root / "one.jsonl").write_text(json.dumps({**base, "id": "e0", "question": "good"}) + "\n", encoding="utf-8")
     (tmp_path / "work").mkdir()

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from kbvqa.cli.app import app
 from kbvqa.data.formats import read_samples
-from kbvqa.demo.bench import build_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer, Reply  # noqa: E402
@@ -37,8 +36,8 @@ def _leaks(root: Path) -> list[str]:
 
 
 @pytest.fixture
-def bench(tmp_path, monkeypatch):
-    b = build_bench(tmp_path / "bench")
+def bench(bench_copy, tmp_path, monkeypatch):
+    b = bench_copy(tmp_path / "bench")
     base = [s.dump() for s in read_samples(b.samples, "kbvqa")][0]
     (b.root / "two.jsonl").write_text("".join(json.dumps({**base, "id": f"s{i}"}) + "\n" for i in range(2)),
                                       encoding="utf-8")

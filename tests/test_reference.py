@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from kbvqa.cli.app import app
 from kbvqa.data.formats import read_samples
 from kbvqa.data.phash import CERTAIN_BITS, distance, phash
-from kbvqa.demo.bench import build_bench, build_community, load_photo
+from kbvqa.demo.bench import build_community, load_photo
 from kbvqa.kb.store import KBStore
 from kbvqa.models.client import OpenAIChatClient
 from kbvqa.models.image_encoders import HistogramEncoder
@@ -954,9 +954,9 @@ def test_audit_export_import_counts(tmp_path, qimg):
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("refdemo")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     community = build_community(b)
     kb = KBStore(b.kb)
     enc = HistogramEncoder()

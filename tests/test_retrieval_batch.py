@@ -111,15 +111,14 @@ def _double(items: list[int]) -> list[int]:
     return [2 * i for i in items]
 
 
-def test_retrieve_resume_reruns_only_the_error_line(tmp_path):
+def test_retrieve_resume_reruns_only_the_error_line(bench_copy, tmp_path):
     from kbvqa.cli import index as index_cmd
-    from kbvqa.demo.bench import build_bench
 
     app = typer.Typer()
     app.add_typer(index_cmd.app, name="index")
     app.command("retrieve")(retrieve_cmd.retrieve)
     runner = CliRunner()
-    b = build_bench(tmp_path / "bench")
+    b = bench_copy(tmp_path / "bench")
     idx = tmp_path / "idx" / "images"
     res = runner.invoke(app, ["index", "images", "--kb", str(b.kb), "--images", str(b.root), "--out", str(idx)])
     assert res.exit_code == 0, res.output

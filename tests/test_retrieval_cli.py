@@ -13,7 +13,6 @@ from kbvqa.cli import index as index_cmd
 from kbvqa.cli import retrieve as retrieve_cmd
 from kbvqa.cli import study as study_cmd
 from kbvqa.evaluate.retrieval import load_retrieval_records, load_retrieval_references, retrieval_metrics
-from kbvqa.demo.bench import build_bench
 
 app = typer.Typer()
 app.add_typer(index_cmd.app, name="index")
@@ -24,9 +23,9 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory):
+def bench(bench_copy, tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
-    b = build_bench(root / "bench")
+    b = bench_copy(root / "bench")
     lines = b.samples.read_text().splitlines()
     bad = json.loads(lines[0])
     bad["id"], bad["images"] = "broken_image", ["images/missing.jpg"]

@@ -79,16 +79,15 @@ def test_image_urls_that_would_make_the_model_server_a_proxy_are_refused(url):
     assert image_part("https://upload.wikimedia.org/a.jpg")["image_url"]["url"].startswith("https://upload")
 
 
-def test_retrieve_refuses_hostile_rows_per_record_and_the_flag_opts_in(tmp_path, monkeypatch):
+def test_retrieve_refuses_hostile_rows_per_record_and_the_flag_opts_in(bench_copy, tmp_path, monkeypatch):
     """End to end: each hostile row is an error record naming the image root; nothing else fails;
     `kbvqa --allow-outside-root` lets the same rows through."""
     from typer.testing import CliRunner
 
     from kbvqa.cli.app import app
-    from kbvqa.demo.bench import build_bench
 
     monkeypatch.setenv(ALLOW_OUTSIDE_ROOT_ENV, "0")  # restored after the test, whatever the flag sets
-    b = build_bench(tmp_path / "bench")
+    b = bench_copy(tmp_path / "bench")
     first = json.loads(b.samples.read_text().splitlines()[0])
     outside = tmp_path / "outside.jpg"
     outside.write_bytes((b.root / first["images"][0]).read_bytes())

@@ -368,15 +368,15 @@ def _images_named(obj, key=""):
         yield obj
 
 
-def agent_run_elsewhere(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+def agent_run_elsewhere(bench_copy, tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
     """The agent as a user runs it: relative paths typed in one folder (cache on), the KB's images in a
     folder outside the run folder; returns (the run folder, another working directory)."""
     from typer.testing import CliRunner
 
     from kbvqa.cli.app import app
-    from kbvqa.demo.bench import build_bench, build_community
+    from kbvqa.demo.bench import build_community
 
-    b = build_bench(tmp_path / "bench")
+    b = bench_copy(tmp_path / "bench")
     build_community(b)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("KBVQA_CACHE", str(tmp_path / "cache.sqlite"))
@@ -393,11 +393,11 @@ def agent_run_elsewhere(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
     return tmp_path / "runs", elsewhere
 
 
-def test_every_image_an_agent_run_names_is_found_from_another_folder(tmp_path, monkeypatch):
+def test_every_image_an_agent_run_names_is_found_from_another_folder(bench_copy, tmp_path, monkeypatch):
     """Outputs that move with their folder (issue 25 item 1): each image the agent's records name is
     relative to the output's folder, or absolute under the KB image root its manifest records; the
     viewer, started elsewhere on the run folder alone, links every one of them."""
-    runs, _ = agent_run_elsewhere(tmp_path, monkeypatch)
+    runs, _ = agent_run_elsewhere(bench_copy, tmp_path, monkeypatch)
     manifest = json.loads((runs / "agent.manifest.json").read_text())
     root = Path(manifest["run_config"]["kb_images"])
     assert root.is_absolute() and root == (tmp_path / "bench").resolve()

@@ -12,7 +12,6 @@ import pytest
 pytest.importorskip("starlette", reason="the viewer needs the `view` extra (starlette, uvicorn, jinja2)")
 
 from kbvqa.data.formats import read_samples  # noqa: E402
-from kbvqa.demo.bench import build_bench  # noqa: E402
 from kbvqa.kb.store import KBStore  # noqa: E402
 from kbvqa.models.image_encoders import HistogramEncoder  # noqa: E402
 from kbvqa.pipelines.answer import build_answer_job  # noqa: E402
@@ -22,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_viewer import client_for  # noqa: E402
 
 
-def test_forced_answers_and_notices_are_shown(tmp_path):
-    b = build_bench(tmp_path / "bench")
+def test_forced_answers_and_notices_are_shown(bench_copy, tmp_path):
+    b = bench_copy(tmp_path / "bench")
     kb = KBStore(b.kb)
     enc = HistogramEncoder()
     index, _ = build_image_index(kb, b.root, enc)

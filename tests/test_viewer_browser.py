@@ -173,7 +173,8 @@ def test_the_exported_static_site_opens_from_disk(demo_run, browser, tmp_path):
     shot(browser, "07_static_export_record")
 
 
-def test_an_agent_episode_exported_from_another_folder_shows_every_trajectory_image(browser, tmp_path, monkeypatch):
+def test_an_agent_episode_exported_from_another_folder_shows_every_trajectory_image(browser, bench_copy, tmp_path,
+                                                                                   monkeypatch):
     """Issue 25 items 1 and 8: an agent run typed with relative paths, exported with `kbvqa view --export`
     from another working directory (the run folder alone; the KB's images lie outside it, under the
     root the run's manifest records), opened from disk: every trajectory image loads."""
@@ -183,7 +184,7 @@ def test_an_agent_episode_exported_from_another_folder_shows_every_trajectory_im
     from kbvqa.cli.app import app
     from kbvqa.report.viewer.site import rid_slug
 
-    runs, elsewhere = agent_run_elsewhere(tmp_path, monkeypatch)
+    runs, elsewhere = agent_run_elsewhere(bench_copy, tmp_path, monkeypatch)
     res = CliRunner().invoke(app, ["view", "../runs", "--export", "site"])
     assert res.exit_code == 0, res.output
     first = json.loads((runs / "agent.jsonl").read_text(encoding="utf-8").splitlines()[0])

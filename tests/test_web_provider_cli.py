@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from kbvqa.cli.app import app
 from kbvqa.data.formats import read_samples
-from kbvqa.demo.bench import build_bench
 from kbvqa.runner import read_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -27,11 +26,11 @@ KEY_ENV, KEY = "KBVQA_TEST_WEB_KEY", "sk-web-e2e-5566778899"
 
 
 @pytest.fixture
-def user(tmp_path, monkeypatch):
+def user(bench_copy, tmp_path, monkeypatch):
     """A user's folder: the bench, the response cache on, no proxies, nothing but 127.0.0.1 reachable."""
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
-    b = build_bench(tmp_path / "bench")
+    b = bench_copy(tmp_path / "bench")
     base = [s.dump() for s in read_samples(b.samples, "kbvqa")][0]
     (b.root / "one.jsonl").write_text(json.dumps({**base, "id": "q1", "question": "Who is this?"}) + "\n",
                                       encoding="utf-8")
