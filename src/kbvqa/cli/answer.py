@@ -18,8 +18,8 @@ from typing import Any, Literal, Optional
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, journal_reasons)
+from kbvqa.cli.common import emit_json, end_job, fail, journal_reasons
+from kbvqa.cli.flag_groups import GROUP, ModelLimits, ungrouped, with_groups
 from kbvqa.cli.options import flags, option
 from kbvqa.cli.common import job_errors
 from kbvqa.models.rerank import RERANKERS
@@ -37,6 +37,7 @@ RerankerName = Literal[tuple(RERANKERS.names())]  # type: ignore[valid-type]
 O = AnswerOptions
 
 
+@with_groups
 def answer(
     samples: Path = typer.Option(..., "--samples", exists=True, dir_okay=False, help="Benchmark file."),
     kb: Optional[Path] = option(O, "kb", help="KB (SQLite or wiki JSON); every preset but direct reads one."),
@@ -91,11 +92,7 @@ def answer(
     web_api_key_env: Optional[str] = option(O, "web_api_key_env",
                                             help="--tools web: the environment variable holding the search API "
                                                  "key (serper default SERPER_API_KEY; searxng: none)."),
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    limits: ModelLimits = GROUP,
     allow_empty: Optional[bool] = option(O, "allow_empty", "--allow-empty",
                                          help="Run on an input with no samples (otherwise an error)."),
     guided: Optional[bool] = option(O, "guided", "--guided", help="agent: tell it the short reference "
@@ -110,7 +107,7 @@ def answer(
 
     console = Console(stderr=True)
     try:
-        opts = answer_options(**flags(O, locals()))
+        opts = answer_options(**flags(O, ungrouped(locals())))
         prepared = prepare_answer(opts)
         for note in prepared.notes:
             console.print(note, markup=False)

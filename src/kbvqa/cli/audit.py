@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, journal_reasons, print_result)
+from kbvqa.cli.common import emit_json, emit_result, end_job, fail, journal_reasons, print_result
+from kbvqa.cli.flag_groups import GROUP, ModelLimits, command, ungrouped
 from kbvqa.cli.options import flags, option
 from kbvqa.pipelines.audit import AuditOptions as O
 
@@ -23,7 +23,7 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     return (DataError, KBError, ValueError, OSError)
 
 
-@app.command("run")
+@command(app, "run")
 def run_cmd(
     input: Path = typer.Argument(..., exists=True, dir_okay=False, help="Benchmark file (InfoSeek, E-VQA, ARA CSV, kbvqa JSONL)."),
     kb: Path = typer.Option(..., "--kb", exists=True, dir_okay=False, help="KB: SQLite store or wiki JSON (imported on the fly)."),
@@ -49,11 +49,7 @@ def run_cmd(
     api_key_env: Optional[str] = option(O, "api_key_env", help="Environment variable holding the --llm key."),
     llm_concurrency: Optional[int] = option(O, "llm_concurrency", min=1,
                                             help="Requests in flight to --llm (default: --concurrency)."),
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    limits: ModelLimits = GROUP,
     fixed_out: Optional[Path] = typer.Option(None, "--fixed-out", dir_okay=False,
                                              help="Also write the fixed split here (as `kbvqa audit split`)."),
     unfixed_out: Optional[Path] = typer.Option(None, "--unfixed-out", dir_okay=False,
@@ -69,7 +65,7 @@ def run_cmd(
     from kbvqa.pipelines.audit import audit_options, run_audit
     from kbvqa.report.summaries import audit_summary_table
 
-    given = {**locals(), "model": model[0] if model else None, "verifier_models": model if model and len(model) > 1 else None}
+    given = {**ungrouped(locals()), "model": model[0] if model else None, "verifier_models": model if model and len(model) > 1 else None}
     try:
         summary = run_audit(audit_options(**flags(O, given)), progress=not as_json)
     except _input_errors() as exc:
@@ -130,10 +126,7 @@ def diff_cmd(
         d = diff_versions(a, b, fmt_a=fmt_a, fmt_b=fmt_b, examples=examples)
     except _input_errors() as exc:
         fail(exc)
-    if as_json:
-        emit_json(d)
-    else:
-        print_result(audit_diff_table(d))
+    emit_result(d, as_json, audit_diff_table)
 
 
 @app.command("split")
@@ -277,8 +270,4 @@ def human_import_cmd(
         res = human_import(sheets, key, scorer=scorer, bem_dir=bem_dir)
     except _input_errors() as exc:
         fail(exc)
-    if as_json:
-        emit_json(res)
-    else:
-        for table in human_eval_tables(res):
-            print_result(table)
+    emit_result(res, as_json, human_eval_tables)

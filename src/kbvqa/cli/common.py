@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Sequence
 
 import typer
 
@@ -121,8 +121,9 @@ def end_journal_job(journal: Any, *, what: str = "record(s)", ids: Iterable[str]
     end_job(ok, failed, what=what, needs_model=needs_model, reasons=reasons)
 
 
-# The model-call limits every command that calls a model offers (kbvqa.models.config.RoleConfig); None
-# keeps what the role's config says (defaults: connect 10 s, read 60 s, no deadline, auto, 4 retries).
+# The model-call limits every command that calls a model offers (kbvqa.models.config.RoleConfig; a command
+# takes them as one group, kbvqa.cli.flag_groups.ModelLimits); None keeps what the role's config says
+# (defaults: connect 10 s, read 60 s, no deadline, auto, 4 retries).
 TIMEOUT = typer.Option(None, "--timeout", min=0.1, help="Read timeout of one model request, seconds.")
 CONNECT_TIMEOUT = typer.Option(None, "--connect-timeout", min=0.1, help="Connect timeout, seconds.")
 DEADLINE = typer.Option(None, "--deadline", min=0.1, help="Cap on one model call with all its retries, seconds.")
@@ -237,6 +238,17 @@ def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]
 
     console = Console()
     console.print(table_renderable(title, header, rows, console.width))
+
+
+def emit_result(result: Any, as_json: bool, tables: Callable[[Any], Any]) -> None:
+    """What a command shows of `result`: with --json one JSON document (`emit_json`), else the report
+    table or tables `tables(result)` makes, each by `print_result` (built only when shown)."""
+    if as_json:
+        emit_json(result)
+        return
+    made = tables(result)
+    for table in made if isinstance(made, (list, tuple)) else [made]:
+        print_result(table)
 
 
 def print_result(table: "ResultTable") -> None:

@@ -18,8 +18,8 @@ from typing import Optional
 
 import typer
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, print_result)
+from kbvqa.cli.common import emit_json, end_job, fail, print_result
+from kbvqa.cli.flag_groups import GROUP, ModelLimits, command, ungrouped
 from kbvqa.cli.options import flags, with_defaults
 from kbvqa.cli.common import job_errors
 
@@ -32,7 +32,7 @@ def _errors() -> tuple[type[BaseException], ...]:
     return (*job_errors(), FileExistsError, InputError)
 
 
-@app.command("run", cls=with_defaults("kbvqa.pipelines.curate:CurateOptions"))
+@command(app, "run", cls=with_defaults("kbvqa.pipelines.curate:CurateOptions"))
 def run(
     posts: Path = typer.Argument(..., help="Posts: JSONL (see kbvqa.data.posts), CSV or Parquet with --mapping."),
     out: Path = typer.Option(..., "--out", help="Run folder: stages/ journals, items.jsonl, dropped.jsonl, "
@@ -56,11 +56,7 @@ def run(
     resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep what each stage decided; re-run "
                                                                              "stopped posts (needs-model, error, invalid)."),
     as_json: bool = typer.Option(False, "--json", help="Print the funnel as JSON instead of a table."),
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    limits: ModelLimits = GROUP,
 ) -> None:
     """Run the four-step curation funnel: type cleaning, quality, refinement and balancing, auditing.
     Every stage's manifest and funnel.json record the options used."""
@@ -69,7 +65,7 @@ def run(
     from kbvqa.report.tables import ResultTable
 
     try:
-        given = {**locals(), "mapping": parse_post_mapping(mapping)}
+        given = {**ungrouped(locals()), "mapping": parse_post_mapping(mapping)}
         opts = curate_options(**flags(CurateOptions, given))
         roles = opts.models.roles(opts.config, fill=opts.curate.roles(), concurrency=opts.run.concurrency)
         result = run_curation(opts, roles=roles, progress=not as_json)

@@ -177,11 +177,11 @@ def stats(
 
 # `compare` calls a judge model: the model-call limit flags every such command takes. Its settings are
 # kbvqa.pipelines.curate.hops.CompareOptions (default None = not given; --help shows the class defaults).
-from kbvqa.cli.common import CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT  # noqa: E402
+from kbvqa.cli.flag_groups import GROUP, ModelLimits, command, ungrouped  # noqa: E402
 from kbvqa.cli.options import with_defaults  # noqa: E402
 
 
-@app.command("compare", cls=with_defaults("kbvqa.pipelines.curate.hops:CompareOptions"))
+@command(app, "compare", cls=with_defaults("kbvqa.pipelines.curate.hops:CompareOptions"))
 def compare(
     paths: list[Path] = typer.Argument(..., help="Benchmark files (any format kbvqa reads)."),
     from_fmt: Optional[list[str]] = typer.Option(None, "--from", help=f"Format ({_FORMATS}): once for all files or "
@@ -203,11 +203,7 @@ def compare(
                                                                              "again only failed and invalid ones."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Judge requests in flight."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    limits: ModelLimits = GROUP,
 ) -> None:
     """Compare benchmarks (seed 001 Table 1): items, query and answer lengths in words, images per item,
     category and intent coverage, and with a judge model the mean estimated reasoning hops."""
@@ -228,7 +224,8 @@ def compare(
         _fail(f"two benchmarks would be called the same ({labels}); give --name for each")
     try:
         opts = CompareOptions.build(read_table(config, CompareOptions.SECTION),
-                                    source=None if config is None else str(config), **flags(CompareOptions, locals()))
+                                    source=None if config is None else str(config),
+                                    **flags(CompareOptions, ungrouped(locals())))
         roles = hops_roles(opts)
     except (ConfigError, ValueError) as e:
         fail(e)

@@ -22,8 +22,8 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import (CONNECT_TIMEOUT, DEADLINE, MAX_RETRIES, STRUCTURED_OUTPUT, TIMEOUT, emit_json, end_job,
-                              fail, print_table)
+from kbvqa.cli.common import emit_json, end_job, fail, print_table
+from kbvqa.cli.flag_groups import GROUP, ModelLimits, command, ungrouped
 from kbvqa.cli.options import flags, with_defaults
 from kbvqa.cli.common import job_errors
 
@@ -34,7 +34,7 @@ def _errors() -> tuple[type[BaseException], ...]:
     return (*job_errors(), FileExistsError)
 
 
-@app.command("build", cls=with_defaults("kbvqa.pipelines.reference:ReferenceOptions"))
+@command(app, "build", cls=with_defaults("kbvqa.pipelines.reference:ReferenceOptions"))
 def build(
     samples: Path = typer.Option(..., "--samples", exists=True, dir_okay=False, help="Benchmark file (NoteVQA-style JSONL or any kbvqa format)."),
     trajectories: Path = typer.Option(..., "--trajectories", help="Agent predictions with trajectories "
@@ -60,11 +60,7 @@ def build(
     limit: Optional[int] = typer.Option(None, "--limit", min=1),
     resume: Optional[bool] = typer.Option(None, "--resume/--no-resume", help="Keep items already ok in each stage; "
                                                                              "re-run errored, invalid and needs-model ones."),
-    timeout: Optional[float] = TIMEOUT,
-    connect_timeout: Optional[float] = CONNECT_TIMEOUT,
-    deadline: Optional[float] = DEADLINE,
-    structured_output: Optional[str] = STRUCTURED_OUTPUT,
-    max_retries: Optional[int] = MAX_RETRIES,
+    limits: ModelLimits = GROUP,
     as_json: bool = typer.Option(False, "--json", help="Print the whole funnel (DIR/funnel.json) as one JSON "
                                                        "object instead of the short summary."),
 ) -> None:
@@ -77,7 +73,7 @@ def build(
 
     console = Console(stderr=True)
     try:
-        opts = reference_options(**flags(ReferenceOptions, locals()))
+        opts = reference_options(**flags(ReferenceOptions, ungrouped(locals())))
         roles = opts.models.roles(opts.config, fill=opts.reference.roles(), concurrency=opts.run.concurrency)
         result = build_references(opts, roles=roles, progress=console.is_terminal,
                                   web_tools=web_tool_options(opts.config))

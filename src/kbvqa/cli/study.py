@@ -17,7 +17,8 @@ from typing import Any, Callable, Literal, Optional
 
 import typer
 
-from kbvqa.cli.common import emit_json, end_job, fail, include_dropped_option, journal_reasons, print_result
+from kbvqa.cli.common import (emit_json, emit_result, end_job, fail, include_dropped_option, journal_reasons,
+                              print_result)
 from kbvqa.cli.flag_groups import GROUP, ModelLimits, command, flag_group, make_flag_group, ungrouped
 from kbvqa.cli.options import default_from, with_defaults
 from kbvqa.evaluate.scorers import SCORERS
@@ -78,10 +79,7 @@ def _finish(res: dict[str, Any], out: Optional[Path], report: bool, as_json: boo
 
             built = build_report(collect_inputs(out), out, title=f"kbvqa study: {out.name}")
             typer.echo(f"report: {built.html} ({len(built.tables)} table files, {len(built.plots)} plots)", err=True)
-    if as_json:
-        emit_json(res)
-    else:
-        print_result(study_table(res))
+    emit_result(res, as_json, study_table)
 
 
 _GROUNDED = typer.Option(None, "--grounded", help="Restrict to the grounded subset: items whose final evidence in "
