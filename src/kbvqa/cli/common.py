@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NoReturn, Sequence, TypeVar
 
 import typer
 
 if TYPE_CHECKING:
     from kbvqa.report.tables import ResultTable
 
+
+T = TypeVar("T")
 
 #: Exit codes of every per-record job (documented in docs/reference.md, "Exit codes"):
 EXIT_OK = 0  # every record ok (or already done)
@@ -172,6 +174,14 @@ def fail(exc: BaseException | str, code: int = 2) -> NoReturn:
             exc, code = line, EXIT_WRITE_FAILED
     typer.echo(f"error: {redact(str(exc))}", err=True)
     raise typer.Exit(code=code)
+
+
+def run_or_fail(run: Callable[[], T], errors: tuple[type[BaseException], ...]) -> T:
+    """`run()`; what it raises of `errors` (bad input, config, files) ends the command by `fail`."""
+    try:
+        return run()
+    except errors as exc:
+        fail(exc)
 
 
 def emit_json(obj: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import fail
+from kbvqa.cli.common import fail, run_or_fail
 from kbvqa.cli.options import flags, option
 from kbvqa.models.image_encoders import encoder_choices
 from kbvqa.pipelines.index import ImageIndexOptions as I
@@ -103,9 +103,6 @@ def text_cmd(
     TextIndexOptions; the index's .json records it as used."""
     from kbvqa.pipelines.index import index_text, text_index_options
 
-    console = Console(stderr=True)
-    try:
-        built = index_text(text_index_options(**flags(T, locals())), progress=console.is_terminal)
-    except _errors() as e:
-        fail(e)
+    given, console = flags(T, locals()), Console(stderr=True)
+    built = run_or_fail(lambda: index_text(text_index_options(**given), progress=console.is_terminal), _errors())
     typer.echo(json.dumps(built.summary()))

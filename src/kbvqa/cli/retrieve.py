@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from kbvqa.cli.common import end_job, fail, job_errors, journal_reasons
+from kbvqa.cli.common import end_job, job_errors, journal_reasons, run_or_fail
 from kbvqa.cli.options import flags, option
 from kbvqa.pipelines.retrieve import RetrieveOptions as O
 
@@ -46,11 +46,8 @@ def retrieve(
     the run's manifest records it as used."""
     from kbvqa.pipelines.retrieve import retrieve_options, retrieve_with
 
-    console = Console(stderr=True)
-    try:
-        run = retrieve_with(retrieve_options(**flags(O, locals())), progress=console.is_terminal)
-    except job_errors() as e:
-        fail(e)
+    given, console = flags(O, locals()), Console(stderr=True)
+    run = run_or_fail(lambda: retrieve_with(retrieve_options(**given), progress=console.is_terminal), job_errors())
     typer.echo(json.dumps(run.summary()))
     end_job(run.counts.get("ok", 0), {"error": run.counts.get("error", 0)}, skipped=run.skipped, what="sample(s)",
             reasons=journal_reasons(run.journal) if run.counts.get("error") else None)
