@@ -79,3 +79,38 @@ def bench_copy(bench_source):
                                    flaws=dict(bench_source.flaws))
 
     return make
+
+
+# One Ray cluster per session (starting one costs ~5 s on 2 cores; test_ray_cluster and test_runner_ray
+# used to start their own). Each module connects to it and disconnects when done, so the modules run
+# between them see no Ray session in this process.
+@pytest.fixture(scope="session")
+def ray_nodes(tmp_path_factory):
+    """(Cluster, the folder it was started from): a head and a worker node of one CPU each, started
+    from a folder of their own (not the driver's)."""
+    ray = pytest.importorskip("ray", reason="the Ray executor tests need Ray (pip install 'kbvqa[ray]')")
+    from ray.cluster_utils import Cluster
+
+    from kbvqa.runner.ray import LOCAL_ENV
+
+    mb = 2**20
+    started_in = tmp_path_factory.mktemp("cluster-cwd")
+    saved = {k: os.environ.get(k) for k in LOCAL_ENV}
+    os.environ.update(LOCAL_ENV)  # read by the node processes as they start
+    here = os.getcwd()
+    os.chdir(started_in)
+    try:
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 * mb,
+                                                                 "include_dashboard": False})
+        cluster.add_node(num_cpus=1, object_store_memory=80 * mb)
+        cluster.wait_for_nodes()
+    finally:
+        os.chdir(here)
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    try:
+        yield cluster, started_in
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()

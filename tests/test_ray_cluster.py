@@ -17,7 +17,6 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray executor tests need Ray (pip install 'kbvqa[ray]')")
 
-from ray.cluster_utils import Cluster  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from kbvqa.cli.app import app  # noqa: E402
@@ -32,7 +31,6 @@ from test_agent import _stable, answer, call, tag  # noqa: E402
 
 pytestmark = pytest.mark.timeout(400)
 runner = CliRunner()
-MB = 2**20
 
 SCRIPTS = {
     "good": [call("image_search", goal="who is this"), call("search", query=["Eileen Collins birthplace"]),
@@ -45,18 +43,15 @@ SCRIPTS = {
 
 
 @pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory):
-    """A head and a worker node of one CPU each, started from a folder of their own (not the driver's)."""
-    started_in = tmp_path_factory.mktemp("cluster-cwd")
+def two_nodes(ray_nodes):
+    """The session's two-node cluster (conftest.ray_nodes), connected for this module; yields the
+    folder the nodes were started from."""
+    cluster, started_in = ray_nodes
     saved = {k: os.environ.get(k) for k in LOCAL_ENV}
     os.environ.update(LOCAL_ENV)
     here = os.getcwd()
-    os.chdir(started_in)
+    os.chdir(started_in)  # the driver connects from there too, as it did when the module started the nodes
     try:
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 * MB,
-                                                                 "include_dashboard": False})
-        cluster.add_node(num_cpus=1, object_store_memory=80 * MB)
-        cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
     finally:
         os.chdir(here)
@@ -65,7 +60,6 @@ def two_nodes(tmp_path_factory):
     finally:
         shutdown_session()
         ray.shutdown()
-        cluster.shutdown()
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 

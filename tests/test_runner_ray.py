@@ -29,12 +29,12 @@ VOLATILE = ("started", "finished", "wall_seconds", "output", "timing")  # timing
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """A private local cluster for this module; yields its address for driver subprocesses."""
+def cluster(ray_nodes):
+    """The session's cluster (conftest.ray_nodes: two nodes, 2 CPUs in all), connected for this module;
+    yields its address for driver subprocesses."""
     saved = {k: os.environ.get(k) for k in LOCAL_ENV}
     os.environ.update(LOCAL_ENV)
-    info = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                    object_store_memory=150 * 2**20)
+    info = ray.init(address=ray_nodes[0].address, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     try:
         yield info.address_info["address"]
