@@ -20,7 +20,7 @@ from kbvqa.models.prompts import clear_prompt_files
 from kbvqa.runner.fingerprint import changes, fingerprint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_llm_server import FakeLLMServer, Reply, ok, server_error  # noqa: E402
+from fake_llm_server import FakeLLMServer, Reply, ok, scripted_auditor, server_error  # noqa: E402
 
 runner = CliRunner()
 
@@ -214,14 +214,7 @@ def test_a_resumed_agent_refuses_another_model_or_budget(bench, tmp_path):
 
 def _auditor(req: dict) -> Reply:
     """The audit's four kinds of request, each answered in the shape it asks for."""
-    system = req["messages"][0]["content"]
-    if "check benchmark annotations" in system:
-        return ok(json.dumps({"label": "entailed", "rationale": "stated"}))
-    if "repair benchmark answers" in system:
-        return ok(json.dumps({"status": "not_answerable"}))
-    if "flag questions" in system:
-        return ok(json.dumps({"tags": [], "suggested_question": None, "rationale": "clear"}))
-    return ok(json.dumps({"leak": False, "answerable": True, "unique": True, "rationale": "fine"}))
+    return scripted_auditor(req)
 
 
 def test_a_resumed_audit_refuses_another_model(bench, tmp_path):

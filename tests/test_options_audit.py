@@ -18,7 +18,7 @@ from kbvqa.pipelines.audit import (AuditConfig, AuditOptions, audit_options, aud
 from kbvqa.runner.options import OptionsError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_llm_server import FakeLLMServer, ok  # noqa: E402
+from fake_llm_server import FakeLLMServer, scripted_auditor  # noqa: E402
 
 URL = "https://en.wikipedia.org/wiki/McLaren_F1"
 SECTIONS = [("McLaren F1", "The McLaren F1 is a sports car designed by Gordon Murray."),
@@ -106,14 +106,7 @@ def test_stages_get_their_own_tables_unchanged_and_the_manifest_records_the_opti
 
 
 def _handler(req):
-    system = req["messages"][0]["content"]
-    if "check benchmark annotations" in system:
-        return ok(json.dumps({"label": "entailed", "rationale": "stated"}))
-    if "repair benchmark answers" in system:
-        return ok(json.dumps({"status": "not_answerable"}))
-    if "flag questions" in system:
-        return ok(json.dumps({"tags": [], "suggested_question": None, "rationale": "clear"}))
-    return ok(json.dumps({"leak": False, "answerable": True, "unique": True, "rationale": "fine"}))
+    return scripted_auditor(req)
 
 
 def test_cli_run_as_a_user_runs_it(tmp_path, monkeypatch):
