@@ -9,7 +9,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ["score_infoseek.py", "cli_startup.py", "kb_import.py", "llm_saturation.py", "audit_llm_saturation.py",
            "audit_ara.py", "composite_speed.py", "index_speed.py", "agent_saturation.py", "executor_ray.py",
-           "ivr12_saturation.py", "phash_dedup.py"]
+           "ivr12_saturation.py", "phash_dedup.py", "infoseek_readings.py"]
 
 
 def main() -> int:
