@@ -26,6 +26,7 @@ from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import FINAL_CHECK
 from kbvqa.stages.audit.evidence import evidence_for, leaked, match_answer
 from kbvqa.stages.audit.llm import llm_final_check, resolve_role
+from kbvqa.stages.audit.posedness import tag_question, unit_conflict
 from kbvqa.stages.audit.record import add_tag, apply_policy, drop, join_record, provenance, split_record, update_flags
 
 
@@ -81,8 +82,6 @@ class LeakageStage(Stage):
             add_tag(audit, "leak_rewritten")
 
     def _conservative(self, sample: Any, audit: dict[str, Any], ctx: Context) -> tuple[str, str] | None:
-        from kbvqa.stages.audit.posedness import tag_question, unit_conflict  # posedness imports `leaked`
-
         tags = set((audit["stages"].get("posedness") or {}).get("tags") or [])
         if not tags:
             return None

@@ -32,6 +32,7 @@ from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
 from kbvqa.stages import register_stage
 from kbvqa.models.prompts.audit import VERIFY_SECTION
 from kbvqa.stages.audit.classes import model_classes
+from kbvqa.stages.audit.derive import correct_date, correct_string
 from kbvqa.stages.audit.evidence import (EvidenceUnit, combine, expand_truncated, kb_evidence, match_answer,
                                          rules_section_label, sample_evidence)
 from kbvqa.stages.audit.llm import expand, gather_strict, llm_verifier_label, resolve_role
@@ -144,8 +145,6 @@ class VerifyStage(Stage):
         return out
 
     def _rules_label(self, sample: Sample, units: list[EvidenceUnit]) -> dict[str, Any]:
-        from kbvqa.stages.audit.derive import correct_date, correct_string
-
         sections = []
         for u in units:
             label, why, kind = rules_section_label(sample.question, sample.answers, u.text, u.title)
