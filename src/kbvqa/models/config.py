@@ -65,7 +65,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from kbvqa.data.redact import register_key_env, register_secret
-from kbvqa.data.config_tables import renamed_key
+from kbvqa.data.config_tables import check_tables, did_you_mean, renamed_key
 from kbvqa.models.cache import ResponseCache
 from kbvqa.models.replay import ReplayClient
 from kbvqa.models.result import ModelClient, StructuredOutput, normalize_base_url
@@ -224,8 +224,6 @@ def _fmt_loc(prefix: str, e: ValidationError, model: type[BaseModel] | None = No
         loc = ".".join(str(x) for x in er["loc"])
         msg = er["msg"].removeprefix("Value error, ")
         if model is not None and er.get("type") == "extra_forbidden":
-            from kbvqa.data.config_tables import did_you_mean
-
             msg += did_you_mean(model, tuple(er["loc"]))
         out.append(f"{prefix}{'.' + loc if loc else ''}: {msg}")
     return "; ".join(out)
@@ -272,9 +270,7 @@ def load_model_config(path: Path | str | None, overrides: dict[str, Any] | None 
             raw = tomllib.loads(p.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{p}: not valid TOML: {e}") from None
-        from kbvqa.data.config_tables import check_tables  # a misspelt [modles.judge] is named, not "not configured"
-
-        check_tables(raw, p, ConfigError)
+        check_tables(raw, p, ConfigError)  # a misspelt [modles.judge] is named, not "not configured"
         base_dir = p.resolve().parent
     models = raw.get("models", {})
     if not isinstance(models, dict):
