@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal, Optional
 import typer
 
 from kbvqa.cli.common import (emit_json, emit_result, end_job, fail, include_dropped_option, journal_reasons,
-                              print_result)
+                              print_result, run_or_fail)
 from kbvqa.cli.flag_groups import GROUP, ModelLimits, command, flag_group, make_flag_group, ungrouped
 from kbvqa.cli.options import default_from, with_defaults
 from kbvqa.evaluate.scorers import SCORERS
@@ -179,10 +179,7 @@ _FAILURES_JOURNAL = _journal_flags("Per-episode verdicts (default PREDICTIONS.fa
 def _run(study: Callable[[], dict[str, Any]], output: Output, errors: tuple[type[Exception], ...] = _INPUT_ERRORS
          ) -> dict[str, Any]:
     """Every study's sequence: run it (a bad input is one error line, exit 2), then `_finish`."""
-    try:
-        res = study()
-    except errors as exc:
-        fail(exc)
+    res = run_or_fail(study, errors)
     _finish(res, output.out, not output.no_report, output.as_json)
     return res
 
