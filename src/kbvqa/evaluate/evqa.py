@@ -33,7 +33,7 @@ from typing import Any
 from kbvqa.data.jsonl import gc_paused
 from kbvqa.data.schema import Provenance, Verdict
 from kbvqa.evaluate import METRICS
-from kbvqa.evaluate.io import (PredictionRecord, ScoreInputError, add_reference, kbvqa_alternatives,
+from kbvqa.evaluate.io import (DroppedRows, PredictionRecord, ScoreInputError, add_reference, kbvqa_alternatives,
                               last_prediction_per_id, read_csv, read_jsonl)
 from kbvqa.evaluate.judge import JUDGE_CONCURRENCY, PROMPT_VERSION, ChatClient, JudgeConfig, JudgeRun, run_judge
 from kbvqa.evaluate.normalize import evqa_normalize
@@ -124,8 +124,6 @@ def load_evqa_references(path: str | Path) -> dict[str, EVQARef]:
                             row["answer"].split("|"), path, ln)
             add_reference(refs, ref, path)
     else:
-        from kbvqa.evaluate.io import DroppedRows
-
         dropped = DroppedRows(path)  # an audited file's drop rows are refused (io.including_dropped allows them)
         for ln, obj in read_jsonl(path):
             did = obj.get("id", obj.get("data_id"))
