@@ -51,7 +51,7 @@ from kbvqa.runner.interrupt import Terminated, sigterm_cancels
 from kbvqa.runner.lock import OutputLock, side_path
 from kbvqa.runner.outbox import Writer
 from kbvqa.runner.sinks import JournalEntry, JsonlJournal, compact_journal, scan_journal, write_parquet
-from kbvqa.runner.stage import RUNNER_FIELDS, Context, Stage, default_record_deadline, error_reason
+from kbvqa.runner.stage import Context, Stage, _out_line, default_record_deadline, error_reason
 from kbvqa.runner.write_errors import as_write_failure
 
 log = logging.getLogger("kbvqa.runner")
@@ -414,9 +414,7 @@ class _Run:
     def refuse(self, task: Task, refusal: tuple[str, dict[str, Any]]) -> None:
         """End a record over a size cap (kbvqa.runner.caps) `error`, without running it."""
         reason, kept = refusal
-        line = {k: v for k, v in kept.items() if k not in RUNNER_FIELDS}
-        line.update(status="error", reason=reason, attempts=task.attempts, stage="input")
-        self.emit(task, dumps_line(line), "error")
+        self.emit(task, dumps_line(_out_line(kept, "error", reason, task.attempts, "input")), "error")
 
     def emit(self, task: Task, line: str, status: str, writes: Sequence[Any] = ()) -> None:
         self.writer.apply(writes)  # side files first: a journal line never names a file not yet written
