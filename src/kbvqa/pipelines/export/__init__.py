@@ -25,11 +25,12 @@ def _writer(module: str, func: str) -> Callable[[Exported, str], list[Path]]:
     return write
 
 
-#: harness -> (writer, whether its files carry the images as files under DIR/images/)
-HARNESSES: dict[str, tuple[Callable[[Exported, str], list[Path]], bool]] = {
-    "inspect": (_writer("to_inspect", "write_inspect"), True),
-    "lmms-eval": (_writer("to_lmms_eval", "write_lmms_eval"), True),
-    "vlmevalkit": (_writer("to_vlmevalkit", "write_vlmevalkit"), True),  # inlined from images/ into the TSV
+#: harness -> its writer (every harness gets the images as files under DIR/images/; VLMEvalKit's
+#: writer inlines them from there into the TSV)
+HARNESSES: dict[str, Callable[[Exported, str], list[Path]]] = {
+    "inspect": _writer("to_inspect", "write_inspect"),
+    "lmms-eval": _writer("to_lmms_eval", "write_lmms_eval"),
+    "vlmevalkit": _writer("to_vlmevalkit", "write_vlmevalkit"),
 }
 
 
@@ -53,8 +54,8 @@ def export(harness: str, samples: str | Path, out: str | Path, *, name: str | No
     """Write `samples` as a `harness` task under `out` (see the harness modules for what is written)."""
     if harness not in HARNESSES:
         raise ExportError(f"unknown harness {harness!r}; known: {', '.join(HARNESSES)}")
-    write, with_images = HARNESSES[harness]
-    exp = prepare(samples, out, fmt=fmt, scorer=scorer, images=images, limit=limit, with_images=with_images)
+    write = HARNESSES[harness]
+    exp = prepare(samples, out, fmt=fmt, scorer=scorer, images=images, limit=limit)
     files = write(exp, name or Path(samples).stem)
     return ExportResult(harness, exp.out, exp.scorer, len(exp.samples), exp.n_images_copied,
                         [exp.out / "samples.jsonl", *files])

@@ -98,7 +98,7 @@ def _place_image(src: Path, images_dir: Path, taken: dict[str, Path]) -> str:
 
 
 def prepare(samples_path: str | Path, out: str | Path, *, fmt: str | None = None, scorer: str = "auto",
-            images: str | Path | None = None, limit: int | None = None, with_images: bool = True) -> Exported:
+            images: str | Path | None = None, limit: int | None = None) -> Exported:
     """Read `samples_path` (any format the data adapters read), put its images under out/images/ and
     write out/samples.jsonl (kbvqa JSONL, images relative to `out`). `images` is the image root
     (default: the samples file's folder). Raises ExportError for an empty input, a missing image or a
@@ -118,25 +118,23 @@ def prepare(samples_path: str | Path, out: str | Path, *, fmt: str | None = None
     out.mkdir(parents=True, exist_ok=True)
     exp = Exported(out=out, source=source, fmt=fmt, scorer=scorer, samples=samples)
     root = Path(images).resolve() if images is not None else source.parent
-    if with_images:
-        images_dir = out / "images"
-        images_dir.mkdir(exist_ok=True)
-        taken: dict[str, Path] = {}
-        for s in samples:
-            refs = []
-            for ref in s.images:
-                try:
-                    src = resolve_image(ref, root).resolve()
-                except (FileNotFoundError, ValueError) as exc:
-                    raise ExportError(f"sample {s.id!r}: {exc}") from None
-                refs.append(_place_image(src, images_dir, taken))
-            exp.images[s.id] = refs
-        exp.n_images_copied = len(taken)
+    images_dir = out / "images"
+    images_dir.mkdir(exist_ok=True)
+    taken: dict[str, Path] = {}
+    for s in samples:
+        refs = []
+        for ref in s.images:
+            try:
+                src = resolve_image(ref, root).resolve()
+            except (FileNotFoundError, ValueError) as exc:
+                raise ExportError(f"sample {s.id!r}: {exc}") from None
+            refs.append(_place_image(src, images_dir, taken))
+        exp.images[s.id] = refs
+    exp.n_images_copied = len(taken)
     with (out / SAMPLES_FILE).open("w", encoding="utf-8") as fh:
         for s in samples:
             line = s.dump()
-            if with_images:
-                line["images"] = exp.images[s.id]
+            line["images"] = exp.images[s.id]
             fh.write(json.dumps(line, ensure_ascii=False) + "\n")
     _check_references(exp)
     return exp
