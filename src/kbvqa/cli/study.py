@@ -88,7 +88,10 @@ _GROUNDED = typer.Option(None, "--grounded", help="Restrict to the grounded subs
 _GROUNDED_STAGE = typer.Option("post", "--grounded-stage", help="Final evidence: post (reranked), initial, any stage "
                                                                 "of the retrieval trail, or pool (the evidence_used "
                                                                 "sections the answer read).")
-_GROUNDED_K = typer.Option(None, "--grounded-k", min=1, help="Top-k of a retrieval stage that counts (default: 1, or the whole stage when it is an aggregated pool, as Wiki-PRF post stage; not for pool).")
+#: --grounded-k's and --k's help: which of a retrieval stage's ranks count.
+_K_HELP = ("Top-k of a retrieval stage that counts (default: 1, or the whole stage when it is an aggregated pool, "
+           "as Wiki-PRF post stage; not for pool).")
+_GROUNDED_K = typer.Option(None, "--grounded-k", min=1, help=_K_HELP)
 _GROUNDED_REFS = typer.Option(None, "--grounded-references", exists=True, dir_okay=False,
                               help="Gold entities for --grounded (default: the study's (fixed) references).")
 _EXAMPLES = typer.Option(5, "--examples", min=0, help="Example ids per row.")
@@ -477,7 +480,7 @@ def grounded_cmd(
                                                       "reranked_entries, IBA selected_url, Wiki-PRF aggregated "
                                                       "pool), initial, any other stage, or pool (evidence_used); a "
                                                       "run without it is refused, naming the fields looked for."),
-    k: Optional[int] = typer.Option(None, "--k", min=1, help="Top-k of a retrieval stage that counts (default: 1, or the whole stage when it is an aggregated pool, as Wiki-PRF post stage; not for pool)."),
+    k: Optional[int] = typer.Option(None, "--k", min=1, help=_K_HELP),
     ids_out: Optional[Path] = typer.Option(None, "--ids-out", dir_okay=False,
                                            help="Write the ids grounded in every run here, one per line."),
     bootstrap: Bootstrap = GROUP,
@@ -532,7 +535,7 @@ def variants(
     stage: str = typer.Option("post", "--stage", help="Post-retrieval recall from this stage of the predictions' "
                                                       "trails or the methods' own fields (post, initial, ..., "
                                                       "pool), or none (predictions without it are refused)."),
-    k: Optional[int] = typer.Option(None, "--k", min=1, help="Top-k of a retrieval stage that counts (default: 1, or the whole stage when it is an aggregated pool, as Wiki-PRF post stage; not for pool)."),
+    k: Optional[int] = typer.Option(None, "--k", min=1, help=_K_HELP),
     by_type: Optional[bool] = typer.Option(None, "--by-type/--no-by-type",
                                            help="Columns per question type (default: for InfoSeek's types)."),
     qtypes: Optional[Path] = _QTYPES,
