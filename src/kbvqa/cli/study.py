@@ -21,7 +21,7 @@ from kbvqa.cli.common import (emit_json, emit_result, end_job, fail, include_dro
                               print_result, run_or_fail)
 from kbvqa.cli.flag_groups import GROUP, ModelLimits, command, flag_group, make_flag_group, ungrouped
 from kbvqa.cli.options import default_from, with_defaults
-from kbvqa.evaluate.scorers import SCORERS
+from kbvqa.evaluate.scorers import SCORERS, paper_scorer
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="Studies: accuracy by group with bootstrap CIs, split comparisons and ranking "
@@ -45,8 +45,6 @@ def _scorer_for(scorer: Optional[str], references: Path) -> str:
     """The scorer asked for, or the paper's for these references (said on stderr, and named in every table)."""
     if scorer is not None:
         return scorer
-    from kbvqa.evaluate.scorers import paper_scorer
-
     chosen = paper_scorer(references)
     typer.echo(f"scorer: {chosen} (seed 000's metric for these references; --scorer chooses another)", err=True)
     return chosen
