@@ -155,6 +155,11 @@ def _termination_of(prediction: Mapping[str, Any]) -> str:
     return str((prediction.get("meta") or {}).get("termination") or "unknown")
 
 
+def _ended_by(end: str) -> str:
+    """Who ended an episode of termination `end` (ENDINGS; a failed record's is "error")."""
+    return ENDINGS.get(end, "error" if end.startswith("episode_") else "other")
+
+
 def termination_counts(predictions: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """How many episodes each termination ended, with the forced answers it led to and the episodes left
     without an answer, and the same grouped by who ended them (answered / budget / guard / error), so a
@@ -169,10 +174,9 @@ def termination_counts(predictions: Iterable[Mapping[str, Any]]) -> dict[str, An
         row["no_answer"] += not str(p.get("answer") or "").strip()
     by: Counter[str] = Counter()
     for end, row in rows.items():
-        by[ENDINGS.get(end, "error" if end.startswith("episode_") else "other")] += row["episodes"]
+        by[_ended_by(end)] += row["episodes"]
     ordered = sorted(rows.items(), key=lambda kv: (-kv[1]["episodes"], kv[0]))
-    return {"rows": [{"termination": end, "ended_by": ENDINGS.get(end, "error" if end.startswith("episode_")
-                                                                   else "other"),
+    return {"rows": [{"termination": end, "ended_by": _ended_by(end),
                       **{k: row[k] for k in ("episodes", "forced_answer", "no_answer")}} for end, row in ordered],
             "by": {k: by[k] for k in ("answered", "budget", "guard", "error", "other") if by[k] or k != "other"},
             "forced_answers": sum(r["forced_answer"] for r in rows.values())}
