@@ -239,7 +239,7 @@ def verifier_agreement(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     sample the rules settled asks no model), and Cohen's kappa between every pair of model verifiers
     over the samples both judged (3 labels, and supported vs not). `both_unsupported` is how many
     samples both failed to support: what the paper's two-verifier rule removes."""
-    from kbvqa.pipelines.audit_tools import cohen_kappa
+    from kbvqa.evaluate.agreement import cohen_kappa
 
     per: dict[str, Counter[str]] = {}
     cons: Counter[str] = Counter()

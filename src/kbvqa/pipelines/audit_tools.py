@@ -11,7 +11,7 @@ run a human evaluation (export a stratified sheet, import the annotators' sheets
 - `entity_unique_subset(...)` (`subset_file` from a file to a file): one sample per (entity url, normalised question), as the paper's
   1,924-question InfoSeek subset: the same question about the same entity asked with different
   images is kept once (the first by id, or a seeded random pick).
-- `human_export(...)` / `human_import(...)`: kbvqa.pipelines.human_eval's, re-exported here.
+- the human evaluation (`human_export(...)` / `human_import(...)`) is kbvqa.pipelines.human_eval.
 """
 
 from __future__ import annotations
@@ -129,5 +129,4 @@ def subset_file(input: str | Path, out: str | Path, key: Iterable[str] = ("entit
 # ------------------------------------------------------------------------------- human evaluation
 # The paper's human evaluation (annotators answer from the evidence; their answer accuracy is the
 # figure) is kbvqa.pipelines.human_eval; the agreement statistics are kbvqa.evaluate.agreement's.
-from kbvqa.evaluate.agreement import cohen_kappa, fleiss_kappa  # noqa: E402,F401  (audit.py imports them here)
-from kbvqa.pipelines.human_eval import human_export, human_import, parse_judgement  # noqa: E402,F401
+from kbvqa.evaluate.agreement import cohen_kappa, fleiss_kappa  # noqa: E402,F401  (the older import path)
