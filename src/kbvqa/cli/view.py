@@ -92,14 +92,15 @@ def view(
         typer.echo(f"  problem: {p}", err=True)
     if export is not None:
         from kbvqa.report.viewer import export_site
-
         from kbvqa.runner.write_errors import as_write_failure
 
         try:
             res = export_site(site, export)
         except OSError as exc:  # a full disk: name the export folder when write() names no file
             failed = as_write_failure(exc, export)
-            raise (failed if failed is not None else exc) from exc
+            if failed is None or failed is exc:
+                raise  # not a write failure, or one that names its file already: as it was raised
+            raise failed from exc
         for p in res.problems:
             typer.echo(f"  note: {p}", err=True)
         typer.echo(f"exported {res.pages} pages ({res.records} records, {res.images} images) -> {res.out / 'index.html'}")

@@ -32,8 +32,8 @@ class Writer:
                 self._apply_one(w)
             except Exception as exc:  # a full disk or a read-only folder: say which file, in one line
                 failed = as_write_failure(exc, w.path if isinstance(w, EntryWrite) else w.target)
-                if failed is None:
-                    raise
+                if failed is None or failed is exc:
+                    raise  # not a write failure, or one that names its file already
                 raise failed from exc
 
     def _apply_one(self, w: FileWrite | EntryWrite | LineAppend) -> None:
