@@ -569,7 +569,11 @@ def modification_counts(members: Sequence[ItemChange]) -> dict[str, Any]:
     not_finished, kept, questions / answers modified, the change kinds of the kept items, and their
     shares in percent (2 decimals; 0.0 for an empty denominator). `audit diff` prints these; the study
     adds bootstrap intervals around the same shares."""
-    f = _modification_flags(members)
+    return _modification_counts(members, _modification_flags(members))
+
+
+def _modification_counts(members: Sequence[ItemChange], f: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """`modification_counts` from the group's `_modification_flags` (which the study's intervals reuse)."""
     n, kept = len(members), len(f["question"])
     kinds = Counter(f["kinds"].tolist())
 
@@ -592,8 +596,8 @@ def modification_rates(changes: VersionChanges, *, n_resamples: int = DEFAULT_RE
     datasets = sorted({it.dataset for it in everything})
 
     def row(ds: str, qt: str, members: list[ItemChange]) -> dict[str, Any]:
-        c = modification_counts(members)
         f = _modification_flags(members)
+        c = _modification_counts(members, f)
         tags = Counter(t for it in members for t in (it.tags or ()))
         name = f"{ds}/{qt}"
         return {"dataset": ds, "question_type": qt, "n": c["n"], "dropped": c["dropped"],
