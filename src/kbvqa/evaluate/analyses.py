@@ -304,10 +304,9 @@ def final_evidence(prediction: Mapping[str, Any], stage: str = "post", k: int | 
     return None if rec is None else [canonical_url(u) for u in rec["retrieved"][:_depth(rec, k)]]
 
 
-def _authors_hit(prediction: Mapping[str, Any], stage: str, k: int | None) -> bool | None:
-    """The method's own top-k hit flag for the stage (Wiki-PRF `hits.<stage>.top<k>`, k as `_depth`
-    reads it), if it wrote one."""
-    rec = prediction_stages(prediction).get(stage) or {}
+def _authors_hit(rec: Mapping[str, Any], k: int | None) -> bool | None:
+    """The method's own top-k hit flag for a stage record (Wiki-PRF `hits.<stage>.top<k>`, k as
+    `_depth` reads it), if it wrote one."""
     hits = rec.get("hits")
     return hits.get(f"top{_depth(rec, k)}") if isinstance(hits, dict) else None
 
@@ -368,11 +367,14 @@ def grounded_flags(predictions: Mapping[str, Mapping[str, Any]], gold: Mapping[s
             flags[rid] = False
             continue
         flags[rid] = bool(gold_urls.intersection(ev))
-        if stage != "pool" and k is None:
-            from kbvqa.evaluate.methods import is_pool
+        hit = None
+        if stage != "pool":
+            rec = prediction_stages(pred)[stage]  # the stage final_evidence read (it is there: ev is not None)
+            if k is None:
+                from kbvqa.evaluate.methods import is_pool
 
-            counts["read_as_pool"] += is_pool(prediction_stages(pred)[stage])
-        hit = _authors_hit(pred, stage, k) if stage != "pool" else None
+                counts["read_as_pool"] += is_pool(rec)
+            hit = _authors_hit(rec, k)
         if hit is not None:
             counts["authors_hits"] += 1
             counts["authors_hits_disagree"] += hit != flags[rid]
