@@ -24,12 +24,11 @@ class ReferenceStageConfig(FunnelStageConfig):
 ENTITY_POOL = "entity_search"
 
 
-def scored_pool(record: Mapping[str, Any], max_candidates: int | None = None) -> list[dict[str, Any]]:
+def scored_pool(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The scored top-k followed by the entity-search additions: what the pre-synthesis filter
-    checks. With `max_candidates`, at most that many in all (`fill_pool`)."""
+    checks (the synthesis caps it with `fill_pool`)."""
     top = list((record.get("candidates") or {}).get("kept") or [])
-    pool = [*top, *((record.get("entities") or {}).get("added") or [])]
-    return pool if max_candidates is None else fill_pool(pool, max_candidates)[0]
+    return [*top, *((record.get("entities") or {}).get("added") or [])]
 
 
 def fill_pool(cands: list[dict[str, Any]], cap: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
