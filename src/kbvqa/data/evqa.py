@@ -43,6 +43,10 @@ from kbvqa.data.schema import Answer, Entity, Evidence, Sample
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 PLACEHOLDER = "0"
+#: E-VQA's question types (its CSV's `question_type`)
+EVQA_QUESTION_TYPES = ("templated", "automatic", "multi_answer", "2_hop")
+#: `Sample.dataset` values that mean E-VQA (its CSV's `dataset_name`, or the benchmark's own name)
+EVQA_DATASETS = frozenset({"inaturalist", "landmarks", "evqa", "e-vqa", "encyclopedic-vqa", "encyclopedic_vqa"})
 OFFICIAL_COLUMNS = ["question", "answer", "dataset_image_ids", "dataset_name", "dataset_category_id",
                     "question_type", "wikipedia_url", "wikipedia_title", "evidence", "evidence_section_id",
                     "evidence_section_title", "encyclopedic_vqa_split", "question_original",

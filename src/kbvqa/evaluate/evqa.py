@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbvqa.data.evqa import EVQA_QUESTION_TYPES
 from kbvqa.data.jsonl import gc_paused
 from kbvqa.data.schema import Provenance, Verdict
 from kbvqa.evaluate import METRICS
@@ -44,7 +45,6 @@ __all__ = [
     "exact_match_pass",
 ]
 
-EVQA_QUESTION_TYPES = ("templated", "automatic", "multi_answer", "2_hop")
 EM_SCORER = "evqa-em"
 
 

@@ -187,7 +187,7 @@ def benchmark_of(references: str | Path) -> str | None:
     """'infoseek' or 'evqa' from the first rows of a reference file (its question types: String /
     Numerical / Time vs E-VQA's templated / automatic / multi_answer / 2_hop; an official InfoSeek
     JSONL by its fields), None when the rows do not tell."""
-    from kbvqa.evaluate.evqa import EVQA_QUESTION_TYPES
+    from kbvqa.data.evqa import EVQA_QUESTION_TYPES
     from kbvqa.evaluate.io import read_csv, read_jsonl
 
     path = Path(references)

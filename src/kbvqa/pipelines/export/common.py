@@ -67,7 +67,7 @@ def choose_scorer(samples: list[Sample], fmt: str) -> str:
     """auto: E-VQA's scorer for E-VQA input (or samples whose question types are all E-VQA's), the
     InfoSeek scorer when every sample has an answer type (String / Numerical / Time), else the judge
     (NoteVQA-layout and other open-answer sets)."""
-    from kbvqa.evaluate.evqa import EVQA_QUESTION_TYPES
+    from kbvqa.data.evqa import EVQA_QUESTION_TYPES
 
     if fmt == "evqa" or all(s.question_type in EVQA_QUESTION_TYPES for s in samples):
         return "evqa"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbvqa.data.evqa import EVQA_DATASETS, EVQA_QUESTION_TYPES
 from kbvqa.data.schema import Sample
 
 _ACTION_RANK = {"keep": 0, "repair": 1, "drop": 2}
@@ -48,15 +49,13 @@ def escalate(audit: dict[str, Any], action: str, reason: str | None = None) -> N
         audit["reasons"].append(reason)
 
 
-EVQA_TYPES = frozenset({"automatic", "templated", "multi_answer", "2_hop"})
-EVQA_DATASETS = frozenset({"inaturalist", "landmarks", "evqa", "e-vqa", "encyclopedic_vqa"})
 KEEP_ALL = "keep_all: E-VQA's fixed split keeps every question (seed 000 §4.2)"
 
 
 def is_evqa(sample: Sample) -> bool:
     """An E-VQA sample: its dataset_name (iNaturalist / Google Landmarks) or question type says so."""
     return (str(sample.dataset or "").lower() in EVQA_DATASETS
-            or str(sample.question_type or "").lower() in EVQA_TYPES)
+            or str(sample.question_type or "").lower() in EVQA_QUESTION_TYPES)
 
 
 def apply_policy(sample: Sample, audit: dict[str, Any], keep_all: bool) -> None:

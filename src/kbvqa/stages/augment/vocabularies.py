@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kbvqa.data.evqa import EVQA_DATASETS
+
 __all__ = ["EVQA", "EVQA_DATASETS", "INFOSEEK", "VOCABULARIES", "Vocabulary", "all_families", "vocabulary_name"]
 
 
@@ -157,8 +159,6 @@ EVQA = _build("evqa", {
 }, modifiers=2, is_this=True)
 
 VOCABULARIES: dict[str, Vocabulary] = {v.name: v for v in (INFOSEEK, EVQA)}
-#: `Sample.dataset` values that mean E-VQA (its CSV's `dataset_name`, or the benchmark's own name)
-EVQA_DATASETS = frozenset({"inaturalist", "landmarks", "evqa", "e-vqa", "encyclopedic-vqa", "encyclopedic_vqa"})
 
 
 def vocabulary_name(dataset: str | None, sample_id: str = "") -> str:
