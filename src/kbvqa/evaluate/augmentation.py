@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kbvqa.data.urls import dedupe_urls
 from kbvqa.data.variants import VARIANTS, split_variant
-from kbvqa.evaluate.retrieval import DEFAULT_KS  # K = 1, 3, 5, 10, 20: Table 2's, and `kbvqa score retrieval`'s
+from kbvqa.evaluate.retrieval import DEFAULT_KS, gold_rank  # K = 1, 3, 5, 10, 20: Table 2, `score retrieval`
 
 __all__ = ["DEFAULT_KS", "augmentation_recall_table", "augmentation_recall_study"]
 
@@ -40,8 +40,6 @@ def augmentation_recall_table(records: Iterable[Mapping[str, Any]], references: 
     n_with_record, n_missing, n_no_reference, and dR@K against the anchor over the anchors both
     expect (paired, so a partial run is comparable).
     """
-    from kbvqa.evaluate.retrieval import gold_rank
-
     ks = sorted(set(int(k) for k in ks))
     suffixed = any(split_variant(str(r))[1] is not None for r in references)
     expected: dict[str, set[str]] = {}
