@@ -89,8 +89,7 @@ def summary_metric(s: Mapping[str, Any], path: str | Path = "<summary>") -> tupl
         scorer = {"name": scorer_name, "options": {"graded_text": s.get("graded_text")},
                   "prompt_version": s.get("prompt_version"),
                   "judge": {k: v for k, v in (s.get("judge_provenance") or {}).items() if v is not None}}
-        if "accuracy_graded" not in s:  # written when `accuracy` was correct / graded
-            s = {**s, "accuracy_graded": s.get("accuracy"), "accuracy": s.get("correct")}
+        s = upgrade_judge_summary(s)
         values = {k: s.get(k) for k in ("accuracy", "accuracy_graded", "correct", "accuracy_given_attempted", "f1",
                                         "incorrect", "not_attempted")}
         counts = {"n": s.get("n"), "graded": s.get("n_graded"), "missing": s.get("n_missing"), **_pred_counts(s),
@@ -119,6 +118,15 @@ def summary_metric(s: Mapping[str, Any], path: str | Path = "<summary>") -> tupl
 #: The figures a judge metric leads with: seed 001's accuracy, kbvqa's over graded verdicts, SimpleQA's
 #: accuracy given attempted (`correct`, SimpleQA's rate over all n, equals `accuracy` and stays in values).
 JUDGE_HEADLINE = ["accuracy", "accuracy_graded", "accuracy_given_attempted"]
+
+
+def upgrade_judge_summary(s: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A judge summary (`kbvqa score judge`) with its figures named as now: one written when `accuracy`
+    was correct / graded has that figure as `accuracy_graded` and its `correct` (correct / all n) as
+    `accuracy`; one that has `accuracy_graded` is returned as it is."""
+    if "accuracy_graded" in s:
+        return s
+    return {**s, "accuracy_graded": s.get("accuracy"), "accuracy": s.get("correct")}
 
 
 def upgrade_judge_values(metric: str, entry: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kbvqa.report import plots
+from kbvqa.report.compare import upgrade_judge_summary
 from kbvqa.report.html import Figure, Table, render_page
 from kbvqa.report.summaries import (agent_failures_table, agent_tools_tables, buckets_tables, curation_funnel_table,
                                      fix_kinds_tables, grounded_table, image_ablation_tables, ivr12_compare_table, ivr12_tables,
@@ -197,10 +198,9 @@ def _scores_table(files: list[Path]) -> ResultTable:
         main, graded = s.get("accuracy", s.get("final_score")), None
         # a judge summary: accuracy over all responses and over graded verdicts, graded / invalid / error beside
         if "n_graded" in s:
-            # a summary written when `accuracy` was correct / graded: its figures renamed, as report compare does
-            main, graded = (s.get("accuracy"), s.get("accuracy_graded")) if "accuracy_graded" in s else (
-                s.get("correct"), s.get("accuracy"))
-            main, graded = percent(main, fraction=True), percent(graded, fraction=True)  # the judge's are fractions
+            now = upgrade_judge_summary(s)  # a summary written when `accuracy` was correct / graded: renamed
+            main = percent(now.get("accuracy"), fraction=True)  # the judge's are fractions
+            graded = percent(now.get("accuracy_graded"), fraction=True)
         ungraded = [s.get("n_graded"), s.get("n_invalid"), s.get("n_error")] if "n_graded" in s else [None] * 3
         judged = judged or "n_graded" in s
         rows.append([f.stem, scorer, main, graded, s.get("n"), *ungraded, s.get("coverage")])
