@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kbvqa.data.schema import Answer, Sample
+from kbvqa.runner.stage import RUNNER_FIELDS
 
 __all__ = ["SPLIT_FORMATS", "split_format", "qtypes_path", "split_samples", "write_split"]
 
 #: Formats whose writer needs nothing but the samples; anything else is written as kbvqa JSONL.
 SPLIT_FORMATS = ("kbvqa", "infoseek", "evqa", "ara", "notevqa")
-_AUDIT_KEYS = ("audit", "status", "reason", "attempts", "stage", "error")
+#: what an audited line carries beside the sample: the audit, its error, and the runner's fields
+_AUDIT_KEYS = ("audit", "error", *RUNNER_FIELDS)
 
 
 def split_format(records: Iterable[dict[str, Any]], requested: str | None = None) -> tuple[str, str | None]:
