@@ -76,15 +76,15 @@ def test_a_role_left_out_for_a_while_still_guards_its_records(tmp_path):
     path.write_text(json.dumps(first))
     second = _manifest(roles={})
     second["fingerprint"] = fingerprint(second)
-    check_resume(path, second, ok_records=2, out=out)
+    check_resume(json.loads(path.read_text()), second, ok_records=2, out=out)
     assert second["fingerprint"]["items"]["roles"] == first["fingerprint"]["items"]["roles"]
     path.write_text(json.dumps(second))
     third = _manifest()
     third["roles"]["judge"]["model"] = "judgeB"
     third["fingerprint"] = fingerprint(third)
     with pytest.raises(SettingChanged, match="judge model: judgeA → judgeB"):
-        check_resume(path, third, ok_records=2, out=out)
-    check_resume(path, third, ok_records=0, out=out)  # nothing kept: nothing to mix
+        check_resume(json.loads(path.read_text()), third, ok_records=2, out=out)
+    check_resume(json.loads(path.read_text()), third, ok_records=0, out=out)  # nothing kept: nothing to mix
 
 
 # ------------------------------------------------------------------------------------------- the judge

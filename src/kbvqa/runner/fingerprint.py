@@ -152,32 +152,24 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def check_resume(manifest_path: Path, manifest: dict[str, Any], ok_records: int, out: Path,
-                 logger: logging.Logger | None = None) -> None:
+def check_resume(prev: Mapping[str, Any] | None, manifest: dict[str, Any], ok_records: int, out: Path,
+                 logger: logging.Logger | None = None, where: Path | None = None) -> None:
     """Before a resumed run writes anything: refuse it if the `ok_records` it would keep were made
     under another fingerprint than `manifest["fingerprint"]` (the new run's). The previous fingerprint
-    is the one in the manifest beside the output, which only a run that kept those records (same
-    fingerprint) or replaced them (nothing ok kept) has written. A manifest without one (kbvqa before
-    fingerprints, or none at all) is resumed with a warning, and the new manifest counts those records
-    as `unverified_records` so a later resume warns again."""
+    is the one in `prev`, the manifest beside the output (`manifest.read_manifest`, found at `where`),
+    which only a run that kept those records (same fingerprint) or replaced them (nothing ok kept) has
+    written. A manifest without one (kbvqa before fingerprints, or none at all) is resumed with a
+    warning, and the new manifest counts those records as `unverified_records` so a later resume
+    warns again."""
     logger = logger or log
     new = manifest["fingerprint"]
     if ok_records == 0:
         return  # nothing kept: every record of the output will be this run's
-    prev = _read_manifest(manifest_path)
     old = (prev or {}).get("fingerprint")
     if not isinstance(old, Mapping) or not isinstance(old.get("items"), Mapping) or old.get("version") != VERSION:
         why = ("its manifest was written before fingerprints" if prev and not old else
                "its manifest's fingerprint is of another kbvqa version" if prev else
-               f"no readable manifest {manifest_path}")
+               f"no readable manifest {where or out}")
         logger.warning("warning: resuming %s: %s, so the setting of its %d ok records cannot be checked "
                        "against this run's", out, why, ok_records)
         new["unverified_records"] = ok_records

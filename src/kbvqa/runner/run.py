@@ -296,16 +296,11 @@ def _usage_delta(end: Usage, start: Usage) -> Usage:
     return Usage(**{k: a[k] - b[k] for k in a})
 
 
-def _earlier_attempts(manifest: Path) -> list[dict[str, Any]]:
-    """The runs that wrote this output before, oldest first. One whose manifest still says
-    "running" was killed (SIGKILL, a lost machine): it is recorded as interrupted."""
-    import json
-
-    try:
-        prev = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    if not isinstance(prev, dict):
+def _earlier_attempts(prev: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs that wrote this output before, oldest first, from its previous manifest `prev`. One
+    whose manifest still says "running" was killed (SIGKILL, a lost machine): it is recorded as
+    interrupted."""
+    if not prev:
         return []
     state = prev.get("state")
     last = {"started": prev.get("started"), "finished": prev.get("finished"),
@@ -371,14 +366,15 @@ class _Run:
                                              record_deadline=ctx.resources.get("record_deadline"))
             # one output, one setting: records kept from a run under another fingerprint are refused
             # here, before this run writes its manifest (kbvqa.runner.fingerprint)
-            check_resume(self.paths["manifest"], self.manifest, out=out, logger=ctx.log,
+            prev_path, prev = mf.read_manifest(out) if resume else (None, {})  # the old name too
+            check_resume(prev, self.manifest, out=out, logger=ctx.log, where=prev_path or self.paths["manifest"],
                          ok_records=sum(e.status == "ok" for e in self.previous.values()))
         except BaseException:
             self._abandon()  # e.g. a corrupt journal line: raise it, leave the file as it was
             raise
         self.manifest["previous_output"] = str(self.previous_output) if self.previous_output else None
         self.manifest["resumed_from_lines"] = len(self.previous)
-        self.manifest["attempts"] = _earlier_attempts(self.paths["manifest"]) if resume else []
+        self.manifest["attempts"] = _earlier_attempts(prev) if resume else []
         self.counts = {"ok": 0, "error": 0, "invalid": 0, "needs_model": 0, "skipped": 0}
         self.remote_usage = Usage()
         self.bar: ProgressBar | None = None
