@@ -22,8 +22,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict
-
 from kbvqa.runner import read_results
 from kbvqa.runner.stage import StageConfig
 
@@ -32,9 +30,8 @@ EXAMPLE_CHARS = 300
 
 
 class FunnelStageConfig(StageConfig):
-    """A funnel stage's `[<pipeline>.<stage>]` table: a misspelt key is an error, never ignored."""
-
-    model_config = ConfigDict(extra="forbid")
+    """A funnel stage's `[<pipeline>.<stage>]` table: a misspelt key is an error, never ignored
+    (StageConfig's extra="forbid")."""
 
 
 def counts(**values: int | Mapping[str, int]) -> dict[str, Any]:
