@@ -95,19 +95,14 @@ def ray_nodes(tmp_path_factory):
 
     mb = 2**20
     started_in = tmp_path_factory.mktemp("cluster-cwd")
-    saved = {k: os.environ.get(k) for k in LOCAL_ENV}
-    os.environ.update(LOCAL_ENV)  # read by the node processes as they start
-    here = os.getcwd()
-    os.chdir(started_in)
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # environment and folder as the nodes start, restored after
+        for k, v in LOCAL_ENV.items():
+            mp.setenv(k, v)  # read by the node processes as they start
+        mp.chdir(started_in)
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80 * mb,
                                                                  "include_dashboard": False})
         cluster.add_node(num_cpus=1, object_store_memory=80 * mb)
         cluster.wait_for_nodes()
-    finally:
-        os.chdir(here)
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     try:
         yield cluster, started_in
     finally:
