@@ -38,8 +38,9 @@ from kbvqa.data.jsonl import read_jsonl
 from kbvqa.evaluate.agent_evidence import EVIDENCE_CHARS, evidence_calls, useful_evidence
 from kbvqa.models.prompts.agent import FAILURE_CATEGORIES, FAILURE_CATEGORY
 from kbvqa.models.replies import Reply
+from kbvqa.models.result import call_model
 from kbvqa.runner.sinks import read_results
-from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
+from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 
 SCORER = "kbvqa-agent-tools-v1"
@@ -365,22 +366,13 @@ class FailureCategory(Stage):
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         client = ctx.role(self.config.role)
         outcome = record.get("outcome", "incorrect")
-        res = await client.chat(FAILURE_CATEGORY.messages(
+        reply, res = await call_model(client, FAILURE_CATEGORY.messages(
             question=record.get("question", ""), reference=record.get("reference", ""),
             outcome_raw=_OUTCOME_TEXT.get(outcome, outcome), ending_raw=_ending(record),
             answer=record.get("answer") or None,
             trajectory_raw=trajectory_summary(record.get("trajectory") or [], self.config.observation_chars,
                                               self.config.thought_chars)),
-            schema=FailureReply, prompt_version=FAILURE_CATEGORY.id)
-        ctx.add_usage(res.usage)
-        if res.status == "error":
-            raise RuntimeError(f"judge call failed: {res.reason}")
-        try:
-            reply = FailureReply.model_validate(res.data) if res.status == "ok" else None
-        except ValueError:
-            reply = None
-        if reply is None:
-            raise Invalid(f"failure-category reply unusable: {res.reason or 'not {category, rationale}'}")
+            FailureReply, ctx=ctx, who="failure-category judge", prompt_version=FAILURE_CATEGORY.id)
         return {**record, "failure": {"category": reply.category, "rationale": reply.rationale,
                                       "judge": res.provenance.model_dump(exclude_none=True)}}
 

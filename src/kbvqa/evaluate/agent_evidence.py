@@ -39,7 +39,8 @@ from kbvqa.data.compare import word_count
 from kbvqa.data.matching import answers_in_text
 from kbvqa.models.prompts.agent import USEFUL_EVIDENCE
 from kbvqa.models.replies import NonBlank, Reply
-from kbvqa.runner.stage import Context, Invalid, Stage, StageConfig
+from kbvqa.models.result import call_model
+from kbvqa.runner.stage import Context, Stage, StageConfig
 from kbvqa.stages import register_stage
 
 __all__ = ["EVIDENCE_CHARS", "EVIDENCE_TOOLS", "EvidenceConfig", "EvidenceJudge", "KEY_ANSWER_WORDS",
@@ -134,19 +135,10 @@ class EvidenceJudge(Stage):
     async def run(self, record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         client = ctx.role(self.config.role)
         text = str(record.get("observation") or "")[: self.config.evidence_chars]
-        res = await client.chat(USEFUL_EVIDENCE.messages(
+        reply, res = await call_model(client, USEFUL_EVIDENCE.messages(
             question=record.get("question", ""), reference=record.get("reference", ""),
-            tool_raw=str(record.get("tool")), observation=text), schema=EvidenceReply,
+            tool_raw=str(record.get("tool")), observation=text), EvidenceReply, ctx=ctx, who="evidence judge",
             prompt_version=USEFUL_EVIDENCE.id)
-        ctx.add_usage(res.usage)
-        if res.status == "error":
-            raise RuntimeError(f"evidence judge call failed: {res.reason}")
-        try:
-            reply = EvidenceReply.model_validate(res.data) if res.status == "ok" else None
-        except ValueError:
-            reply = None
-        if reply is None:
-            raise Invalid(f"evidence reply unusable: {res.reason or 'not {supports, rationale}'}")
         slim = {k: v for k, v in record.items() if k != "observation"}
         return {**slim, "observation_chars": len(text),
                 "evidence": {"supports": reply.supports, "rationale": reply.rationale,
